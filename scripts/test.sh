@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one command: set up everything from a fresh clone, then run linters, type checks and the whole test suite.
+# Extra arguments go to pytest (e.g. `scripts/test.sh -k golden`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+bash scripts/install-tools.sh
+
+echo "== ruff"
+.venv/bin/ruff check worker tests bench devtools
+echo "== mypy --strict worker"
+.venv/bin/mypy worker
+echo "== pytest"
+exec .venv/bin/python -m pytest "$@"

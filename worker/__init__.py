@@ -1,0 +1,1 @@
+"""Harness → AG-UI stream processor: a Kafka-free conversion core and an exactly-once consumer-group worker."""

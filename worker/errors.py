@@ -1,0 +1,61 @@
+"""The worker's one error tree; every error names what was wrong and with what.
+
+    WorkerError
+    ├── DecodeError             a source record is not a valid Harness wire item   (also ValueError)
+    ├── AguiObservationError    an observer refused an item or a call               (also ValueError)
+    ├── ConfigError             a setting is missing or inconsistent                 (also ValueError)
+    ├── GapError                a run's source history has a hole (halt policy)
+    └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
+        ├── RebuildError        a partition could not be rebuilt from its source history
+        └── FencedError         another worker now owns a partition's transactional id
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AguiObservationError",
+    "ConfigError",
+    "DecodeError",
+    "FencedError",
+    "GapError",
+    "KafkaWorkerError",
+    "RebuildError",
+    "WorkerError",
+]
+
+
+class WorkerError(Exception):
+    """Base of every error the worker raises on purpose."""
+
+
+class DecodeError(WorkerError, ValueError):
+    """A record value is not a Harness wire item; `path` names the offending field (`$` is the root)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class AguiObservationError(WorkerError, ValueError):
+    """An observer refused an item or a call; its state is unchanged."""
+
+
+class ConfigError(WorkerError, ValueError):
+    """A setting is missing, malformed or inconsistent with another."""
+
+
+class GapError(WorkerError):
+    """A run's source history has a hole and the gap policy says to halt the partition."""
+
+
+class KafkaWorkerError(WorkerError):
+    """The broker or the client failed in a way the worker cannot absorb by retrying."""
+
+
+class RebuildError(KafkaWorkerError):
+    """A partition could not be rebuilt by replaying its source history."""
+
+
+class FencedError(KafkaWorkerError):
+    """A newer producer with the same transactional id exists: the partition belongs to someone else."""
