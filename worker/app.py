@@ -1,0 +1,92 @@
+"""`python -m worker run`: settings from flags and environment, logging, metrics and probes, signals, the run loop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+
+from worker.errors import ConfigError
+from worker.settings import Settings
+
+__all__ = ["build_parser", "main_run", "settings_from_args"]
+
+_log = logging.getLogger("worker")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """One flag per setting (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
+    parser = parser or argparse.ArgumentParser(prog="python -m worker run")
+    for name, info in Settings.model_fields.items():
+        help_text = f"env WORKER_{name.upper()}; default {info.default!r}"
+        if info.annotation is bool:
+            parser.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        else:
+            parser.add_argument(_flag(name), dest=name, default=None, metavar=name.upper(), help=help_text)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags given on the command line override the environment, which overrides the defaults."""
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc
+
+
+def _safe(settings: Settings) -> dict[str, Any]:
+    return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in settings.model_dump().items()}
+
+
+async def _serve(settings: Settings) -> int:
+    from worker.kafka import KafkaRunner
+    from worker.ops import Health, HealthServer, Metrics
+
+    metrics = Metrics()
+    health = Health()
+    server = HealthServer(metrics, health, settings.metrics_host, settings.metrics_port) \
+        if settings.metrics_port else None
+    if server is not None:
+        await server.start()
+        _log.info("metrics and probes on port %d", server.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = KafkaRunner(settings, metrics, health)
+    _log.info("worker starting", extra={"settings": _safe(settings)})
+    try:
+        await runner.run(stop)
+    finally:
+        if server is not None:
+            await server.stop()
+    _log.info("worker stopped cleanly")
+    return 0
+
+
+def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Entry point of `python -m worker run`; returns the process exit status."""
+    from worker.ops import configure_logging
+
+    args = build_parser(parser).parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        return asyncio.run(_serve(settings))
+    except KeyboardInterrupt:
+        return 130

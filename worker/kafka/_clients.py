@@ -1,0 +1,96 @@
+"""Builds aiokafka clients from Settings; the only place that maps our settings onto client arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from aiokafka.helpers import create_ssl_context
+
+from worker.settings import Settings
+
+__all__ = ["make_admin", "make_group_consumer", "make_replay_consumer", "make_transactional_producer",
+           "transactional_id"]
+
+
+def _connection(settings: Settings) -> dict[str, Any]:
+    """Bootstrap, client id and the security passthrough shared by every client."""
+    kwargs: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        kwargs["ssl_context"] = create_ssl_context(
+            cafile=settings.ssl_cafile,
+            certfile=settings.ssl_certfile,
+            keyfile=settings.ssl_keyfile,
+            password=settings.ssl_password.get_secret_value() if settings.ssl_password else None,
+        )
+        kwargs["ssl_context"].check_hostname = settings.ssl_check_hostname
+    if settings.security_protocol.startswith("SASL"):
+        kwargs["sasl_mechanism"] = settings.sasl_mechanism
+        kwargs["sasl_plain_username"] = settings.sasl_username
+        kwargs["sasl_plain_password"] = (
+            settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        )
+    return kwargs
+
+
+def transactional_id(settings: Settings, tp: TopicPartition) -> str:
+    """The producer id owning one source partition; the same id on every worker is what fences zombies."""
+    return f"{settings.transactional_id_prefix}:{settings.group_id}:{tp.topic}:{tp.partition}"
+
+
+def make_group_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A read_committed group member without auto-commit; offsets go through the producers' transactions."""
+    return AIOKafkaConsumer(
+        client_id=settings.client_id,
+        group_id=settings.group_id,
+        group_instance_id=settings.group_instance_id,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        max_poll_records=settings.max_poll_records,
+        fetch_max_wait_ms=min(500, settings.commit_interval_ms),
+        partition_assignment_strategy=(StickyPartitionAssignor,),
+        **_connection(settings),
+    )
+
+
+def make_replay_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A group-less read_committed consumer that reads history for a rebuild and commits nothing."""
+    return AIOKafkaConsumer(
+        client_id=f"{settings.client_id}-replay",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        max_poll_records=max(settings.max_poll_records, 2000),
+        fetch_max_wait_ms=100,
+        **_connection(settings),
+    )
+
+
+def make_transactional_producer(settings: Settings, tp: TopicPartition) -> AIOKafkaProducer:
+    """An idempotent transactional producer for one source partition."""
+    return AIOKafkaProducer(
+        client_id=f"{settings.client_id}-p{tp.partition}",
+        transactional_id=transactional_id(settings, tp),
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=256 * 1024,
+        max_request_size=4 * 1024 * 1024,
+        transaction_timeout_ms=settings.transaction_timeout_ms,
+        **_connection(settings),
+    )
+
+
+def make_admin(settings: Settings) -> AIOKafkaAdminClient:
+    """An admin client for committed-offset look-ups."""
+    return AIOKafkaAdminClient(client_id=f"{settings.client_id}-admin", **_connection(settings))

@@ -1,0 +1,146 @@
+"""A checkpoint is the unit of commit: one partition's records and its source offset, in one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from enum import Enum
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced, TransactionalIdAuthorizationFailed
+from aiokafka.structs import OffsetAndMetadata
+
+from worker.errors import FencedError, KafkaWorkerError
+
+__all__ = ["Checkpoint", "TxnPhase", "is_fenced"]
+
+
+class TxnPhase(Enum):
+    """Transaction phases; `_NEXT` lists the only legal moves, anything else is a bug."""
+
+    IDLE = "idle"
+    OPEN = "open"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    BROKEN = "broken"
+
+
+_NEXT: dict[TxnPhase, frozenset[TxnPhase]] = {
+    TxnPhase.IDLE: frozenset({TxnPhase.OPEN, TxnPhase.BROKEN}),
+    TxnPhase.OPEN: frozenset({TxnPhase.COMMITTING, TxnPhase.ABORTING, TxnPhase.BROKEN}),
+    TxnPhase.COMMITTING: frozenset({TxnPhase.IDLE, TxnPhase.ABORTING, TxnPhase.BROKEN}),
+    TxnPhase.ABORTING: frozenset({TxnPhase.IDLE, TxnPhase.BROKEN}),
+    TxnPhase.BROKEN: frozenset(),
+}
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """Whether a client error means a newer producer owns our transactional id."""
+    return isinstance(exc, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed | FencedError)
+
+
+def _retrieve(fut: asyncio.Future[object]) -> None:
+    """Mark a delivery failure as seen; commit() re-raises it, an abort discards it."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class Checkpoint:
+    """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
+
+    __slots__ = ("_futures", "_group_id", "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "records")
+
+    def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
+        self._producer = producer
+        self._tp = tp
+        self._group_id = group_id
+        self._phase = TxnPhase.IDLE
+        self._futures: list[asyncio.Future[object]] = []
+        self._timestamps: list[int] = []
+        self._opened_at = 0.0
+        self.records = 0
+
+    @property
+    def phase(self) -> TxnPhase:
+        return self._phase
+
+    @property
+    def is_open(self) -> bool:
+        return self._phase is TxnPhase.OPEN
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since the open transaction began (0 when idle)."""
+        return time.monotonic() - self._opened_at if self.is_open else 0.0
+
+    def _move(self, to: TxnPhase) -> None:
+        if to not in _NEXT[self._phase]:
+            raise KafkaWorkerError(f"{self._tp}: illegal transaction move {self._phase.value} -> {to.value}")
+        self._phase = to
+
+    async def begin(self) -> None:
+        """Open a transaction if none is open."""
+        if self._phase is TxnPhase.OPEN:
+            return
+        self._move(TxnPhase.OPEN)
+        try:
+            await self._producer.begin_transaction()
+        except BaseException:
+            self._phase = TxnPhase.BROKEN
+            raise
+        self._opened_at = time.monotonic()
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> None:
+        """Append one record to the open transaction; delivery is checked at commit."""
+        if self._phase is not TxnPhase.OPEN:
+            raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
+        fut = await self._producer.send(topic, value=value, key=key, headers=headers)
+        fut.add_done_callback(_retrieve)
+        self._futures.append(fut)
+
+    def note_source(self, timestamp_ms: int) -> None:
+        """Remember a consumed record's timestamp for the source-to-commit delay."""
+        self.records += 1
+        self._timestamps.append(timestamp_ms)
+
+    async def commit(self, next_offset: int, metadata: str) -> list[int]:
+        """Commit records and the source offset `next_offset` atomically; returns the committed source timestamps."""
+        self._move(TxnPhase.COMMITTING)
+        try:
+            if self._futures:
+                await asyncio.gather(*self._futures)
+            await self._producer.send_offsets_to_transaction(
+                {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
+            )
+            await self._producer.commit_transaction()
+        except BaseException:
+            self._phase = TxnPhase.BROKEN
+            raise
+        stamps = self._timestamps
+        self._reset()
+        self._move(TxnPhase.IDLE)
+        return stamps
+
+    async def abort(self) -> None:
+        """Abort the open transaction, if any; a producer that cannot abort marks the checkpoint broken."""
+        if self._phase is TxnPhase.IDLE:
+            return
+        if self._phase is TxnPhase.BROKEN:
+            self._reset()
+            return
+        self._move(TxnPhase.ABORTING)
+        try:
+            await self._producer.abort_transaction()
+        except BaseException:
+            self._phase = TxnPhase.BROKEN
+            self._reset()
+            raise
+        self._reset()
+        self._move(TxnPhase.IDLE)
+
+    def _reset(self) -> None:
+        self._futures = []
+        self._timestamps = []
+        self.records = 0

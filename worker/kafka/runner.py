@@ -1,0 +1,380 @@
+"""The consume → convert → transactional publish loop of one group member."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from worker.errors import WorkerError
+from worker.kafka._clients import make_admin, make_group_consumer, make_replay_consumer, make_transactional_producer
+from worker.kafka.checkpoint import is_fenced
+from worker.kafka.offsets import plan_replay
+from worker.kafka.partition import PartitionRun, Phase
+from worker.kafka.rebuild import replay_into
+from worker.kafka.source import to_source_record
+from worker.ops import Health, Metrics
+from worker.settings import Settings
+from worker.stream import Destination, PartitionState, encode_replay_metadata
+
+__all__ = ["KafkaRunner"]
+
+_log = logging.getLogger(__name__)
+StateFactory = Callable[[TopicPartition], PartitionState]
+
+
+def _fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
+    return {"topic": tp.topic, "partition": tp.partition, **more}
+
+
+class KafkaRunner:
+    """A consumer-group member publishing each partition's AG-UI events exactly once."""
+
+    def __init__(
+        self, settings: Settings, metrics: Metrics, health: Health, *, state_factory: StateFactory | None = None
+    ) -> None:
+        self._s = settings
+        self._metrics = metrics
+        self._health = health
+        self._state_factory = state_factory or self._default_state
+        self._consumer = make_group_consumer(settings)
+        self._admin = make_admin(settings)
+        self._parts: dict[TopicPartition, PartitionRun] = {}
+        self._parked: dict[TopicPartition, PartitionRun] = {}
+        self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self._topics = {Destination.OUTPUT: settings.output_topic, Destination.DEAD_LETTER: settings.dlq_topic}
+
+    def _default_state(self, tp: TopicPartition) -> PartitionState:
+        s = self._s
+        return PartitionState(
+            tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
+            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory,
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set, then commit open transactions and leave the group."""
+        await self._admin.start()
+        await self._consumer.start()
+        self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
+        self._health.set_member(True)
+        try:
+            while not stop.is_set():
+                self._health.beat()
+                batches = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms())
+                async with self._lock:
+                    for tp, recs in batches.items():
+                        await self._consume(tp, recs)
+                    await self._commit_due()
+                    self._observe_lag()
+        finally:
+            self._health.set_member(False)
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        try:
+            await asyncio.wait_for(self._drain(), self._s.shutdown_timeout_ms / 1000)
+        except TimeoutError:
+            _log.error("shutdown timed out; open transactions are left to the broker to abort")
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+        with contextlib.suppress(Exception):
+            await self._admin.close()
+
+    async def _drain(self) -> None:
+        """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
+        async with self._lock:
+            await self._cancel_rebuilds(list(self._tasks))
+            runs = [*self._parts.values(), *self._parked.values()]
+            await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))
+            await asyncio.gather(*(self._close(p) for p in runs))
+            self._parts.clear()
+            self._parked.clear()
+
+    # ---- live processing -------------------------------------------------------------------------------
+
+    def _poll_timeout_ms(self) -> int:
+        interval = self._s.commit_interval_ms / 1000
+        ages = [p.checkpoint.age_s for p in self._parts.values() if p.checkpoint and p.checkpoint.is_open]
+        wait = min((interval - a for a in ages), default=interval)
+        return max(0, int(wait * 1000))
+
+    async def _consume(self, tp: TopicPartition, recs: list[Any]) -> None:
+        p = self._parts.get(tp)
+        if p is None or p.phase is not Phase.LIVE or p.checkpoint is None:
+            return  # paused or gone: the position is re-sought when the partition goes live
+        ckpt = p.checkpoint
+        counters = self._metrics.source_records_total
+        for rec in recs:
+            if rec.offset < p.next_offset:
+                continue
+            try:
+                outcome = p.state.process(to_source_record(rec))
+            except WorkerError as exc:
+                await self._halt(p, rec.offset, exc)
+                return
+            try:
+                await ckpt.begin()
+                for out in outcome.records:
+                    await ckpt.send(self._topics[out.destination], out.key, out.value, list(out.headers))
+            except Exception as exc:
+                await self._fail(p, exc)
+                return
+            ckpt.note_source(rec.timestamp)
+            p.next_offset = rec.offset + 1
+            counters.labels(*p.label, outcome.verdict.value).inc()
+            for out in outcome.records:
+                if out.destination is Destination.OUTPUT:
+                    self._metrics.output_events_total.labels(out.event_type or "").inc()
+                else:
+                    self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
+            if ckpt.records >= self._s.max_records_per_transaction:
+                await self._commit(p)
+                if p.phase is not Phase.LIVE:
+                    return
+        self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
+
+    async def _commit_due(self) -> None:
+        interval = self._s.commit_interval_ms / 1000
+        due = [p for p in self._parts.values()
+               if p.phase is Phase.LIVE and p.checkpoint and p.checkpoint.is_open and p.checkpoint.age_s >= interval]
+        if due:
+            await asyncio.gather(*(self._commit(p) for p in due))
+
+    async def _commit(self, p: PartitionRun) -> None:
+        """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it."""
+        ckpt = p.checkpoint
+        if ckpt is None or not ckpt.is_open:
+            return
+        metadata = encode_replay_metadata(p.state.replay_from(p.next_offset))
+        started = time.monotonic()
+        try:
+            stamps = await ckpt.commit(p.next_offset, metadata)
+        except Exception as exc:
+            await self._fail(p, exc)
+            return
+        p.committed = p.next_offset
+        self._metrics.transactions_total.labels("committed").inc()
+        self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
+        now_ms = time.time() * 1000
+        delay = self._metrics.source_to_commit_delay_seconds
+        for ts in stamps:
+            delay.observe(max(0.0, now_ms - ts) / 1000)
+
+    async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
+        """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
+        _log.error("partition halted by policy: %s", exc, extra=_fields(p.tp, offset=offset))
+        await self._commit(p)
+        if p.phase is Phase.LIVE:
+            self._mark_failed(p, f"halted at offset {offset}: {exc}")
+
+    async def _fail(self, p: PartitionRun, exc: BaseException) -> None:
+        """Abort the open transaction; rebuild from the committed offset, or wait for a rebalance when fenced."""
+        self._metrics.transactions_total.labels("aborted").inc()
+        if p.checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await p.checkpoint.abort()
+        self._consumer.pause(p.tp)
+        fenced = is_fenced(exc)
+        await self._close(p)
+        if fenced:
+            self._metrics.producers_fenced_total.inc()
+            _log.warning("producer fenced: another member owns the partition; state dropped", extra=_fields(p.tp))
+            p.phase = Phase.FENCED
+            self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
+            self._start_rebuild([p.tp], delay_s=self._s.session_timeout_ms / 1000)
+        else:
+            _log.error("transaction failed, rebuilding from the committed offset: %r", exc, extra=_fields(p.tp))
+            self._start_rebuild([p.tp])
+
+    def _mark_failed(self, p: PartitionRun, reason: str) -> None:
+        p.phase = Phase.FAILED
+        p.failure = reason
+        self._consumer.pause(p.tp)
+        self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
+        self._metrics.partition_ready.labels(*p.label).set(0)
+        self._metrics.partition_failures_total.labels(*p.label).inc()
+
+    def _observe_lag(self) -> None:
+        for p in self._parts.values():
+            if p.phase is not Phase.LIVE:
+                continue
+            end = self._consumer.last_stable_offset(p.tp)
+            if end is not None:
+                self._metrics.consumer_lag_records.labels(*p.label).set(max(0, end - p.next_offset))
+
+    async def _close(self, p: PartitionRun) -> None:
+        producer = p.detach_producer()
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+
+    # ---- rebalance ---------------------------------------------------------------------------------------
+
+    async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        """Commit what each revoked partition has open and park its state in case it comes straight back."""
+        async with self._lock:
+            revoked = [tp for tp in revoked if tp in self._parts]
+            await self._cancel_rebuilds([tp for tp in revoked if tp in self._tasks])
+            runs = [self._parts.pop(tp) for tp in revoked]
+            await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))
+            for p in runs:
+                self._health.drop_partition(p.tp.topic, p.tp.partition)
+                if p.phase is Phase.LIVE:
+                    self._parked[p.tp] = p
+                else:
+                    await self._close(p)
+                    self._metrics.forget_partition(*p.tp)
+            self._metrics.assigned_partitions.set(len(self._parts))
+
+    async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        """Keep parked partitions whose committed offset is unchanged; pause and rebuild all others."""
+        async with self._lock:
+            assigned = set(assigned)
+            for tp in [tp for tp in self._parked if tp not in assigned]:
+                p = self._parked.pop(tp)
+                await self._close(p)
+                self._metrics.forget_partition(*tp)
+            kept = [tp for tp in assigned if tp in self._parked]
+            committed = await self._admin.list_consumer_group_offsets(self._s.group_id, partitions=kept) if kept else {}
+            rebuild: list[TopicPartition] = []
+            for tp in assigned:
+                p = self._parked.pop(tp, None)
+                c = committed.get(tp)
+                if p is not None and c is not None and c.offset == p.committed:
+                    self._parts[tp] = p
+                    self._consumer.seek(tp, p.next_offset)
+                    self._health.set_partition(tp.topic, tp.partition, "ready")
+                    _log.info("partition kept through rebalance: no replay", extra=_fields(tp, offset=p.next_offset))
+                    continue
+                if p is not None:
+                    await self._close(p)
+                self._parts[tp] = PartitionRun(tp, self._state_factory(tp))
+                rebuild.append(tp)
+            self._metrics.assigned_partitions.set(len(self._parts))
+            if rebuild:
+                self._start_rebuild(rebuild)
+
+    def _start_rebuild(self, tps: list[TopicPartition], delay_s: float = 0.0) -> None:
+        for tp in tps:
+            p = self._parts[tp]
+            p.phase = Phase.REBUILDING if p.phase is not Phase.FENCED else p.phase
+            self._consumer.pause(tp)
+            if p.phase is Phase.REBUILDING:
+                self._health.set_partition(tp.topic, tp.partition, "rebuilding")
+            self._metrics.partition_ready.labels(*p.label).set(0)
+        task = asyncio.create_task(self._rebuild(tps, delay_s), name=f"rebuild-{[tp.partition for tp in tps]}")
+        for tp in tps:
+            self._tasks[tp] = task
+        task.add_done_callback(lambda t: [self._tasks.pop(tp, None) for tp in tps if self._tasks.get(tp) is t])
+
+    async def _cancel_rebuilds(self, tps: list[TopicPartition]) -> None:
+        tasks = {self._tasks[tp] for tp in tps if tp in self._tasks}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        # A cancelled task may have covered partitions that stay assigned: they rebuild again.
+        survivors = [tp for tp, p in self._parts.items()
+                     if tp not in tps and p.phase is Phase.REBUILDING and tp not in self._tasks]
+        if survivors:
+            self._start_rebuild(survivors)
+
+    async def _rebuild(self, tps: list[TopicPartition], delay_s: float) -> None:
+        """Fence old owners, replay `[R, C)` into fresh state, then resume consuming at C; retried until it works."""
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        backoff = 0.5
+        while True:
+            try:
+                await self._rebuild_once(tps)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.error("rebuild failed, retrying in %.1fs: %r", backoff, exc,
+                           extra={"partitions": [tp.partition for tp in tps]})
+                async with self._lock:
+                    for tp in tps:
+                        if tp in self._parts:
+                            self._mark_failed(self._parts[tp], f"rebuild failed: {exc!r}")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _rebuild_once(self, tps: list[TopicPartition]) -> None:
+        started = time.monotonic()
+        producers: dict[TopicPartition, AIOKafkaProducer] = {}
+        replay = make_replay_consumer(self._s)
+        try:
+            producers = {tp: make_transactional_producer(self._s, tp) for tp in tps}
+            # Initialising a transactional id fences any zombie and aborts its open transaction: do it before
+            # reading the committed offset, so that offset is final.
+            await asyncio.gather(*(producer.start() for producer in producers.values()))
+            await replay.start()
+            windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
+            states = {tp: self._state_factory(tp) for tp in tps}
+            counts = await replay_into(replay, windows, states, progress=self._progress)
+        except BaseException:
+            await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await replay.stop()
+        async with self._lock:
+            for tp in tps:
+                p = self._parts.get(tp)
+                w = windows[tp]
+                if p is None:  # revoked meanwhile
+                    await producers[tp].stop()
+                    continue
+                p.state = states[tp]
+                p.go_live(producers[tp], self._s.group_id, w.committed)
+                self._consumer.seek(tp, w.committed)
+                self._consumer.resume(tp)
+                self._health.set_partition(tp.topic, tp.partition, "ready")
+                m = self._metrics
+                m.partition_ready.labels(*p.label).set(1)
+                m.rebuilds_total.labels(*p.label).inc()
+                m.rebuild_records_total.labels(*p.label).inc(counts[tp])
+                m.rebuild_progress_ratio.labels(*p.label).set(1.0)
+                m.open_streams.labels(*p.label).set(p.state.open_streams)
+                if w.lost_history:
+                    m.retention_gaps_total.labels(*p.label).inc()
+                _log.info("partition rebuilt: replayed %d records of [%d, %d) (%s), live from %d",
+                          counts[tp], w.start, w.committed, w.source, w.committed, extra=_fields(tp))
+        self._metrics.rebuild_duration_seconds.observe(time.monotonic() - started)
+
+    def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
+        p = self._parts.get(tp)
+        if p is not None and total > 0:
+            self._metrics.rebuild_progress_ratio.labels(*p.label).set(min(1.0, done / total))
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka swallows listener exceptions: each callback logs its own failure and fails the partitions."""
+
+    def __init__(self, runner: KafkaRunner) -> None:
+        self._runner = runner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        try:
+            await self._runner.on_revoked(revoked)
+        except Exception:
+            _log.exception("on_partitions_revoked failed")
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        try:
+            await self._runner.on_assigned(assigned)
+        except Exception:
+            _log.exception("on_partitions_assigned failed; the partitions stay paused and not ready")
+            for tp in assigned:
+                with contextlib.suppress(Exception):
+                    self._runner._consumer.pause(tp)
