@@ -1,0 +1,155 @@
+"""The worker's Prometheus metrics: one private registry per `Metrics`, no label ever holds a run id."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "CONTENT_TYPE",
+    "PREFIX",
+    "TRANSACTION_RESULTS",
+    "VERDICTS",
+    "Metrics",
+]
+
+PREFIX: Final = "harness_agui_"
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
+TRANSACTION_RESULTS: Final = ("committed", "aborted")
+
+_TP: Final = ("topic", "partition")
+_TRANSACTION_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_REBUILD_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+_DELAY_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+)
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("harness-agui-worker")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class _WithoutCreated(Collector):
+    """The registry's families minus the `_created` timestamp series, which would double every counter."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            clone = copy.copy(family)
+            clone.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield clone
+
+
+class Metrics:
+    """Every worker metric in this instance's own `registry`; labels are topic/partition and small enums."""
+
+    def __init__(self, version: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._exposed = _WithoutCreated(self.registry)
+        r = self.registry
+        p = PREFIX
+        self.source_records_total = Counter(
+            f"{p}source_records_total", "Source records by verdict.", [*_TP, "verdict"], registry=r
+        )
+        self.output_events_total = Counter(
+            f"{p}output_events_total", "AG-UI events published, by AG-UI event type.", ["type"], registry=r
+        )
+        self.dead_letter_records_total = Counter(
+            f"{p}dead_letter_records_total", "Records sent to the dead-letter topic, by reason code.",
+            ["reason"], registry=r,
+        )
+        self.transactions_total = Counter(
+            f"{p}transactions_total", "Kafka transactions ended, by result.", ["result"], registry=r
+        )
+        self.transaction_duration_seconds = Histogram(
+            f"{p}transaction_duration_seconds", "Time from a transaction's begin to its commit or abort.",
+            registry=r, buckets=_TRANSACTION_BUCKETS,
+        )
+        self.rebuilds_total = Counter(
+            f"{p}rebuilds_total", "Partition rebuilds started (replay of source history).", _TP, registry=r
+        )
+        self.rebuild_records_total = Counter(
+            f"{p}rebuild_records_total", "Source records replayed by rebuilds.", _TP, registry=r
+        )
+        self.rebuild_duration_seconds = Histogram(
+            f"{p}rebuild_duration_seconds", "Duration of a partition rebuild.",
+            registry=r, buckets=_REBUILD_BUCKETS,
+        )
+        self.rebuild_progress_ratio = Gauge(
+            f"{p}rebuild_progress_ratio", "Progress of the running rebuild, 0 to 1.", _TP, registry=r
+        )
+        self.retention_gaps_total = Counter(
+            f"{p}retention_gaps_total", "Rebuilds whose history started below the log start offset.",
+            _TP, registry=r,
+        )
+        self.open_streams = Gauge(f"{p}open_streams", "Root streams currently open.", _TP, registry=r)
+        self.assigned_partitions = Gauge(
+            f"{p}assigned_partitions", "Source partitions assigned to this worker.", registry=r
+        )
+        self.partition_ready = Gauge(
+            f"{p}partition_ready", "1 when the partition is live, 0 while rebuilding or failed.",
+            _TP, registry=r,
+        )
+        self.partition_failures_total = Counter(
+            f"{p}partition_failures_total", "Partitions halted by an error.", _TP, registry=r
+        )
+        self.producers_fenced_total = Counter(
+            f"{p}producers_fenced_total", "Transactional producers fenced by a newer owner.", registry=r
+        )
+        self.consumer_lag_records = Gauge(
+            f"{p}consumer_lag_records", "High watermark minus the consumer position.", _TP, registry=r
+        )
+        self.source_to_commit_delay_seconds = Histogram(
+            f"{p}source_to_commit_delay_seconds", "Source record timestamp to its transaction commit.",
+            registry=r, buckets=_DELAY_BUCKETS,
+        )
+        self.worker_info = Gauge(
+            f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
+        )
+        self.worker_info.labels(version=version or _package_version()).set(1)
+        for result in TRANSACTION_RESULTS:
+            self.transactions_total.labels(result=result)
+        self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
+            (self.source_records_total, (*_TP, "verdict")),
+            *((m, _TP) for m in (
+                self.rebuilds_total,
+                self.rebuild_records_total,
+                self.rebuild_progress_ratio,
+                self.retention_gaps_total,
+                self.open_streams,
+                self.partition_ready,
+                self.partition_failures_total,
+                self.consumer_lag_records,
+            )),
+        )
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Remove every series labelled with this topic and partition; call it on revocation."""
+        want = (topic, str(partition))
+        for metric, names in self._per_partition:
+            seen: set[tuple[str, ...]] = set()
+            for family in metric.collect():
+                for sample in family.samples:
+                    labels = sample.labels
+                    if (labels.get("topic"), labels.get("partition")) != want:
+                        continue
+                    key = tuple(labels[name] for name in names)
+                    if key not in seen:
+                        seen.add(key)
+                        metric.remove(*key)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text exposition format 0.0.4 (see `CONTENT_TYPE`)."""
+        return bytes(generate_latest(self._exposed))
