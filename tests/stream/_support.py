@@ -1,0 +1,82 @@
+"""Builders of source records and loaders of the golden runs shared by the stream tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from worker.stream import SourceRecord
+
+TOPIC = "harness.events"
+DATA = Path(__file__).resolve().parent.parent / "data"
+GOLDEN_DIRS = (DATA / "golden", DATA / "stream")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BASE_MS = 1_748_736_000_000  # 2025-06-01T00:00:00Z
+
+
+def golden_path(name: str) -> Path:
+    """Path of a golden file, preferring the shared copy in tests/data/golden/."""
+    for folder in GOLDEN_DIRS:
+        if (folder / name).exists():
+            return folder / name
+    raise FileNotFoundError(f"golden file {name} is in none of {[str(d) for d in GOLDEN_DIRS]}")
+
+
+def golden_source(name: str) -> list[bytes]:
+    """The source lines of golden run `name` as record values."""
+    return [line for line in golden_path(f"{name}.jsonl").read_bytes().splitlines() if line.strip()]
+
+
+def golden_stream_output(name: str) -> list[bytes]:
+    """The stream observer's expected output lines of `name`, without the error lines."""
+    lines = golden_path(f"{name}.stream.agui.jsonl").read_bytes().splitlines()
+    return [line for line in lines if line.strip() and not line.startswith(b'{"error"')]
+
+
+def item(
+    run: str,
+    seq: int,
+    *,
+    thread: str | None = None,
+    terminal: bool = False,
+    ms: int | None = None,
+    **extra: object,
+) -> bytes:
+    """A wire-shaped item for the fake core (`extra` adds fake-only fields such as refuse and emit)."""
+    ms = BASE_MS + 1_000 * seq if ms is None else ms
+    body: dict[str, object] = {
+        "thread_id": thread or f"thread_{run.replace('-', '')}",
+        "run_id": run,
+        "sequence": seq,
+        "occurred_at": (_EPOCH + timedelta(milliseconds=ms)).isoformat(),
+    }
+    body["result" if terminal else "event"] = {"status": "completed"} if terminal else {"kind": "x"}
+    body.update(extra)
+    return orjson.dumps(body)
+
+
+def records(
+    pairs: Iterable[tuple[bytes | str | None, bytes | None]],
+    *,
+    start: int = 0,
+    partition: int = 0,
+    step: int = 1,
+) -> list[SourceRecord]:
+    """Source records with increasing offsets (`step` apart) from (key, value) pairs; str keys are encoded."""
+    out = []
+    for i, (key, value) in enumerate(pairs):
+        offset = start + i * step
+        raw_key = key.encode() if isinstance(key, str) else key
+        out.append(SourceRecord(TOPIC, partition, offset, 1_700_000_000_000 + offset, raw_key, value,
+                                (("h", b"v"),)))
+    return out
+
+
+def header(headers: tuple[tuple[str, bytes], ...], name: str) -> str:
+    """The single value of header `name`, decoded."""
+    values = [v for k, v in headers if k == name]
+    assert len(values) == 1, f"header {name} occurs {len(values)} times in {headers}"
+    return values[0].decode()

@@ -1,0 +1,69 @@
+"""Builders for output and dead-letter records and their headers (host contract §2)."""
+
+from __future__ import annotations
+
+from ag_ui.core import BaseEvent
+
+from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
+
+__all__ = ["MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "output_record"]
+
+MAX_DLQ_MESSAGE_CHARS = 1000
+
+
+def output_record(
+    event: BaseEvent,
+    value: bytes,
+    *,
+    root_run_id: str,
+    n: int,
+    thread_id: str,
+    source: SourceRecord,
+    source_sequence: int,
+) -> OutboundRecord:
+    """Return the output record of the stream's `n`-th AG-UI event; its id `<root>:<n>` is durable."""
+    event_type = event.type.value
+    headers = (
+        ("agui-event-id", _utf8(f"{root_run_id}:{n}")),
+        ("agui-seq", str(n).encode()),
+        ("agui-type", _utf8(event_type)),
+        ("thread-id", _utf8(thread_id)),
+        ("source-partition", str(source.partition).encode()),
+        ("source-offset", str(source.offset).encode()),
+        ("source-sequence", str(source_sequence).encode()),
+    )
+    return OutboundRecord(
+        destination=Destination.OUTPUT,
+        key=_utf8(root_run_id),
+        value=value,
+        headers=headers,
+        event_type=event_type,
+        reason=None,
+    )
+
+
+def dead_letter_record(source: SourceRecord, reason: DeadLetterReason, message: str) -> OutboundRecord:
+    """Return the dead letter of `source`: original key, value and headers, plus reason and provenance."""
+    if len(message) > MAX_DLQ_MESSAGE_CHARS:
+        message = message[: MAX_DLQ_MESSAGE_CHARS - 1] + "…"
+    headers = (
+        *source.headers,
+        ("dlq-reason", reason.value.encode()),
+        ("dlq-message", _utf8(message)),
+        ("dlq-source-topic", _utf8(source.topic)),
+        ("dlq-source-partition", str(source.partition).encode()),
+        ("dlq-source-offset", str(source.offset).encode()),
+        ("dlq-source-timestamp", str(source.timestamp_ms).encode()),
+    )
+    return OutboundRecord(
+        destination=Destination.DEAD_LETTER,
+        key=source.key,
+        value=source.value,
+        headers=headers,
+        event_type=None,
+        reason=reason.value,
+    )
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")
