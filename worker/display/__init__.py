@@ -1,1 +1,57 @@
-"""display"""
+"""Display fold: compact, stably identified display items from a run's AG-UI stream, with checkpoints."""
+
+from worker.display._customs import AUTHORED_INPUT_EVENT_NAMES
+from worker.display.bounding import (
+    MAX_FIELD_CHARS,
+    MAX_OBSERVATION_BYTES,
+    ContentPolicy,
+    EventProcessor,
+    bound_event,
+    bounding_processor,
+    json_size,
+)
+from worker.display.fold import DisplayFold
+from worker.display.fragments import FRAGMENT_EVENT_NAME, Assembly, CustomEventAssembler, FragmentState
+from worker.display.items import (
+    ContentRef,
+    Item,
+    ItemKind,
+    ItemRef,
+    ItemState,
+    Observed,
+    StreamPosition,
+    item_id,
+)
+from worker.display.memory import FileSource, MemorySource, RecordSource, memory_sources
+from worker.display.snapshot import ArgumentStream, DisplayContinuation, DisplaySnapshot
+
+__all__ = [
+    "AUTHORED_INPUT_EVENT_NAMES",
+    "FRAGMENT_EVENT_NAME",
+    "MAX_FIELD_CHARS",
+    "MAX_OBSERVATION_BYTES",
+    "ArgumentStream",
+    "Assembly",
+    "ContentPolicy",
+    "ContentRef",
+    "CustomEventAssembler",
+    "DisplayContinuation",
+    "DisplayFold",
+    "DisplaySnapshot",
+    "EventProcessor",
+    "FileSource",
+    "FragmentState",
+    "Item",
+    "ItemKind",
+    "ItemRef",
+    "ItemState",
+    "MemorySource",
+    "Observed",
+    "RecordSource",
+    "StreamPosition",
+    "bound_event",
+    "bounding_processor",
+    "item_id",
+    "json_size",
+    "memory_sources",
+]

@@ -1,0 +1,218 @@
+"""Folding of CUSTOM events: authored inputs, tool observations, streamed arguments, plain observations."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import JsonValue
+
+from worker.display._ledger import Ledger, event_time, scope_of
+from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size
+from worker.display.fragments import CustomEventAssembler
+from worker.display.items import ItemRef, ItemState
+from worker.display.memory import memory_sources
+from worker.display.snapshot import ArgumentStream
+
+__all__ = ["AUTHORED_INPUT_EVENT_NAMES", "CustomFolder"]
+
+AUTHORED_INPUT_EVENT_NAMES = frozenset({"a13n.input.user", "a13n.input.steering"})
+_MEDIA_INPUT = "a13n.input.media"
+_AUTHORED_SOURCES = frozenset({"user", "steering"})
+_PART_DELTA = "a13n.pydantic_ai.part_delta"
+_PART_EVENTS = frozenset({"a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", _PART_DELTA})
+_TOOL_RESULTS = frozenset({"a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"})
+_EDIT_APPLIED = "a13n.filesystem.edit_applied"
+_TOOL_IMAGES = frozenset({"a13n.tool_images", "a13n.harness-ui.tool_images"})
+_MCP_APPS = frozenset({"a13n.harness-ui.mcp_apps", "a13n.mcp_apps"})
+_SUPPLEMENTS = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
+_SUMMARIES = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
+_NATIVE_PARTS = frozenset({"builtin-tool-call", "builtin-tool-return"})
+_FAILED_OUTCOMES = frozenset({"failed", "denied", "interrupted"})
+
+
+def _argument_delta(event: Mapping[str, Any]) -> tuple[JsonValue, str] | None:
+    """For a streamed tool-call argument observation: the part it continues and the text it appends."""
+    if event.get("type") != "CUSTOM" or event.get("name") != _PART_DELTA:
+        return None
+    value = event.get("value")
+    source = value.get("event") if isinstance(value, dict) else None
+    delta = source.get("delta") if isinstance(source, dict) else None
+    if not isinstance(delta, dict) or delta.get("part_delta_kind") != "tool_call":
+        return None
+    text = delta.get("args_delta")
+    if not isinstance(text, str) or delta.get("tool_name_delta"):
+        return None
+    assert isinstance(value, dict) and isinstance(source, dict)
+    identity = {**source, "delta": {**delta, "args_delta": None}}
+    return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity], text
+
+
+def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
+    found = value.get(field) if isinstance(value, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+class CustomFolder:
+    """Folds CUSTOM events after fragment reassembly; holds the assembler and the open argument stream."""
+
+    def __init__(self, assembler: CustomEventAssembler, arguments: ArgumentStream | None) -> None:
+        self.assembler = assembler
+        self.arguments = arguments
+
+    def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> ItemRef | None:
+        streamed = _argument_delta(event)
+        if streamed is not None:
+            return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
+        whole = self.assembler.accept(event)
+        if whole is None:
+            return None
+        name = whole.get("name")
+        value: JsonValue = whole.get("value")
+        source = _nested(value, "event")
+        payload = _nested(source, "payload")
+        scope = scope_of(whole.get("subagentRunId"))
+        request_started = payload is not None and payload.get("type") == "model_request_started"
+        if name == "a13n.harness.lifecycle" and request_started:
+            ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
+        if name == "a13n.harness.context" and payload is not None:
+            self._note_memory(ledger, scope, payload)
+        media = name == _MEDIA_INPUT and source is not None and source.get("source") in _AUTHORED_SOURCES
+        if name in AUTHORED_INPUT_EVENT_NAMES or media:
+            assert source is not None
+            return self._fold_input(ledger, whole, source, media=media)
+        if source is not None:
+            ref = self._fold_tool(ledger, whole, source)
+            if ref is not None:
+                return ref
+        if ledger.policy.full_content and name in _PART_EVENTS:
+            return None
+        content: dict[str, JsonValue] = {
+            "name": str(name),
+            "value": ledger.policy.observation_value(value, summary=name in _SUMMARIES),
+        }
+        for field in ("metadata", "subagentRunId"):
+            if field in whole:
+                content[field] = whole[field]
+        return ledger.put(ledger.observation_key(), "observation", "completed", content, event_time(event))
+
+    @staticmethod
+    def _note_memory(ledger: Ledger, scope: str, payload: dict[str, JsonValue]) -> None:
+        """New sources replace the earlier ones of the same kinds in that scope."""
+        fresh = memory_sources(payload)
+        if fresh is None:
+            return
+        kinds = {source.kind for source in fresh}
+        kept = tuple(source for source in ledger.memory_sources.get(scope, ()) if source.kind not in kinds)
+        ledger.memory_sources[scope] = (*kept, *fresh)
+
+    @staticmethod
+    def _fold_input(
+        ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool
+    ) -> ItemRef:
+        message_id = str(source["message_id"])
+        content: dict[str, JsonValue] = {"messageId": message_id, "role": "user"}
+        for field in ("subagentRunId", "metadata"):
+            if field in whole:
+                content[field] = whole[field]
+        if media:
+            content["input_media"] = source["content"]
+        else:
+            ledger.policy.put_text(content, "text", str(source["content"]))
+        content["input_source"] = source.get("source", "user")
+        content["input_group"] = source.get("input_id")
+        key = ledger.key("text_message", message_id, whole.get("subagentRunId"))
+        return ledger.put(key, "text_message", "completed", content, event_time(whole))
+
+    @staticmethod
+    def _fold_tool(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue]) -> ItemRef | None:
+        """Native tool parts, unpresented tool results and tool supplements update their tool-call item."""
+        name = whole.get("name")
+        part = _nested(source, "part")
+        native = part is not None and part.get("part_kind") in _NATIVE_PARTS
+        if native or name in _TOOL_RESULTS:
+            origin = part
+        elif name in _SUPPLEMENTS:
+            origin = source
+        else:
+            return None
+        call_id = origin.get("tool_call_id") if origin is not None else None
+        if origin is None or not isinstance(call_id, str):
+            return None
+        subagent = whole.get("subagentRunId")
+        provider = str(origin.get("provider_name") or "provider") if native else None
+        key = ledger.key("tool_call", f"native:{provider}:{call_id}" if native else call_id, subagent)
+        content = ledger.content_of(key)
+        content["toolCallId"] = call_id
+        if isinstance(subagent, str):
+            content["subagentRunId"] = subagent
+        if provider:
+            content["provider"] = provider
+        if "tool_name" in origin:
+            content["toolCallName"] = origin["tool_name"]
+        group = ledger.group(scope_of(subagent))
+        if group is not None:
+            content.setdefault("responseGroup", group)
+        state = ledger.state_of(key)
+        if name == _EDIT_APPLIED:
+            content["applied_edit"] = {field: origin.get(field) for field in ("file_path", "before", "after")}
+        elif name in _TOOL_IMAGES:
+            content["tool_images"] = origin.get("images", [])
+            content["tool_image_unavailable"] = origin.get("unavailable", False)
+        elif name in _MCP_APPS:
+            content["mcp_apps"] = origin.get("apps", [])
+        elif origin.get("part_kind") == "builtin-tool-call":
+            args = origin.get("args")
+            compact = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+            text = args if isinstance(args, str) else compact
+            ledger.policy.put_text(content, "arguments", text)
+            content["arguments_complete"] = True
+        else:
+            state = _put_outcome(ledger, content, origin)
+        return ledger.put(key, "tool_call", state, content, event_time(whole))
+
+    def _fold_arguments(
+        self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str
+    ) -> ItemRef:
+        """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
+        held = self.arguments
+        if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
+            if held.event is not None:
+                held.event["value"]["event"]["delta"]["args_delta"] += text
+                # Escaping is per character, so the JSON grows by the escaped text without its quotes.
+                held.size += json_size(text) - 2
+        else:
+            first = copy.deepcopy(dict(event))
+            held = ArgumentStream(
+                stream=stream,
+                key=ledger.observation_key(),
+                at=event_time(event),
+                sequence=ledger.sequence,
+                event=first,
+                size=json_size(first["value"]),
+            )
+            self.arguments = held
+        held.sequence = ledger.sequence
+        if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
+            held.event = None
+        value: JsonValue = copy.deepcopy(held.event["value"]) if held.event is not None else dict(OMITTED)
+        content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
+        if "subagentRunId" in event:
+            content["subagentRunId"] = event["subagentRunId"]
+        return ledger.put(held.key, "observation", "completed", content, held.at)
+
+
+def _put_outcome(ledger: Ledger, content: dict[str, JsonValue], part: dict[str, JsonValue]) -> ItemState:
+    """Record a tool result the observer did not present; retries and failed outcomes fail the call."""
+    result = part.get("content")
+    if ledger.policy.keeps_value(result):
+        content["value"] = result
+    else:
+        content["truncated"] = True
+    outcome = part.get("outcome")
+    content["outcome"] = outcome
+    retry = part.get("part_kind") == "retry-prompt" or outcome == "retried"
+    content["retry"] = retry
+    return "failed" if retry or outcome in _FAILED_OUTCOMES else "completed"

@@ -1,0 +1,93 @@
+"""Folding of the standard AG-UI events: messages, reasoning, tool calls, and run/subagent lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import JsonValue
+
+from worker.display._ledger import Ledger, event_time, scope_of
+from worker.display.items import ItemKind, ItemRef, ItemState
+
+# Event type -> (item kind, field naming the item's source id).
+_SOURCES: dict[str, tuple[ItemKind, str]] = {
+    "TEXT_MESSAGE_START": ("text_message", "messageId"),
+    "TEXT_MESSAGE_CONTENT": ("text_message", "messageId"),
+    "TEXT_MESSAGE_END": ("text_message", "messageId"),
+    "REASONING_MESSAGE_START": ("reasoning_message", "messageId"),
+    "REASONING_MESSAGE_CONTENT": ("reasoning_message", "messageId"),
+    "REASONING_MESSAGE_END": ("reasoning_message", "messageId"),
+    "REASONING_ENCRYPTED_VALUE": ("reasoning_message", "entityId"),
+    "TOOL_CALL_START": ("tool_call", "toolCallId"),
+    "TOOL_CALL_ARGS": ("tool_call", "toolCallId"),
+    "TOOL_CALL_END": ("tool_call", "toolCallId"),
+    "TOOL_CALL_RESULT": ("tool_call", "toolCallId"),
+}
+# Events whose `delta` appends to an accumulated content field.
+_APPENDS = {
+    "TEXT_MESSAGE_CONTENT": "text",
+    "REASONING_MESSAGE_CONTENT": "text",
+    "TOOL_CALL_ARGS": "arguments",
+}
+# Events that complete their item.
+_COMPLETES = frozenset({"TEXT_MESSAGE_END", "REASONING_MESSAGE_END", "TOOL_CALL_RESULT"})
+# Event fields an item's content mirrors.
+_MIRRORED = (
+    "messageId",
+    "role",
+    "toolCallId",
+    "toolCallName",
+    "parentMessageId",
+    "metadata",
+    "subagentRunId",
+    "responseGroup",
+)
+# Events that each become one completed observation holding the whole event.
+LIFECYCLE_EVENTS = frozenset(
+    {"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"}
+)
+
+
+def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> ItemRef | None:
+    """Fold one non-CUSTOM event into its item; None for an event type the display does not track."""
+    kind_name = event["type"]
+    if kind_name in LIFECYCLE_EVENTS:
+        whole: dict[str, JsonValue] = dict(event)
+        return ledger.put(ledger.observation_key(), "observation", "completed", whole, event_time(event))
+    source = _SOURCES.get(kind_name)
+    if source is None:
+        return None
+    kind, id_field = source
+    key = ledger.key(kind, str(event[id_field]), event.get("subagentRunId"))
+    content = ledger.content_of(key)
+    content.update({name: event[name] for name in _MIRRORED if name in event})
+    scope = scope_of(content.get("subagentRunId"))
+    group = ledger.group(scope)
+    if group is not None and "responseGroup" not in content:
+        content["responseGroup"] = group
+    if kind_name == "TEXT_MESSAGE_END" and content.get("role") == "assistant":
+        sources = ledger.memory_sources.get(scope)
+        if sources is not None:
+            content["memory_sources"] = [source.model_dump(mode="json") for source in sources]
+    if kind_name == "TOOL_CALL_END":
+        content["arguments_complete"] = True
+    field = _APPENDS.get(kind_name)
+    if field is not None:
+        ledger.policy.put_text(content, field, str(content.get(field, "")) + event["delta"])
+    if kind_name == "REASONING_ENCRYPTED_VALUE":
+        content["encrypted_value"] = event.get("encryptedValue")
+    if kind_name == "TOOL_CALL_RESULT":
+        _put_result(ledger, content, event.get("content", ""))
+    state: ItemState = "completed" if kind_name in _COMPLETES else ledger.state_of(key)
+    return ledger.put(key, kind, state, content, event_time(event))
+
+
+def _put_result(ledger: Ledger, content: dict[str, JsonValue], result: JsonValue) -> None:
+    if not isinstance(result, list):
+        ledger.policy.put_text(content, "result", str(result))
+        return
+    kept: list[JsonValue] = result if ledger.policy.keeps_value(result) else []
+    content["result_parts"] = kept
+    if not kept:
+        content["truncated"] = True
