@@ -39,7 +39,7 @@ from devtools._kafka_jars import KAFKA_VERSION, resolve_jars
 from devtools._kafka_node import KafkaNode, format_storage, free_ports, render_properties
 from worker.errors import ConfigError, KafkaWorkerError
 
-__all__ = ["KAFKA_VERSION", "KafkaCluster", "main", "resolve_jars"]
+__all__ = ["KAFKA_VERSION", "KafkaCluster", "create_topic_on", "main", "resolve_jars"]
 
 _T = TypeVar("_T")
 _LIVE: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()
@@ -95,6 +95,15 @@ async def _leader(bootstrap: str, topic: str, partition: int) -> int:
     finally:
         await admin.close()
     raise KafkaWorkerError(f"partition {topic}-{partition} is not in the cluster metadata")
+
+
+def create_topic_on(
+    bootstrap_servers: str, name: str, partitions: int = 1, replication_factor: int = 1,
+    config: Mapping[str, str] | None = None, *, timeout: float = 60.0,
+) -> None:  # fmt: skip
+    """Create a topic on any cluster (not only a launched one) and wait until every partition has a leader."""
+    topic = NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))
+    _run(_create_topic(bootstrap_servers, topic, time.monotonic() + timeout))
 
 
 def _cluster_id() -> str:
@@ -268,8 +277,7 @@ class KafkaCluster:
     ) -> None:  # fmt: skip
         """Create a topic (RF defaults to min(3, size)) and wait until every partition has a leader."""
         rf = min(3, self.size) if replication_factor is None else replication_factor
-        topic = NewTopic(name, partitions, rf, topic_configs=dict(config or {}))
-        _run(_create_topic(self.bootstrap_servers, topic, time.monotonic() + self._timeout))
+        create_topic_on(self.bootstrap_servers, name, partitions, rf, config, timeout=self._timeout)
 
     async def create_topic_async(
         self, name: str, partitions: int = 1, replication_factor: int | None = None,

@@ -1,0 +1,165 @@
+"""Broker fixtures: one real Kafka for the session, a three-node cluster for failure tests, unique topics.
+
+The session broker is, in order of preference: the external cluster in `KAFKA_BOOTSTRAP_SERVERS`; a
+testcontainers Kafka 4.x container when `docker info` succeeds; else a KRaft node started from the Maven jars
+(devtools/kafka_cluster.py). A broker that cannot start is an error carrying its log tail, never a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from devtools.kafka_cluster import KafkaCluster, create_topic_on
+
+__all__ = ["KafkaBroker", "TopicFactory", "UniqueNames"]
+
+CONTAINER_IMAGE = "confluentinc/cp-kafka:8.1.0"  # Confluent Platform 8.1 ships Apache Kafka 4.1
+_ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """The session's broker: where it is, how it was obtained, and the launcher handle if it is ours."""
+
+    bootstrap_servers: str
+    kind: str  # "external", "testcontainers" or "maven"
+    cluster: KafkaCluster | None = None
+    replication_factor: int = 1
+    name_prefix: str = ""  # non-empty for an external cluster, whose topics outlive a session
+
+
+UniqueNames = Callable[[str], str]
+TopicFactory = Callable[..., str]
+
+
+def _docker_available() -> bool:
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    try:
+        return subprocess.run([docker, "info"], capture_output=True, timeout=20, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _container_broker() -> tuple[KafkaBroker, Callable[[], None]]:
+    from testcontainers.community.kafka import KafkaContainer  # only imported when Docker answers
+
+    container: Any = KafkaContainer(CONTAINER_IMAGE).with_kraft()
+    for key, value in {
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "3",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "3",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+    }.items():
+        container.with_env(key, value)
+    container.start(timeout=180)
+    broker = KafkaBroker(container.get_bootstrap_server(), "testcontainers")
+    return broker, container.stop
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """The session-wide single broker (external, container, or launched from the Maven jars)."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if external:
+        token = hashlib.sha256(f"{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:8]
+        yield KafkaBroker(external, "external", name_prefix=f"t{token}.")
+        return
+    if _docker_available():
+        broker, stop = _container_broker()
+        try:
+            yield broker
+        finally:
+            stop()
+        return
+    cluster = KafkaCluster.start(nodes=1)  # raises KafkaWorkerError with the log tail if it cannot start
+    try:
+        yield KafkaBroker(cluster.bootstrap_servers, "maven", cluster)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaBroker) -> str:
+    """Bootstrap servers of the session broker."""
+    return kafka_broker.bootstrap_servers
+
+
+def _base_name(nodeid: str) -> str:
+    base = _ILLEGAL.sub("_", nodeid.split("::", 1)[-1]).strip("._-") or "test"
+    if len(base) > 80:
+        base = f"{base[:60]}-{hashlib.sha256(base.encode()).hexdigest()[:12]}"
+    return base
+
+
+@pytest.fixture
+def unique_names(request: pytest.FixtureRequest, kafka_broker: KafkaBroker) -> UniqueNames:
+    """`unique_names("in")` -> `<prefix><test name>.in.<n>`: distinct names within the session, stable per test."""
+    base = _base_name(request.node.nodeid)
+    counter = itertools.count()
+
+    def name(role: str = "t") -> str:
+        return f"{kafka_broker.name_prefix}{base}.{_ILLEGAL.sub('_', role)}.{next(counter)}"
+
+    return name
+
+
+@pytest.fixture
+def topic_factory(kafka_broker: KafkaBroker, unique_names: UniqueNames) -> TopicFactory:
+    """`topic_factory("in", partitions=2, config={...})` creates a uniquely named topic on the session broker."""
+
+    def create(role: str = "t", partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        topic = unique_names(role)
+        create_topic_on(kafka_broker.bootstrap_servers, topic, partitions, kafka_broker.replication_factor, config)
+        return topic
+
+    return create
+
+
+@pytest.fixture(scope="module")
+def _cluster3_module() -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster.start(nodes=3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster3(request: pytest.FixtureRequest, _cluster3_module: KafkaCluster) -> Iterator[KafkaCluster]:
+    """A three-node cluster (RF 3, min ISR 2) shared by a module; nodes a test stopped are restarted after it."""
+    if request.node.get_closest_marker("cluster3") is None:
+        pytest.fail(f"{request.node.nodeid} uses the cluster3 fixture without the cluster3 marker")
+    yield _cluster3_module
+    for i in range(_cluster3_module.size):
+        if not _cluster3_module.is_running(i):
+            _cluster3_module.start_node(i)
+
+
+@pytest.fixture
+def cluster3_topics(request: pytest.FixtureRequest, cluster3: KafkaCluster) -> TopicFactory:
+    """Like topic_factory, on the three-node cluster (RF 3 unless given)."""
+    base = _base_name(request.node.nodeid)
+    counter = itertools.count()
+
+    def create(role: str = "t", partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        topic = f"{base}.{_ILLEGAL.sub('_', role)}.{next(counter)}"
+        cluster3.create_topic(topic, partitions, config=config)
+        return topic
+
+    return create
