@@ -54,7 +54,7 @@ def _docker_available() -> bool:
 
 
 def _container_broker() -> tuple[KafkaBroker, Callable[[], None]]:
-    from testcontainers.community.kafka import KafkaContainer  # only imported when Docker answers
+    from testcontainers.community.kafka import KafkaContainer  # noqa: PLC0415 - only when Docker answers
 
     container: Any = KafkaContainer(CONTAINER_IMAGE).with_kraft()
     for key, value in {
@@ -109,7 +109,7 @@ def _base_name(nodeid: str) -> str:
 
 @pytest.fixture
 def unique_names(request: pytest.FixtureRequest, kafka_broker: KafkaBroker) -> UniqueNames:
-    """`unique_names("in")` -> `<prefix><test name>.in.<n>`: distinct names within the session, stable per test."""
+    """`unique_names("in")` -> `<prefix><test name>.in.<n>`: distinct in the session, stable per test."""
     base = _base_name(request.node.nodeid)
     counter = itertools.count()
 
@@ -121,11 +121,13 @@ def unique_names(request: pytest.FixtureRequest, kafka_broker: KafkaBroker) -> U
 
 @pytest.fixture
 def topic_factory(kafka_broker: KafkaBroker, unique_names: UniqueNames) -> TopicFactory:
-    """`topic_factory("in", partitions=2, config={...})` creates a uniquely named topic on the session broker."""
+    """`topic_factory("in", partitions=2, config={...})` creates a uniquely named topic on the session broker;
+    topics get the broker's replication factor."""
 
     def create(role: str = "t", partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
         topic = unique_names(role)
-        create_topic_on(kafka_broker.bootstrap_servers, topic, partitions, kafka_broker.replication_factor, config)
+        rf = kafka_broker.replication_factor
+        create_topic_on(kafka_broker.bootstrap_servers, topic, partitions, rf, config)
         return topic
 
     return create
@@ -142,7 +144,7 @@ def _cluster3_module() -> Iterator[KafkaCluster]:
 
 @pytest.fixture
 def cluster3(request: pytest.FixtureRequest, _cluster3_module: KafkaCluster) -> Iterator[KafkaCluster]:
-    """A three-node cluster (RF 3, min ISR 2) shared by a module; nodes a test stopped are restarted after it."""
+    """A three-node cluster (RF 3, min ISR 2) shared by a module; nodes a test stopped restart after it."""
     if request.node.get_closest_marker("cluster3") is None:
         pytest.fail(f"{request.node.nodeid} uses the cluster3 fixture without the cluster3 marker")
     yield _cluster3_module
