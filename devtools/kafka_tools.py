@@ -1,0 +1,156 @@
+"""Apache Kafka's standard command-line tools (kafka-consumer-groups.sh and friends) run from the Maven jars.
+
+The jars of `org.apache.kafka:kafka-tools` at the launcher's Kafka version are resolved once into
+`<cache>/kafka-tools-<version>/libs`; that directory is complete exactly when its stamp holds the digest of
+the pom and version that produced it. Usage::
+
+    python -m devtools.kafka_tools consumer-groups --bootstrap-server 127.0.0.1:9092 --group g --describe
+    python -m devtools.kafka_tools topics --bootstrap-server 127.0.0.1:9092 --list
+    python -m devtools.kafka_tools console-consumer --bootstrap-server ... --topic t --from-beginning
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from devtools.kafka_cluster import KAFKA_VERSION
+from worker.errors import ConfigError, KafkaWorkerError
+
+__all__ = ["POM", "TOOLS", "java_command", "main", "resolve_tools", "run_tool", "tools_home"]
+
+POM = Path(__file__).resolve().parent / "kafka-tools" / "pom.xml"
+
+TOOLS: dict[str, str] = {
+    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+}
+"""Tool name (the `kafka-<name>.sh` script of a Kafka release) to its main class in kafka-tools."""
+
+_JVM_OPTS = (
+    "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.logFile=System.err",
+)  # fmt: skip
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("HARNESS_WORKER_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "harness-agui-worker"
+
+
+def tools_home(version: str = KAFKA_VERSION) -> Path:
+    """The cache directory of one Kafka version's tools; its `libs/` holds the class path."""
+    return _cache_root() / f"kafka-tools-{version}"
+
+
+def _digest(version: str) -> str:
+    return hashlib.sha256(POM.read_bytes() + b"\0" + version.encode()).hexdigest()
+
+
+def _is_complete(home: Path, digest: str) -> bool:
+    stamp = home / "libs.sha256"
+    return stamp.is_file() and stamp.read_text().strip() == digest and (home / "libs").is_dir()
+
+
+def resolve_tools(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path:
+    """The `libs` directory of kafka-tools `version`; Maven runs once when the cache is missing or stale."""
+    if not version or "/" in version or version.startswith("."):
+        raise ConfigError(f"Kafka version must be a plain release number, got {version!r}")
+    home = tools_home(version)
+    digest = _digest(version)
+    if _is_complete(home, digest):
+        return home / "libs"
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaWorkerError("cannot resolve the Kafka tools jars: `mvn` is not on PATH (install Maven)")
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_complete(home, digest):
+            return home / "libs"
+        staging = home / f"libs.staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        command = [
+            mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM), f"-Dkafka.version={version}",
+            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+        ]  # fmt: skip
+        began = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        expected = staging / f"kafka-tools-{version}.jar"
+        if done.returncode != 0 or not expected.is_file():
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
+            shutil.rmtree(staging, ignore_errors=True)
+            raise KafkaWorkerError(
+                f"Maven could not resolve org.apache.kafka:kafka-tools:{version} "
+                f"(exit {done.returncode}, {expected.name} present: {expected.is_file()}):\n{tail}"
+            )
+        shutil.rmtree(home / "libs", ignore_errors=True)
+        staging.rename(home / "libs")
+        (home / "libs.sha256").write_text(digest + "\n")
+        if verbose:
+            count = len(list((home / "libs").glob("*.jar")))
+            print(
+                f"resolved kafka-tools {version}: {count} jars in {time.monotonic() - began:.1f} s"
+                f" -> {home}/libs",
+                file=sys.stderr,
+            )
+    return home / "libs"
+
+
+def java_command(tool: str, args: Sequence[str], version: str = KAFKA_VERSION) -> list[str]:
+    """The argv that runs `tool` (a key of TOOLS) with `args`; resolves the jars if needed."""
+    main_class = TOOLS.get(tool)
+    if main_class is None:
+        raise ConfigError(f"unknown Kafka tool {tool!r}; known: {', '.join(sorted(TOOLS))}")
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaWorkerError("cannot run the Kafka tools: `java` (17 or newer) is not on PATH")
+    libs = resolve_tools(version)
+    extra = os.environ.get("KAFKA_TOOLS_JAVA_OPTS", "").split()
+    return [java, *_JVM_OPTS, *extra, "-cp", f"{libs}/*", main_class, *args]
+
+
+def run_tool(
+    tool: str, args: Sequence[str], *, version: str = KAFKA_VERSION, timeout: float | None = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `tool` to completion and capture its output; the caller checks `returncode`."""
+    return subprocess.run(
+        java_command(tool, args, version), capture_output=True, text=True, check=False, timeout=timeout
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: `python -m devtools.kafka_tools <tool> <args...>` replaces itself with the tool's JVM."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        names = "\n".join(f"  {name:17} {cls}" for name, cls in TOOLS.items())
+        print(
+            f"usage: python -m devtools.kafka_tools <tool> [tool args...]\n\ntools (Kafka {KAFKA_VERSION}):\n"
+            f"{names}\n  --resolve-only    only fill the jar cache",
+            file=sys.stderr,
+        )
+        return 0 if argv else 2
+    if argv[0] == "--resolve-only":
+        print(resolve_tools(verbose=True))
+        return 0
+    try:
+        command = java_command(argv[0], argv[1:])
+    except (ConfigError, KafkaWorkerError) as exc:
+        print(f"kafka_tools: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(command[0], command)
+    return 0  # not reached: execv replaces the process
+
+
+if __name__ == "__main__":
+    sys.exit(main())
