@@ -133,7 +133,7 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             began = time.monotonic()
             cluster = await KafkaCluster.start_async(1)
             bootstrap = cluster.bootstrap_servers
-            _say(f"broker {bootstrap} ready in {time.monotonic() - began:.1f} s")
+            _say(f"broker {bootstrap} ready in {time.monotonic() - began:.1f} s (workdir {cluster.workdir})")
         if stop.is_set():
             return 130
         topics = [args.source_topic, args.output_topic, args.dlq_topic]

@@ -11,6 +11,7 @@ the pom and version that produced it. Usage::
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import os
@@ -18,13 +19,29 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from devtools.kafka_cluster import KAFKA_VERSION
 from worker.errors import ConfigError, KafkaWorkerError
 
-__all__ = ["POM", "TOOLS", "java_command", "main", "resolve_tools", "run_tool", "tools_home"]
+__all__ = [
+    "POM",
+    "TOOLS",
+    "committed_lag",
+    "java_command",
+    "main",
+    "resolve_tools",
+    "run_tool",
+    "tools_home",
+    "wait_caught_up",
+]
+
+_T = TypeVar("_T")
 
 POM = Path(__file__).resolve().parent / "kafka-tools" / "pom.xml"
 
@@ -126,6 +143,66 @@ def run_tool(
     return subprocess.run(
         java_command(tool, args, version), capture_output=True, text=True, check=False, timeout=timeout
     )
+
+
+async def _lag(
+    admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str, topic: str
+) -> dict[int, int]:
+    described = await admin.describe_topics([topic])
+    parts = [TopicPartition(topic, int(p["partition"])) for d in described for p in d["partitions"]]
+    if not parts:
+        raise KafkaWorkerError(f"topic {topic!r} has no partitions (does it exist?): {described}")
+    ends = await consumer.end_offsets(parts)
+    committed = await admin.list_consumer_group_offsets(group, partitions=parts)
+    lag: dict[int, int] = {}
+    for tp in parts:
+        meta = committed.get(tp)
+        done = meta.offset if meta is not None and meta.offset >= 0 else 0
+        lag[tp.partition] = max(0, ends[tp] - done)
+    return lag
+
+
+async def _with_clients(
+    bootstrap_servers: str, use: Callable[[AIOKafkaAdminClient, AIOKafkaConsumer], Awaitable[_T]]
+) -> _T:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None)
+    await admin.start()
+    try:
+        await consumer.start()
+        try:
+            return await use(admin, consumer)
+        finally:
+            await consumer.stop()
+    finally:
+        await admin.close()
+
+
+async def committed_lag(bootstrap_servers: str, group: str, topic: str) -> dict[int, int]:
+    """Per partition of `topic`: end offset minus the group's committed offset (the whole log if none)."""
+    return await _with_clients(bootstrap_servers, lambda a, c: _lag(a, c, group, topic))
+
+
+async def wait_caught_up(
+    bootstrap_servers: str, group: str, topic: str, *, within_s: float, poll_s: float = 0.1
+) -> float:
+    """Wait until the group's committed offsets reach the end of every partition; return the seconds waited.
+
+    Raises TimeoutError naming the remaining lag when `within_s` passes first.
+    """
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    async def poll(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> float:
+        while True:
+            lag = await _lag(admin, consumer, group, topic)
+            if not any(lag.values()):
+                return loop.time() - began
+            if loop.time() - began > within_s:
+                raise TimeoutError(f"group {group!r} still lags on {topic!r} after {within_s:.0f} s: {lag}")
+            await asyncio.sleep(poll_s)
+
+    return await _with_clients(bootstrap_servers, poll)
 
 
 def main(argv: list[str] | None = None) -> int:
