@@ -12,6 +12,7 @@ the pom and version that produced it. Usage::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -19,9 +20,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -32,6 +32,7 @@ from worker.errors import ConfigError, KafkaWorkerError
 __all__ = [
     "POM",
     "TOOLS",
+    "GroupLag",
     "committed_lag",
     "java_command",
     "main",
@@ -40,8 +41,6 @@ __all__ = [
     "tools_home",
     "wait_caught_up",
 ]
-
-_T = TypeVar("_T")
 
 POM = Path(__file__).resolve().parent / "kafka-tools" / "pom.xml"
 
@@ -145,64 +144,78 @@ def run_tool(
     )
 
 
-async def _lag(
-    admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str, topic: str
-) -> dict[int, int]:
-    described = await admin.describe_topics([topic])
-    parts = [TopicPartition(topic, int(p["partition"])) for d in described for p in d["partitions"]]
-    if not parts:
-        raise KafkaWorkerError(f"topic {topic!r} has no partitions (does it exist?): {described}")
-    ends = await consumer.end_offsets(parts)
-    committed = await admin.list_consumer_group_offsets(group, partitions=parts)
-    lag: dict[int, int] = {}
-    for tp in parts:
-        meta = committed.get(tp)
-        done = meta.offset if meta is not None and meta.offset >= 0 else 0
-        lag[tp.partition] = max(0, ends[tp] - done)
-    return lag
+class GroupLag:
+    """A probe of one group's committed progress on one topic: `async with GroupLag(bs, g, t) as p`."""
 
+    def __init__(self, bootstrap_servers: str, group: str, topic: str) -> None:
+        self.group = group
+        self.topic = topic
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None
+        )
+        self._parts: list[TopicPartition] = []
 
-async def _with_clients(
-    bootstrap_servers: str, use: Callable[[AIOKafkaAdminClient, AIOKafkaConsumer], Awaitable[_T]]
-) -> _T:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None)
-    await admin.start()
-    try:
-        await consumer.start()
+    async def __aenter__(self) -> GroupLag:
+        await self._admin.start()
         try:
-            return await use(admin, consumer)
-        finally:
-            await consumer.stop()
-    finally:
-        await admin.close()
+            await self._consumer.start()
+            described = await self._admin.describe_topics([self.topic])
+            self._parts = [
+                TopicPartition(self.topic, int(p["partition"])) for d in described for p in d["partitions"]
+            ]
+            if not self._parts:
+                raise KafkaWorkerError(
+                    f"topic {self.topic!r} has no partitions (does it exist?): {described}"
+                )
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+        await self._admin.close()
+
+    async def committed(self) -> dict[int, int]:
+        """The group's committed offset per partition (0 where it has none)."""
+        got = await self._admin.list_consumer_group_offsets(self.group, partitions=self._parts)
+        return {tp.partition: max(0, got[tp].offset) if tp in got else 0 for tp in self._parts}
+
+    async def lag(self) -> dict[int, int]:
+        """End offset minus the committed offset, per partition."""
+        ends = await self._consumer.end_offsets(self._parts)
+        done = await self.committed()
+        return {tp.partition: max(0, ends[tp] - done[tp.partition]) for tp in self._parts}
+
+    async def wait_caught_up(self, *, within_s: float, poll_s: float = 0.1) -> float:
+        """Wait until no partition lags; return the seconds waited, or raise TimeoutError naming the lag."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while True:
+            lag = await self.lag()
+            if not any(lag.values()):
+                return loop.time() - began
+            if loop.time() - began > within_s:
+                raise TimeoutError(
+                    f"group {self.group!r} still lags on {self.topic!r} after {within_s:.0f} s: {lag}"
+                )
+            await asyncio.sleep(poll_s)
 
 
 async def committed_lag(bootstrap_servers: str, group: str, topic: str) -> dict[int, int]:
     """Per partition of `topic`: end offset minus the group's committed offset (the whole log if none)."""
-    return await _with_clients(bootstrap_servers, lambda a, c: _lag(a, c, group, topic))
+    async with GroupLag(bootstrap_servers, group, topic) as probe:
+        return await probe.lag()
 
 
 async def wait_caught_up(
     bootstrap_servers: str, group: str, topic: str, *, within_s: float, poll_s: float = 0.1
 ) -> float:
-    """Wait until the group's committed offsets reach the end of every partition; return the seconds waited.
-
-    Raises TimeoutError naming the remaining lag when `within_s` passes first.
-    """
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-
-    async def poll(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> float:
-        while True:
-            lag = await _lag(admin, consumer, group, topic)
-            if not any(lag.values()):
-                return loop.time() - began
-            if loop.time() - began > within_s:
-                raise TimeoutError(f"group {group!r} still lags on {topic!r} after {within_s:.0f} s: {lag}")
-            await asyncio.sleep(poll_s)
-
-    return await _with_clients(bootstrap_servers, poll)
+    """Wait until the group's committed offsets reach every partition's end; return the seconds waited."""
+    async with GroupLag(bootstrap_servers, group, topic) as probe:
+        return await probe.wait_caught_up(within_s=within_s, poll_s=poll_s)
 
 
 def main(argv: list[str] | None = None) -> int:

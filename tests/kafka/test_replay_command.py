@@ -1,0 +1,109 @@
+"""The README's replay procedure, run verbatim: stop the group, reset its offsets to the earliest with the
+standard Kafka tool, run the worker again into a fresh output topic; the output repeats with the same ids."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from devtools.kafka_tools import committed_lag, wait_caught_up
+from devtools.sample_runs import produce
+from tests.kafka.conftest import TopicFactory, UniqueNames
+from tests.kafka.support import ROOT, WorkerProcess
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
+
+RUNS = 24
+
+
+async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[tuple[str, bytes]]]:
+    """Every committed record of `topic` as (agui-event-id, value) per key, in partition order."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False, group_id=None
+    )
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        out: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
+        while any(await consumer.position(tp) < ends[tp] for tp in parts):
+            for recs in (await consumer.getmany(timeout_ms=500)).values():
+                for r in recs:
+                    headers = {k: v.decode() for k, v in r.headers}
+                    out[r.key.decode()].append((headers["agui-event-id"], r.value))
+        return dict(out)
+    finally:
+        await consumer.stop()
+
+
+async def _run_worker_until_caught_up(
+    tmp_path: Path, name: str, bootstrap: str, source: str, output: str, dlq: str, group: str
+) -> WorkerProcess:
+    worker = WorkerProcess(tmp_path, name, bootstrap, source, output, dlq, group).start()
+    try:
+        await wait_caught_up(bootstrap, group, source, within_s=120)
+    except TimeoutError:
+        worker.stop()
+        raise AssertionError(f"worker {name} did not commit everything:\n{worker.log()[-3000:]}") from None
+    status = worker.stop()
+    assert status == 0, f"worker {name} exited {status} on SIGTERM:\n{worker.log()[-3000:]}"
+    return worker
+
+
+def _tool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "devtools.kafka_tools", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+
+
+async def test_reset_to_earliest_replays_the_same_durable_ids_into_a_fresh_topic(
+    kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames, tmp_path: Path
+) -> None:
+    bs = kafka_bootstrap
+    source = topic_factory("source", partitions=3)
+    first_out, second_out = topic_factory("agui1", partitions=3), topic_factory("agui2", partitions=3)
+    dlq = topic_factory("dlq", partitions=3)
+    group = unique_names("group")
+    stats = await produce(bs, source, runs=RUNS, rate=0, concurrency=6, salt="replay-test", seed=7)
+    assert stats.keys == RUNS
+
+    await _run_worker_until_caught_up(tmp_path, "first", bs, source, first_out, dlq, group)
+    first = await _read_committed(bs, first_out)
+    assert len(first) == RUNS, f"expected output for {RUNS} runs, got {len(first)}"
+
+    # The documented command: reset the stopped group's offsets on the source topic to the earliest.
+    reset = _tool(
+        "consumer-groups", "--bootstrap-server", bs, "--group", group, "--topic", source,
+        "--reset-offsets", "--to-earliest", "--execute",
+    )  # fmt: skip
+    assert reset.returncode == 0, f"reset failed: {reset.stdout}\n{reset.stderr}"
+    assert source in reset.stdout, reset.stdout
+    lag = await committed_lag(bs, group, source)
+    assert sum(lag.values()) == stats.items, f"after the reset the group should lag by every record: {lag}"
+
+    await _run_worker_until_caught_up(tmp_path, "second", bs, source, second_out, dlq, group)
+    second = await _read_committed(bs, second_out)
+
+    assert second.keys() == first.keys()
+    for key, events in first.items():
+        assert [i for i, _ in events] == [f"{key}:{n}" for n in range(len(events))], f"{key}: ids not 0..n-1"
+        assert second[key] == events, f"{key}: replay differs (ids or values)"
+
+
+def test_consumer_groups_tool_runs_the_upstream_command_class() -> None:
+    usage = _tool("consumer-groups", "--help")
+    assert "--reset-offsets" in usage.stdout + usage.stderr
+    wrong = _tool("no-such-tool")
+    assert wrong.returncode == 2
+    assert "unknown Kafka tool 'no-such-tool'" in wrong.stderr
