@@ -1,0 +1,366 @@
+"""End-to-end figures of the worker on a real broker, from one run: exactly-once throughput against a plain
+aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
+
+    .venv/bin/python -m bench.e2e [--items 20000] [--open-streams 1000]
+
+Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
+`python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from devtools.kafka_cluster import KafkaCluster, create_topic_on
+from devtools.kafka_tools import GroupLag
+from devtools.sample_runs import SampleRun, interleave, load_samples, produce
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- the worker under test ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Worker:
+    """`python -m worker run` with a metrics port, its log in `logdir`."""
+
+    bootstrap: str
+    source: str
+    output: str
+    dlq: str
+    group: str
+    logdir: Path
+    name: str
+    commit_interval_ms: int = 100
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        args = [
+            sys.executable, "-m", "worker", "run", "--bootstrap-servers", self.bootstrap,
+            "--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
+            "--group-id", self.group, "--transactional-id-prefix", self.group,
+            "--commit-interval-ms", str(self.commit_interval_ms),
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json",
+        ]  # fmt: skip
+        with (self.logdir / f"{self.name}.log").open("ab") as log:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        path = self.logdir / f"{self.name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    async def metrics(self) -> dict[str, float]:
+        """Each series of the metrics endpoint summed over its labels ({} while the endpoint is down)."""
+
+        def fetch() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+                return str(r.read().decode())
+
+        try:
+            text = await asyncio.to_thread(fetch)
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            series, _, value = line.rpartition(" ")
+            name = series.split("{", 1)[0]
+            with contextlib.suppress(ValueError):
+                out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+    async def wait_ready(self, partitions: int, within_s: float = 90) -> dict[str, float]:
+        """Wait until `partitions` partitions report ready; returns the metrics seen then."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
+            m = await self.metrics()
+            if m.get("harness_agui_partition_ready", 0) >= partitions:
+                return m
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"worker {self.name} not ready within {within_s:.0f} s:\n{self.log_tail()}")
+
+
+# ---- measurements ----------------------------------------------------------------------
+
+
+async def worker_throughput(worker: Worker, total: int) -> float:
+    """Items/s from the first committed offset to the last: start-up and group join are not counted."""
+    worker.start()
+    async with GroupLag(worker.bootstrap, worker.group, worker.source) as probe:
+        first: tuple[float, int] | None = None
+        deadline = time.monotonic() + 600
+        while True:
+            done = sum((await probe.committed()).values())
+            now = time.monotonic()
+            if first is None and done > 0:
+                first = (now, done)
+            if done >= total and first is not None:
+                break
+            if now > deadline or (worker.proc is not None and worker.proc.poll() is not None):
+                raise RuntimeError(f"worker {worker.name} stuck at {done}/{total}:\n{worker.log_tail()}")
+            await asyncio.sleep(0.05)
+    status = worker.stop()
+    if status != 0:
+        raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
+    began, base = first
+    return (total - base) / max(now - began, 1e-6)
+
+
+async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> float:
+    """Items/s of consume → produce with plain aiokafka: no transactions, no conversion, acks=all."""
+    consumer = AIOKafkaConsumer(
+        source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+        enable_auto_commit=False, max_poll_records=500,
+    )  # fmt: skip
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    await consumer.start()
+    await producer.start()
+    try:
+        seen = 0
+        began: float | None = None
+        while seen < total:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=500)
+            if began is None and batches:
+                began = time.monotonic()
+            futures = []
+            for recs in batches.values():
+                for r in recs:
+                    futures.append(await producer.send(output, r.value, key=r.key, headers=r.headers))
+            seen += len(futures)
+            await asyncio.gather(*futures)
+        return total / max(time.monotonic() - (began or 0.0), 1e-6)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+async def commit_delays(
+    worker: Worker, rate: float, seconds: float, templates: list[SampleRun]
+) -> list[float]:
+    """Seconds from each source record's timestamp until its first output event is visible read_committed."""
+    worker.start()
+    await worker.wait_ready(partitions=3)
+    stamps: dict[tuple[int, int], int] = {}
+    seen: dict[tuple[int, int], float] = {}
+    consumer = AIOKafkaConsumer(
+        worker.output, bootstrap_servers=worker.bootstrap, group_id=None, isolation_level="read_committed",
+        auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=10,
+    )  # fmt: skip
+    await consumer.start()
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            for recs in (await consumer.getmany(timeout_ms=50)).values():
+                now = time.time()
+                for r in recs:
+                    h = dict(r.headers)
+                    seen.setdefault((int(h["source-partition"]), int(h["source-offset"])), now)
+
+    watcher = asyncio.create_task(watch())
+    producer = AIOKafkaProducer(bootstrap_servers=worker.bootstrap, enable_idempotence=True, linger_ms=0)
+    await producer.start()
+    try:
+        items = interleave(templates, runs=None, concurrency=32, salt=secrets.token_hex(6), seed=11)
+        began = time.monotonic()
+        pending = []
+        for i, (key, value) in enumerate(items):
+            ahead = began + i / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            if time.monotonic() - began >= seconds:
+                break
+            ts = int(time.time() * 1000)
+            pending.append((ts, await producer.send(worker.source, value, key=key, timestamp_ms=ts)))
+        for ts, future in pending:
+            md = await future
+            stamps[(md.partition, md.offset)] = ts
+        async with GroupLag(worker.bootstrap, worker.group, worker.source) as probe:
+            await probe.wait_caught_up(within_s=60)
+        await asyncio.sleep(1.0)
+    finally:
+        stop.set()
+        await watcher
+        await producer.stop()
+        await consumer.stop()
+        worker.stop()
+    return [seen[k] - stamps[k] / 1000 for k in stamps if k in seen]
+
+
+@dataclass
+class Rebuild:
+    records: int
+    seconds: float
+    open_streams: int
+    live_rate: float
+
+
+async def rebuild(make: Callable[[str], Worker], streams: int, templates: list[SampleRun]) -> Rebuild:
+    """Fill one partition with `streams` open streams, process them live, restart: time the rebuild."""
+    cut = [SampleRun(t.name, t.root_run_id, t.lines[: min(12, len(t.lines) - 1)], t.ids) for t in templates]
+    live = make("d-live")
+    stats = await produce(
+        live.bootstrap, live.source, runs=streams, concurrency=streams, templates=cut, seed=5
+    )
+    live_rate = await worker_throughput(live, stats.items)
+    again = make("d-restart")
+    again.start()
+    try:
+        m = await again.wait_ready(partitions=1, within_s=300)
+        while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
+            await asyncio.sleep(0.05)
+            m = await again.metrics()
+    finally:
+        again.stop()
+    return Rebuild(
+        records=int(m.get("harness_agui_rebuild_records_total", 0)),
+        seconds=m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")),
+        open_streams=int(m.get("harness_agui_open_streams", 0)),
+        live_rate=live_rate,
+    )
+
+
+# ---- the run ----------------------------------------------------------------------
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tuple[str, str, str]]:
+    tag = secrets.token_hex(4)
+    names = itertools.count()
+
+    def topic(role: str, partitions: int = 3) -> str:
+        name = f"bench.{tag}.{role}.{next(names)}"
+        create_topic_on(bootstrap, name, partitions, 1)
+        return name
+
+    templates = load_samples()
+    src, out, dlq = topic("source"), topic("agui"), topic("dlq")
+    filled = await produce(bootstrap, src, runs=None, max_items=args.items, concurrency=200, seed=1)
+    print(f"prefilled {filled.items} items of {filled.keys} runs in {filled.seconds:.1f} s", file=sys.stderr)
+
+    eos = await worker_throughput(
+        Worker(bootstrap, src, out, dlq, f"bench-{tag}-a", logdir, "a"), filled.items
+    )
+    print(f"(a) worker, exactly-once: {eos:,.0f} items/s", file=sys.stderr)
+    plain = await passthrough_throughput(bootstrap, src, topic("plain"), filled.items)
+    print(f"(b) plain passthrough: {plain:,.0f} items/s", file=sys.stderr)
+
+    src_c, out_c = topic("source-c"), topic("agui-c")
+    worker_c = Worker(bootstrap, src_c, out_c, dlq, f"bench-{tag}-c", logdir, "c", args.commit_interval_ms)
+    delays = await commit_delays(worker_c, eos / 2, args.paced_seconds, templates)
+    p50, p99 = _pct(delays, 0.5) * 1000, _pct(delays, 0.99) * 1000
+    print(
+        f"(c) delay at {eos / 2:,.0f} items/s over {len(delays)} records: p50 {p50:.0f} ms, p99 {p99:.0f} ms",
+        file=sys.stderr,
+    )
+
+    src_d, out_d = topic("source-d", 1), topic("agui-d", 1)
+    rb = await rebuild(
+        lambda name: Worker(
+            bootstrap, src_d, out_d, dlq, f"bench-{tag}-d", logdir, name, args.commit_interval_ms
+        ),
+        args.open_streams,
+        templates,
+    )
+    replay_rate = rb.records / rb.seconds if rb.seconds > 0 else float("nan")
+    goal_p99 = args.commit_interval_ms + 100
+    return [
+        ("(a) worker exactly-once throughput", f"{eos:,.0f} items/s", f"{filled.items} items, 3 partitions"),
+        ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s", "no transactions, no conversion"),
+        ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
+        (
+            "(c) source ts -> committed, p50",
+            f"{p50:.0f} ms",
+            f"at {eos / 2:,.0f} items/s, {len(delays)} records",
+        ),
+        ("    p99", f"{p99:.0f} ms", f"goal <= {goal_p99} ms " + ("OK" if p99 <= goal_p99 else "MISSED")),
+        (
+            "(d) rebuild of one partition",
+            f"{rb.seconds:.2f} s",
+            f"{rb.records} records replayed, {rb.open_streams} open streams",
+        ),
+        (
+            "    replay rate",
+            f"{replay_rate:,.0f} rec/s",
+            f"live on that partition {rb.live_rate:,.0f} items/s",
+        ),
+        (
+            "    replay / live (a)",
+            f"{replay_rate / eos:.1f}x",
+            "goal >= 3x " + ("OK" if replay_rate / eos >= 3 else "MISSED"),
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=20000, help="source items for (a) and (b)")
+    parser.add_argument(
+        "--open-streams", type=int, default=1000, help="open streams in the rebuilt partition"
+    )
+    parser.add_argument("--paced-seconds", type=float, default=15.0, help="length of the paced run (c)")
+    parser.add_argument("--commit-interval-ms", type=int, default=100)
+    args = parser.parse_args(argv)
+    logdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    began = time.monotonic()
+    cluster = None if external else KafkaCluster.start(nodes=1)
+    try:
+        bootstrap = external or cluster.bootstrap_servers  # type: ignore[union-attr]
+        rows = asyncio.run(run(bootstrap, args, logdir))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    width = max(len(r[0]) for r in rows)
+    print(f"\nend-to-end on {'external Kafka' if external else 'a local single-node Kafka'}, "
+          f"{time.monotonic() - began:.0f} s total; worker logs in {logdir}")  # fmt: skip
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>14}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
