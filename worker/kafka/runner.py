@@ -154,7 +154,7 @@ class KafkaRunner:
         if ckpt is None or not ckpt.is_open:
             return
         metadata = encode_replay_metadata(p.state.replay_from(p.next_offset))
-        started = time.monotonic()
+        started = time.monotonic() - ckpt.age_s
         try:
             stamps = await ckpt.commit(p.next_offset, metadata)
         except Exception as exc:

@@ -1,0 +1,228 @@
+"""Broker-test plumbing: source runs from the golden corpus, a worker subprocess, read_committed collection."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pydantic import ValidationError
+
+from worker.errors import AguiObservationError, DecodeError
+from worker.observe import HarnessAguiStreamObserver, encode_event
+from worker.wire import decode_item
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def source_files() -> list[Path]:
+    """Every golden source run (not the reference outputs)."""
+    return sorted(p for p in GOLDEN.glob("*.jsonl") if p.name.count(".") == 1)
+
+
+def read_lines(path: Path) -> list[bytes]:
+    return [ln for ln in path.read_bytes().split(b"\n") if ln.strip() and not ln.startswith(b"#")]
+
+
+def rekey(lines: list[bytes], suffix: str) -> tuple[str, list[bytes]]:
+    """A copy of a run under a new root run id, so one corpus run can be produced many times."""
+    root = json.loads(lines[0])["run_id"]
+    new_root = f"{root}-{suffix}"
+    out = []
+    for ln in lines:
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            out.append(ln)
+            continue
+        if isinstance(obj, dict) and obj.get("run_id") == root:
+            obj["run_id"] = new_root
+        out.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+    return new_root, out
+
+
+@dataclass
+class Run:
+    """One source run with what `python -m worker convert` makes of it: the events and the rejected lines."""
+
+    key: str
+    lines: list[bytes]
+    events: list[bytes] = field(default_factory=list)
+    rejected: list[bytes] = field(default_factory=list)
+
+
+def converted(key: str, lines: list[bytes]) -> Run:
+    """Convert a run the way the offline converter does (stream observer, encode_event, errors in place)."""
+    run = Run(key, lines)
+    observer = HarnessAguiStreamObserver(retain_events=False)
+    for ln in lines:
+        try:
+            run.events.extend(encode_event(e) for e in observer.observe(decode_item(ln)))
+        except (DecodeError, AguiObservationError, TypeError, ValidationError):
+            run.rejected.append(ln)
+    return run
+
+
+def corpus(copies: int = 1, *, names: list[str] | None = None) -> list[Run]:
+    """`copies` re-keyed copies of the golden source runs (all of them, or those named)."""
+    files = [p for p in source_files() if names is None or p.stem in names]
+    runs = []
+    for i, path in itertools.product(range(copies), files):
+        key, lines = rekey(read_lines(path), f"c{i}")
+        runs.append(converted(key, lines))
+    return runs
+
+
+def interleave(runs: list[Run]) -> list[tuple[bytes, bytes]]:
+    """Round-robin the runs' lines into one (key, value) sequence; each run stays in order."""
+    iters = [iter([(r.key.encode(), ln) for ln in r.lines]) for r in runs]
+    out: list[tuple[bytes, bytes]] = []
+    while iters:
+        nxt = []
+        for it in iters:
+            item = next(it, None)
+            if item is not None:
+                out.append(item)
+                nxt.append(it)
+        iters = nxt
+    return out
+
+
+async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], *, pace_s: float = 0.0) -> None:
+    """Send records with an idempotent producer; `pace_s` sleeps between records to spread them in time."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    await producer.start()
+    try:
+        futures = []
+        for key, value in records:
+            futures.append(await producer.send(topic, value=value, key=key))
+            if pace_s:
+                await asyncio.sleep(pace_s)
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+@dataclass(frozen=True)
+class Out:
+    key: str
+    value: bytes
+    headers: dict[str, str]
+    partition: int
+    offset: int
+
+
+async def collect(bootstrap: str, topic: str, *, expect: int, timeout_s: float, settle_s: float = 3.0) -> list[Out]:
+    """Read a topic read_committed from the start until `expect` records arrived, then `settle_s` more."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()  # noqa: SLF001
+            parts = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
+        got: list[Out] = []
+        deadline = time.monotonic() + timeout_s
+        settle_until: float | None = None
+        while True:
+            now = time.monotonic()
+            if settle_until is None and len(got) >= expect:
+                settle_until = now + settle_s
+            if (settle_until is not None and now >= settle_until) or now >= deadline:
+                return got
+            batches = await consumer.getmany(timeout_ms=200)
+            for recs in batches.values():
+                got.extend(Out(r.key.decode() if r.key else "", r.value,
+                               {k: v.decode() for k, v in r.headers}, r.partition, r.offset) for r in recs)
+    finally:
+        await consumer.stop()
+
+
+def by_key(records: list[Out]) -> dict[str, list[Out]]:
+    grouped: dict[str, list[Out]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        grouped[r.key].append(r)
+    return grouped
+
+
+def assert_exactly_once(records: list[Out], runs: list[Run]) -> None:
+    """Every run's events appear once, in order, with ids `<key>:0..n-1`, equal to the converter's output."""
+    grouped = by_key(records)
+    assert set(grouped) == {r.key for r in runs if r.events}, "unexpected or missing run keys in the output"
+    for run in runs:
+        got = grouped.get(run.key, [])
+        ids = [o.headers["agui-event-id"] for o in got]
+        dupes = len(ids) - len(set(ids))
+        assert dupes == 0, f"{run.key}: {dupes} duplicated event ids"
+        assert ids == [f"{run.key}:{n}" for n in range(len(run.events))], f"{run.key}: ids {ids[:5]}… lost or reordered"
+        assert [o.value for o in got] == run.events, f"{run.key}: output differs from convert"
+
+
+def expected_total(runs: list[Run]) -> int:
+    return sum(len(r.events) for r in runs)
+
+
+class WorkerProcess:
+    """`python -m worker run` as a child process with its log in a file; signals model crashes and zombies."""
+
+    def __init__(self, log_dir: Path, name: str, bootstrap: str, source: str, output: str, dlq: str, group: str,
+                 *extra: str, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_dir / f"{name}.log"
+        self.args = [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+                     "--source-topic", source, "--output-topic", output, "--dlq-topic", dlq,
+                     "--group-id", group, "--metrics-port", "0", "--log-format", "json", *extra]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def stop(self, timeout_s: float = 30) -> int:
+        """SIGTERM and wait: a clean stop commits open transactions and exits 0."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_records(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out

@@ -1,0 +1,153 @@
+"""Exactly-once through one worker, crashes, rebalances and zombies, on a real broker; each run equals convert."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.kafka.support import (
+    Run,
+    WorkerProcess,
+    assert_exactly_once,
+    collect,
+    corpus,
+    expected_total,
+    interleave,
+    produce,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
+
+
+@dataclass
+class Topics:
+    bootstrap: str
+    source: str
+    output: str
+    dlq: str
+    group: str
+    log_dir: Path
+
+    def worker(self, name: str, *extra: str) -> WorkerProcess:
+        return WorkerProcess(self.log_dir, name, self.bootstrap, self.source, self.output, self.dlq, self.group,
+                             *extra)
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, topic_factory, tmp_path: Path, request: pytest.FixtureRequest) -> Topics:
+    partitions = getattr(request, "param", 3)
+    source = topic_factory("source", partitions=partitions)
+    return Topics(kafka_bootstrap, source, topic_factory("output", partitions=3), topic_factory("dlq", partitions=1),
+                  f"group-{source}", tmp_path)
+
+
+def _finish(t: Topics, runs: list[Run], workers: list[WorkerProcess], timeout_s: float = 120) -> None:
+    try:
+        out = asyncio.run(collect(t.bootstrap, t.output, expect=expected_total(runs), timeout_s=timeout_s))
+        assert_exactly_once(out, runs)
+    except AssertionError:
+        for w in workers:
+            print(f"---- {w.log_path.name}\n{w.log()[-4000:]}")
+        raise
+    finally:
+        for w in workers:
+            if w.alive:
+                w.stop()
+
+
+def _log_messages(w: WorkerProcess) -> list[str]:
+    return [str(r.get("msg", "")) for r in w.log_records()]
+
+
+def test_many_interleaved_runs_through_one_worker(topics: Topics) -> None:
+    runs = corpus(copies=2)
+    asyncio.run(produce(topics.bootstrap, topics.source, interleave(runs)))
+    w = topics.worker("w1").start()
+    _finish(topics, runs, [w])
+    assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_kill_9_mid_stream_then_restart(topics: Topics) -> None:
+    runs = corpus(copies=2)
+    records = interleave(runs)
+    w1 = topics.worker("w1").start()
+
+    async def scenario() -> None:
+        feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
+        await asyncio.sleep(6)
+        w1.kill()
+        await feeder
+
+    asyncio.run(scenario())
+    w2 = topics.worker("w2").start()
+    _finish(topics, runs, [w2])
+    rebuilt = [m for m in _log_messages(w2) if m.startswith("partition rebuilt")]
+    assert rebuilt, "the restarted worker never rebuilt its partitions"
+
+
+@pytest.mark.parametrize("topics", [6], indirect=True)
+def test_three_workers_join_and_leave_under_load(topics: Topics) -> None:
+    runs = corpus(copies=3)
+    records = interleave(runs)
+    workers = [topics.worker(f"w{i}") for i in range(4)]
+    workers[0].start()
+
+    async def scenario() -> None:
+        feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
+        await asyncio.sleep(3)
+        workers[1].start()
+        await asyncio.sleep(3)
+        workers[2].start()
+        await asyncio.sleep(3)
+        assert workers[0].stop() == 0, "a graceful leave must exit 0"
+        await asyncio.sleep(2)
+        workers[1].kill()
+        workers[3].start()
+        await feeder
+
+    asyncio.run(scenario())
+    _finish(topics, runs, workers)
+
+
+def test_zombie_is_fenced_and_publishes_nothing_more(topics: Topics) -> None:
+    runs = corpus(copies=2)
+    records = interleave(runs)
+    fast = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000")
+    zombie = topics.worker("zombie", *fast).start()
+    heir = topics.worker("heir", *fast)
+
+    async def scenario() -> None:
+        feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
+        await asyncio.sleep(5)
+        zombie.signal(signal.SIGSTOP)
+        heir.start()
+        await asyncio.sleep(12)  # past the session timeout: the heir owns every partition now
+        zombie.signal(signal.SIGCONT)
+        await feeder
+
+    asyncio.run(scenario())
+    _finish(topics, runs, [zombie, heir])
+    text = zombie.log()
+    assert "fenced" in text or "Revoking" in text or "revoked" in text or not zombie.alive, text[-3000:]
+
+
+def test_clean_stop_commits_and_exits_in_bounded_time(topics: Topics) -> None:
+    runs = corpus(copies=1)
+    w = topics.worker("w1").start()
+
+    async def scenario() -> None:
+        feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, interleave(runs), pace_s=0.001))
+        await asyncio.sleep(2)
+        started = time.monotonic()
+        assert w.stop(timeout_s=30) == 0
+        assert time.monotonic() - started < 25
+        await feeder
+
+    asyncio.run(scenario())
+    w2 = topics.worker("w2").start()
+    _finish(topics, runs, [w2])
