@@ -12,6 +12,8 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from worker.errors import ConfigError
+from worker.kafka import KafkaRunner
+from worker.ops import Health, HealthServer, Metrics, configure_logging
 from worker.settings import Settings
 
 __all__ = ["build_parser", "main_run", "settings_from_args"]
@@ -50,9 +52,6 @@ def _safe(settings: Settings) -> dict[str, Any]:
 
 
 async def _serve(settings: Settings) -> int:
-    from worker.kafka import KafkaRunner
-    from worker.ops import Health, HealthServer, Metrics
-
     metrics = Metrics()
     health = Health()
     server = HealthServer(metrics, health, settings.metrics_host, settings.metrics_port) \
@@ -77,8 +76,6 @@ async def _serve(settings: Settings) -> int:
 
 def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     """Entry point of `python -m worker run`; returns the process exit status."""
-    from worker.ops import configure_logging
-
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)

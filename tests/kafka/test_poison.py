@@ -80,7 +80,7 @@ def test_poison_records_are_dead_lettered_and_the_partition_keeps_flowing(
     gap_sent = gap_lines[:4] + gap_lines[5:]
     before_gap = converted(gap_key, gap_lines[:4])
     # Mis-keyed: a run's first item under someone else's key.
-    mis_key, mis_lines = rekey(read_lines(GOLDEN / "r0005.jsonl"), "mis")
+    _, mis_lines = rekey(read_lines(GOLDEN / "r0005.jsonl"), "mis")
 
     tail = [(errors.key.encode(), ln) for ln in errors.lines]
     tail += [(dup_key.encode(), ln) for ln in dup_sent]

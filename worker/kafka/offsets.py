@@ -59,7 +59,7 @@ async def plan_replay(
     if need_lookback:
         # Wall clock chooses only where an operator-reset partition starts its look-back, never what is published.
         since = int(time.time() * 1000) - lookback_ms
-        found = await consumer.offsets_for_times({tp: since for tp in need_lookback})
+        found = await consumer.offsets_for_times(dict.fromkeys(need_lookback, since))
         for tp in need_lookback:
             _, c, _ = plan[tp]
             hit = found.get(tp)

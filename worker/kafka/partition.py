@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from worker.kafka.checkpoint import Checkpoint
 from worker.stream import PartitionState
 
-__all__ = ["Phase", "PartitionRun"]
+__all__ = ["PartitionRun", "Phase"]
 
 
 class Phase(Enum):

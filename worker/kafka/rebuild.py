@@ -42,12 +42,12 @@ async def replay_into(
     while todo:
         batches = await consumer.getmany(*todo, timeout_ms=200, max_records=5000)
         for tp, recs in batches.items():
-            w = todo.get(tp)
-            if w is None:
+            window = todo.get(tp)
+            if window is None:
                 continue
             state = states[tp]
             for rec in recs:
-                if rec.offset >= w.committed:
+                if rec.offset >= window.committed:
                     break
                 try:
                     state.process(to_source_record(rec), publish=False)
@@ -65,7 +65,7 @@ async def replay_into(
                 consumer.pause(tp)
                 del todo[tp]
         if todo and time.monotonic() - last_move > stall_timeout_s:
-            stuck = ", ".join(f"{tp.partition}@{await consumer.position(tp)}<{w.committed}" for tp, w in todo.items())
+            stuck = ", ".join([f"{tp.partition}@{await consumer.position(tp)}<{w.committed}" for tp, w in todo.items()])
             raise RebuildError(f"replay made no progress for {stall_timeout_s:.0f}s: {stuck}")
         await asyncio.sleep(0)
     return counts

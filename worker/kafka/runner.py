@@ -12,7 +12,12 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from worker.errors import WorkerError
-from worker.kafka._clients import make_admin, make_group_consumer, make_replay_consumer, make_transactional_producer
+from worker.kafka._clients import (
+    make_admin,
+    make_group_consumer,
+    make_replay_consumer,
+    make_transactional_producer,
+)
 from worker.kafka.checkpoint import is_fenced
 from worker.kafka.offsets import plan_replay
 from worker.kafka.partition import PartitionRun, Phase
@@ -239,23 +244,23 @@ class KafkaRunner:
         async with self._lock:
             assigned = set(assigned)
             for tp in [tp for tp in self._parked if tp not in assigned]:
-                p = self._parked.pop(tp)
-                await self._close(p)
+                await self._close(self._parked.pop(tp))
                 self._metrics.forget_partition(*tp)
             kept = [tp for tp in assigned if tp in self._parked]
             committed = await self._admin.list_consumer_group_offsets(self._s.group_id, partitions=kept) if kept else {}
             rebuild: list[TopicPartition] = []
             for tp in assigned:
-                p = self._parked.pop(tp, None)
+                parked = self._parked.pop(tp, None)
                 c = committed.get(tp)
-                if p is not None and c is not None and c.offset == p.committed:
-                    self._parts[tp] = p
-                    self._consumer.seek(tp, p.next_offset)
+                if parked is not None and c is not None and c.offset == parked.committed:
+                    self._parts[tp] = parked
+                    self._consumer.seek(tp, parked.next_offset)
                     self._health.set_partition(tp.topic, tp.partition, "ready")
-                    _log.info("partition kept through rebalance: no replay", extra=_fields(tp, offset=p.next_offset))
+                    _log.info("partition kept through rebalance: no replay",
+                              extra=_fields(tp, offset=parked.next_offset))
                     continue
-                if p is not None:
-                    await self._close(p)
+                if parked is not None:
+                    await self._close(parked)
                 self._parts[tp] = PartitionRun(tp, self._state_factory(tp))
                 rebuild.append(tp)
             self._metrics.assigned_partitions.set(len(self._parts))
@@ -273,7 +278,12 @@ class KafkaRunner:
         task = asyncio.create_task(self._rebuild(tps, delay_s), name=f"rebuild-{[tp.partition for tp in tps]}")
         for tp in tps:
             self._tasks[tp] = task
-        task.add_done_callback(lambda t: [self._tasks.pop(tp, None) for tp in tps if self._tasks.get(tp) is t])
+        task.add_done_callback(lambda done: self._forget_task(done, tps))
+
+    def _forget_task(self, task: asyncio.Task[None], tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            if self._tasks.get(tp) is task:
+                del self._tasks[tp]
 
     async def _cancel_rebuilds(self, tps: list[TopicPartition]) -> None:
         tasks = {self._tasks[tp] for tp in tps if tp in self._tasks}
