@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import os
+import logging
 import shutil
 import signal
 import socket
@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import TextIO
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient
 
-from devtools.kafka_cluster import KafkaCluster
+from devtools.kafka_cluster import KafkaCluster, create_topic_on
 from devtools.sample_runs import produce
 
 __all__ = ["format_event", "main", "run_demo"]
@@ -65,14 +64,16 @@ def _term_with_parent() -> None:
 
 
 async def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create the topics that do not exist yet and wait until each partition has a leader."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
     await admin.start()
     try:
-        for name in names:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([NewTopic(name, partitions, 1)])
+        existing = set(await admin.list_topics())
     finally:
         await admin.close()
+    for name in names:
+        if name not in existing:
+            await asyncio.to_thread(create_topic_on, bootstrap, name, partitions, 1)
 
 
 async def _print_committed(
@@ -234,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point of the demo."""
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    logging.basicConfig(level=logging.WARNING, format="[demo] %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     return asyncio.run(run_demo(args))
 
 

@@ -36,7 +36,7 @@ async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[tuple[st
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
         out: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
-        while any(await consumer.position(tp) < ends[tp] for tp in parts):
+        while [tp for tp in parts if await consumer.position(tp) < ends[tp]]:
             for recs in (await consumer.getmany(timeout_ms=500)).values():
                 for r in recs:
                     headers = {k: v.decode() for k, v in r.headers}
