@@ -12,13 +12,11 @@ from worker.errors import ConfigError
 
 __all__ = ["GapPolicy", "OpenStreamPolicy", "Settings"]
 
-
 class GapPolicy(StrEnum):
     """What a sequence gap in a run does: close the run with RUN_ERROR, or halt the partition."""
 
     CLOSE_RUN = "close-run"
     HALT = "halt"
-
 
 class OpenStreamPolicy(StrEnum):
     """What happens when a partition already holds `max_open_streams` open streams and a new one begins."""
@@ -26,50 +24,75 @@ class OpenStreamPolicy(StrEnum):
     DEAD_LETTER = "dead-letter"
     HALT = "halt"
 
-
 class Settings(BaseSettings):
     """Worker configuration; environment variables are the field names upper-cased with a `WORKER_` prefix."""
 
     model_config = SettingsConfigDict(env_prefix="WORKER_", extra="forbid", frozen=True)
 
-    bootstrap_servers: str = "127.0.0.1:9092"
-    source_topic: str = "harness.events"
-    output_topic: str = "agui.events"
-    dlq_topic: str = "harness.events.dlq"
-    group_id: str = "harness-agui-worker"
-    transactional_id_prefix: str = "harness-agui-worker"
-    group_instance_id: str | None = None
-    client_id: str = "harness-agui-worker"
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated.")
+    source_topic: str = Field("harness.events", description="Topic of Harness wire items, keyed by root run id.")
+    output_topic: str = Field("agui.events", description="Topic the AG-UI events are published to, in transactions.")
+    dlq_topic: str = Field("harness.events.dlq", description="Dead-letter topic for records that cannot be converted.")
+    group_id: str = Field("harness-agui-worker", description="Consumer group id; also part of every transactional id.")
+    transactional_id_prefix: str = Field(
+        "harness-agui-worker", description="Prefix of per-partition transactional ids `<prefix>:<group>:<topic>:<p>`."
+    )
+    group_instance_id: str | None = Field(
+        None, description="Static group membership id (KIP-345); set it to the pod name in a StatefulSet."
+    )
+    client_id: str = Field("harness-agui-worker", description="Client id prefix shown in broker logs and quotas.")
 
-    commit_interval_ms: int = Field(100, ge=1, le=60_000)
-    max_records_per_transaction: int = Field(1000, ge=1, le=1_000_000)
-    transaction_timeout_ms: int = Field(60_000, ge=1_000)
-    session_timeout_ms: int = Field(10_000, ge=1_000)
-    heartbeat_interval_ms: int = Field(3_000, ge=100)
-    max_poll_interval_ms: int = Field(300_000, ge=1_000)
-    max_poll_records: int = Field(500, ge=1)
+    commit_interval_ms: int = Field(100, ge=1, le=60_000, description="A partition's transaction commits this often.")
+    max_records_per_transaction: int = Field(
+        1000, ge=1, le=1_000_000, description="A transaction also commits after this many source records."
+    )
+    transaction_timeout_ms: int = Field(
+        60_000, ge=1_000, description="Broker-side timeout after which an open transaction is aborted."
+    )
+    session_timeout_ms: int = Field(10_000, ge=1_000, description="Group session timeout.")
+    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval.")
+    max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest allowed gap between two polls.")
+    max_poll_records: int = Field(500, ge=1, description="Most records returned by one poll.")
 
-    gap_policy: GapPolicy = GapPolicy.CLOSE_RUN
-    max_open_streams: int = Field(100_000, ge=1)
-    open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER
-    closed_stream_memory: int = Field(10_000, ge=0)
-    rebuild_lookback_ms: int = Field(24 * 3_600_000, ge=0)
+    gap_policy: GapPolicy = Field(
+        GapPolicy.CLOSE_RUN, description="`close-run`: RUN_ERROR, later records dead-lettered; `halt`: stop."
+    )
+    max_open_streams: int = Field(100_000, ge=1, description="Most open root streams one partition holds in memory.")
+    open_stream_policy: OpenStreamPolicy = Field(
+        OpenStreamPolicy.DEAD_LETTER, description="At the cap: `dead-letter` the new stream's records, or `halt`."
+    )
+    closed_stream_memory: int = Field(
+        10_000, ge=0, description="Ended streams remembered per partition, to recognise late duplicates."
+    )
+    rebuild_lookback_ms: int = Field(
+        24 * 3_600_000, ge=0, description="Replay window when the committed offset carries no replay metadata."
+    )
 
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_password: SecretStr | None = None
-    ssl_check_hostname: bool = True
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Client security protocol."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = Field(
+        None, description="SASL mechanism (required with SASL_*)."
+    )
+    sasl_username: str | None = Field(None, description="SASL username.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    ssl_cafile: str | None = Field(None, description="CA bundle path for SSL.")
+    ssl_certfile: str | None = Field(None, description="Client certificate path for mutual TLS.")
+    ssl_keyfile: str | None = Field(None, description="Client key path for mutual TLS.")
+    ssl_password: SecretStr | None = Field(None, description="Password of the client key (never logged).")
+    ssl_check_hostname: bool = Field(True, description="Verify the broker's host name against its certificate.")
 
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = Field(9464, ge=0, le=65535)
-    log_format: Literal["auto", "json", "text"] = "auto"
-    log_level: str = "INFO"
-    shutdown_timeout_ms: int = Field(20_000, ge=100)
+    metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
+    metrics_port: int = Field(
+        9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
+    )
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
+    )
+    log_level: str = Field("INFO", description="Log level.")
+    shutdown_timeout_ms: int = Field(
+        20_000, ge=100, description="On SIGTERM, open transactions must commit within this time."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
