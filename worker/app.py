@@ -29,7 +29,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     """One flag per setting (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
     parser = parser or argparse.ArgumentParser(prog="python -m worker run")
     for name, info in Settings.model_fields.items():
-        help_text = f"env WORKER_{name.upper()}; default {info.default!r}"
+        default = info.default.value if hasattr(info.default, "value") else info.default
+        help_text = f"{info.description} [env WORKER_{name.upper()}; default {default!r}]"
         if info.annotation is bool:
             parser.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
@@ -44,7 +45,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     try:
         return Settings(**given)
     except ValidationError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from exc
+        # Inputs are left out: a rejected value may be a password.
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors(include_input=False)
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None
 
 
 def _safe(settings: Settings) -> dict[str, Any]:

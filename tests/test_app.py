@@ -1,0 +1,54 @@
+"""The `run` command line: one flag per setting, flags over environment, bad settings refused with exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.app import build_parser, main_run, settings_from_args
+from worker.settings import GapPolicy, Settings
+
+
+def test_every_setting_has_a_flag_and_the_issue_flags_exist() -> None:
+    flags = {opt for action in build_parser()._actions for opt in action.option_strings}
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in flags, name
+    for required in ("--bootstrap-servers", "--source-topic", "--output-topic", "--dlq-topic", "--group-id",
+                     "--metrics-port"):
+        assert required in flags
+
+
+def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKER_SOURCE_TOPIC", "from-env")
+    monkeypatch.setenv("WORKER_GROUP_ID", "env-group")
+    args = build_parser().parse_args(["--group-id", "flag-group", "--gap-policy", "halt", "--commit-interval-ms", "250"])
+    s = settings_from_args(args)
+    assert s.source_topic == "from-env"
+    assert s.group_id == "flag-group"
+    assert s.gap_policy is GapPolicy.HALT
+    assert s.commit_interval_ms == 250
+    assert s.dlq_topic == Settings.model_fields["dlq_topic"].default
+
+
+def test_boolean_flags_take_a_negative_form() -> None:
+    s = settings_from_args(build_parser().parse_args(["--no-ssl-check-hostname"]))
+    assert s.ssl_check_hostname is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--source-topic", "same", "--output-topic", "same"], "must differ"),
+        (["--commit-interval-ms", "0"], "commit_interval_ms"),
+        (["--security-protocol", "SASL_SSL"], "sasl_mechanism"),
+        (["--gap-policy", "ignore"], "gap_policy"),
+        (["--heartbeat-interval-ms", "20000"], "heartbeat_interval_ms"),
+    ],
+)
+def test_bad_settings_exit_2_naming_the_setting(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_run(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_run(["--security-protocol", "SASL_SSL", "--sasl-password", "hunter2-secret"]) == 2
+    assert "hunter2-secret" not in capsys.readouterr().err
