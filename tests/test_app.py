@@ -12,15 +12,23 @@ def test_every_setting_has_a_flag_and_the_issue_flags_exist() -> None:
     flags = {opt for action in build_parser()._actions for opt in action.option_strings}
     for name in Settings.model_fields:
         assert "--" + name.replace("_", "-") in flags, name
-    for required in ("--bootstrap-servers", "--source-topic", "--output-topic", "--dlq-topic", "--group-id",
-                     "--metrics-port"):
+    for required in (
+        "--bootstrap-servers",
+        "--source-topic",
+        "--output-topic",
+        "--dlq-topic",
+        "--group-id",
+        "--metrics-port",
+    ):
         assert required in flags
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKER_SOURCE_TOPIC", "from-env")
     monkeypatch.setenv("WORKER_GROUP_ID", "env-group")
-    args = build_parser().parse_args(["--group-id", "flag-group", "--gap-policy", "halt", "--commit-interval-ms", "250"])
+    args = build_parser().parse_args(
+        ["--group-id", "flag-group", "--gap-policy", "halt", "--commit-interval-ms", "250"]
+    )
     s = settings_from_args(args)
     assert s.source_topic == "from-env"
     assert s.group_id == "flag-group"
@@ -44,7 +52,9 @@ def test_boolean_flags_take_a_negative_form() -> None:
         (["--heartbeat-interval-ms", "20000"], "heartbeat_interval_ms"),
     ],
 )
-def test_bad_settings_exit_2_naming_the_setting(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_settings_exit_2_naming_the_setting(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main_run(argv) == 2
     assert needle in capsys.readouterr().err
 
