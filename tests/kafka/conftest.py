@@ -144,8 +144,8 @@ def topic_factory(kafka_broker: KafkaBroker, unique_names: UniqueNames) -> Topic
     return create
 
 
-@pytest.fixture(scope="module")
-def _cluster3_module() -> Iterator[KafkaCluster]:
+@pytest.fixture(scope="session")
+def _cluster3_session() -> Iterator[KafkaCluster]:
     cluster = KafkaCluster.start(nodes=3)
     try:
         yield cluster
@@ -154,14 +154,15 @@ def _cluster3_module() -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture
-def cluster3(request: pytest.FixtureRequest, _cluster3_module: KafkaCluster) -> Iterator[KafkaCluster]:
-    """A three-node cluster (RF 3, min ISR 2) shared by a module; nodes a test stopped restart after it."""
+def cluster3(request: pytest.FixtureRequest, _cluster3_session: KafkaCluster) -> Iterator[KafkaCluster]:
+    """A three-node cluster (RF 3, min ISR 2), started on first use and shared by the session; nodes a test
+    stopped are restarted after it, so every test begins with all three running."""
     if request.node.get_closest_marker("cluster3") is None:
         pytest.fail(f"{request.node.nodeid} uses the cluster3 fixture without the cluster3 marker")
-    yield _cluster3_module
-    for i in range(_cluster3_module.size):
-        if not _cluster3_module.is_running(i):
-            _cluster3_module.start_node(i)
+    yield _cluster3_session
+    for i in range(_cluster3_session.size):
+        if not _cluster3_session.is_running(i):
+            _cluster3_session.start_node(i)
 
 
 @pytest.fixture

@@ -15,15 +15,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
+from devtools.kafka_cluster import KafkaCluster
 from tests.kafka.conftest import TopicFactory, UniqueNames
 
 pytestmark = pytest.mark.kafka
 
 
 async def _txn_producer(bootstrap: str, transactional_id: str) -> AIOKafkaProducer:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id=transactional_id, enable_idempotence=True
-    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id, enable_idempotence=True)
     await producer.start()
     return producer
 
@@ -32,9 +31,7 @@ async def _drain(
     bootstrap: str, tp: TopicPartition, isolation: str = "read_committed"
 ) -> tuple[list[tuple[int, bytes]], int]:
     """(offset, value) of every record visible under `isolation`, and the position reached at the log end."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation)
     await consumer.start()
     try:
         consumer.assign([tp])
@@ -148,9 +145,7 @@ async def test_send_offsets_commits_group_offset_and_metadata_with_the_output(
             async with producer.transaction():
                 for record in records:
                     await producer.send(out.topic, record.value.upper(), partition=0)
-                await producer.send_offsets_to_transaction(
-                    {source: OffsetAndMetadata(5, '{"replay_from":2}')}, group
-                )
+                await producer.send_offsets_to_transaction({source: OffsetAndMetadata(5, '{"replay_from":2}')}, group)
         finally:
             await producer.stop()
         await _settle(kafka_bootstrap, transactional_id)
@@ -237,3 +232,34 @@ async def test_transaction_markers_leave_offset_holes(
     assert seen == [(0, b"r0"), (1, b"r1"), (5, b"r5")]
     # The consumer's position passes the trailing marker although no record sits at offset 6.
     assert position == 7
+
+
+@pytest.mark.cluster3
+async def test_transactions_continue_after_the_transaction_coordinator_crashes(
+    cluster3: KafkaCluster, cluster3_topics: TopicFactory, unique_names: UniqueNames
+) -> None:
+    bootstrap = cluster3.bootstrap_servers
+    source = TopicPartition(cluster3_topics("in"), 0)
+    out = TopicPartition(cluster3_topics("out"), 0)
+    group, transactional_id = unique_names("group"), unique_names("txn")
+    producer = await _txn_producer(bootstrap, transactional_id)
+    try:
+        async with producer.transaction():
+            await producer.send(out.topic, b"one", partition=0)
+            await producer.send_offsets_to_transaction({source: OffsetAndMetadata(1, "m1")}, group)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            coordinator = await admin.find_coordinator(transactional_id, coordinator_type=1)
+        finally:
+            await admin.close()
+        await cluster3.stop_node_async(cluster3.index_of(coordinator), kill=True)
+        async with producer.transaction():
+            await producer.send(out.topic, b"two", partition=0)
+            await producer.send_offsets_to_transaction({source: OffsetAndMetadata(2, "m2")}, group)
+    finally:
+        await producer.stop()
+    await _settle(bootstrap, transactional_id)
+    assert await _group_offsets(bootstrap, group, source) == (2, "m2")
+    seen, _ = await _drain(bootstrap, out)
+    assert [v for _, v in seen] == [b"one", b"two"]
