@@ -50,7 +50,9 @@ class PartitionState:
 
     Memory is bounded: at most `max_open_streams` open streams (a new stream beyond it is dead-lettered
     as "open-stream-cap", or raises WorkerError under the halt policy) and `closed_stream_memory`
-    remembered closed keys (oldest forgotten first); no stream keeps an event log.
+    remembered closed keys (oldest forgotten first); no stream keeps an event log. Replaying from
+    `replay_from(C)` rebuilds the state at `C` except the memory of streams that ended before that offset
+    (and cap decisions, when the cap was reached).
     """
 
     __slots__ = (
