@@ -18,3 +18,14 @@ else
   echo "helm ${HELM_VERSION}: built in $(( $(date +%s) - helm_start ))s"
 fi
 # ---- helm (end) ----
+
+# ---- kafka jars (begin; owned by the Kafka test harness) ----
+# The broker tests start a real Kafka 4.x KRaft cluster from Maven jars (devtools/kafka_cluster.py).
+# Resolve them now, once per version into "$CACHE/kafka-<version>/libs", so the time shows here in CI logs.
+(
+  cd "$(dirname "$0")/.."
+  kafka_start=$(date +%s)
+  .venv/bin/python -m devtools.kafka_cluster --resolve-only
+  echo "kafka jars: ready in $(( $(date +%s) - kafka_start ))s"
+)
+# ---- kafka jars (end) ----
