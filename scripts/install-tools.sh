@@ -7,14 +7,22 @@ echo "tools cache: $CACHE"
 
 # ---- helm (begin; owned by the deploy helper) ----
 # Helm renders and lints the chart in tests/deploy; built once from the Go module proxy into "$CACHE/bin".
+# The ldflags do what helm's Makefile does: without them `helm version` says v3.22 and `helm template`
+# assumes Kubernetes 1.20. HELM_K8S_MINOR follows the k8s.io/client-go v0.<minor> that helm release uses.
 HELM_VERSION="v3.22.0"
+HELM_K8S_MINOR="37"
 if [ -x "$CACHE/bin/helm" ] && "$CACHE/bin/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; then
   echo "helm ${HELM_VERSION}: cached"
 else
   echo "helm ${HELM_VERSION}: building (a few minutes, once)"
   helm_start=$(date +%s)
+  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  for pkg in pkg/chartutil pkg/lint/rules; do
+    helm_ldflags="$helm_ldflags -X helm.sh/helm/v3/${pkg}.k8sVersionMajor=1"
+    helm_ldflags="$helm_ldflags -X helm.sh/helm/v3/${pkg}.k8sVersionMinor=${HELM_K8S_MINOR}"
+  done
   GOBIN="$CACHE/bin" GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0 \
-    go install "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+    go install -trimpath -ldflags="$helm_ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
   echo "helm ${HELM_VERSION}: built in $(( $(date +%s) - helm_start ))s"
 fi
 # ---- helm (end) ----

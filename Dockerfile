@@ -1,0 +1,32 @@
+# syntax=docker/dockerfile:1
+# Two stages: build a wheel of this project into a venv, then ship only that venv on the same slim base.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY worker ./worker
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+ && python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir /wheels/*.whl \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="harness-agui-worker" \
+      org.opencontainers.image.description="Exactly-once Kafka worker: Harness event streams to AG-UI events" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 worker \
+ && useradd --system --uid 10001 --gid worker --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin worker
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    WORKER_METRICS_PORT=9464
+USER 10001:10001
+EXPOSE 9464
+ENTRYPOINT ["python", "-m", "worker"]
+CMD ["run"]
