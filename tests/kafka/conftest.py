@@ -95,6 +95,11 @@ def kafka_broker() -> Iterator[KafkaBroker]:
         cluster.stop()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The same collection once more before the terminal summary imports (and rewrites) its plugins."""
+    gc.collect()
+
+
 @pytest.fixture(autouse=True)
 def _collect_orphaned_futures() -> Iterator[None]:
     """Collect garbage after each broker test, so aiokafka futures that died with an unretrieved error (a

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import KafkaError, OffsetMetadataTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from devtools.kafka_cluster import KafkaCluster
@@ -168,6 +168,30 @@ async def test_send_offsets_commits_group_offset_and_metadata_with_the_output(
         await consumer.stop()
     seen, _ = await _drain(kafka_bootstrap, out)
     assert [v for _, v in seen] == [f"IN-{i}".encode() for i in range(5)]
+
+
+async def test_oversized_offset_metadata_fails_the_transaction_and_the_producer(
+    kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames
+) -> None:
+    """Metadata above the broker's offset.metadata.max.bytes (4096) is OFFSET_METADATA_TOO_LARGE; aiokafka
+    surfaces it as a bare KafkaError and leaves the producer in FATAL_ERROR, so it must be recreated."""
+    source = TopicPartition(topic_factory("in"), 0)
+    out = TopicPartition(topic_factory("out"), 0)
+    group, transactional_id = unique_names("group"), unique_names("txn")
+    producer = await _txn_producer(kafka_bootstrap, transactional_id)
+    try:
+        with pytest.raises(KafkaError) as failure:
+            async with producer.transaction():
+                await producer.send(out.topic, b"lost", partition=0)
+                await producer.send_offsets_to_transaction({source: OffsetAndMetadata(1, "x" * 4097)}, group)
+        assert isinstance(failure.value.__cause__, OffsetMetadataTooLargeError)
+        with pytest.raises(AssertionError, match="FATAL_ERROR"):
+            await producer.begin_transaction()
+    finally:
+        await producer.stop()
+    await _settle(kafka_bootstrap, transactional_id)
+    assert await _group_offsets(kafka_bootstrap, group, source) == (-1, "")
+    assert (await _drain(kafka_bootstrap, out))[0] == []
 
 
 async def test_new_producer_with_same_transactional_id_fences_the_old_one(
