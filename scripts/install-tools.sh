@@ -37,3 +37,14 @@ fi
   echo "kafka jars: ready in $(( $(date +%s) - kafka_start ))s"
 )
 # ---- kafka jars (end) ----
+
+# ---- kafka command-line tools (begin; owned by the devtools/demo helper) ----
+# The replay test runs Kafka's own kafka-consumer-groups class (devtools/kafka_tools.py): resolve its jars
+# once per version into "$CACHE/kafka-tools-<version>/libs".
+(
+  cd "$(dirname "$0")/.."
+  tools_start=$(date +%s)
+  .venv/bin/python -m devtools.kafka_tools --resolve-only >/dev/null
+  echo "kafka tools jars: ready in $(( $(date +%s) - tools_start ))s"
+)
+# ---- kafka command-line tools (end) ----
