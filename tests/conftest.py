@@ -31,8 +31,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     )
 
 
-def pytest_collectreport(report: pytest.CollectReport) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, None, None]:
     """A broker test module skipped at import (e.g. importorskip) fails instead."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()  # type: ignore[attr-defined]
     if report.skipped and report.nodeid.replace("\\", "/").startswith("tests/kafka/"):
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
