@@ -1,1 +1,26 @@
-"""observe"""
+"""Harness → AG-UI observers, their continuation, and the output encoding (conversion-spec §1b, §1c)."""
+
+from worker.errors import AguiObservationError
+from worker.observe._content import execution_value, public_value, tool_result_content
+from worker.observe._encode import encode_event
+from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
+from worker.observe._observer import HarnessAguiObserver
+from worker.observe._processor import AguiEventProcessor
+from worker.observe._state import CursorModel, ObserverContinuation, StateModel
+from worker.observe._stream import HarnessAguiStreamObserver
+
+__all__ = [
+    "FRAGMENT_EVENT_NAME",
+    "AguiEventProcessor",
+    "AguiObservationError",
+    "CursorModel",
+    "HarnessAguiObserver",
+    "HarnessAguiStreamObserver",
+    "ObserverContinuation",
+    "StateModel",
+    "encode_event",
+    "execution_value",
+    "fragment_custom_event",
+    "public_value",
+    "tool_result_content",
+]

@@ -1,0 +1,39 @@
+"""`python -m worker <command>`: `convert` (offline files) and `run` (the Kafka worker)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per command."""
+    parser = argparse.ArgumentParser(prog="python -m worker")
+    commands = parser.add_subparsers(dest="command", required=True)
+    convert = commands.add_parser("convert", help="convert Harness wire JSONL to AG-UI JSONL")
+    convert.add_argument("--observer", choices=("stream", "plain"), default="stream")
+    convert.add_argument("--display", action="store_true", help="emit display-fold records instead")
+    convert.add_argument("--out-dir", default=None, help="write DIR/<file name> for each input file")
+    convert.add_argument("files", nargs="*", metavar="FILE")
+    # `run` is dispatched to worker.app.main_run before parsing; registered here for --help only.
+    commands.add_parser("run", help="run the Kafka worker (see `python -m worker run --help`)", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the command; returns the exit status."""
+    args_list = sys.argv[1:] if argv is None else argv
+    if args_list and args_list[0] == "run":
+        from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
+
+        return main_run(args_list[1:])
+    args = build_parser().parse_args(args_list)
+    from worker.convert import convert_paths  # noqa: PLC0415
+
+    return convert_paths(args.files, observer=args.observer, display=args.display, out_dir=args.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

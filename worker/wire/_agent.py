@@ -1,0 +1,283 @@
+"""Decoding of pydantic-ai stream events into their normalized JSON dump (spec §1a.2, §1e.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from worker.errors import DecodeError
+from worker.wire._fields import (
+    REQUIRED,
+    get_bool_or_none,
+    get_int,
+    get_obj,
+    get_str,
+    get_str_or_none,
+    kind_of,
+    normalize,
+)
+from worker.wire._items import AgentEvent
+
+__all__ = ["CAPABILITY_ENVELOPE", "INPUT_SOURCES", "decode_agent_event"]
+
+_R = REQUIRED
+_DATETIME = TypeAdapter(datetime)
+_PROVIDER = (("provider_name", None), ("provider_details", None))
+_TOOL_CALL = (("tool_name", _R), ("args", None), ("tool_call_id", _R), ("tool_kind", None), ("id", None))
+_PARTS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "text": (("content", _R), ("id", None), *_PROVIDER, ("citations", None), ("part_kind", "text")),
+    "thinking": (("content", _R), ("id", None), ("signature", None), *_PROVIDER, ("part_kind", "thinking")),
+    "tool-call": (*_TOOL_CALL, *_PROVIDER, ("part_kind", "tool-call")),
+    "builtin-tool-call": (*_TOOL_CALL, *_PROVIDER, ("part_kind", "builtin-tool-call")),
+    "builtin-tool-return": (
+        ("tool_name", _R), ("content", _R), ("tool_call_id", _R), ("tool_kind", None), ("metadata", None),
+        ("timestamp", _R), ("outcome", "success"), *_PROVIDER, ("part_kind", "builtin-tool-return"),
+    ),
+    "tool-return": (
+        ("tool_name", _R), ("content", _R), ("tool_call_id", _R), ("tool_kind", None), ("metadata", None),
+        ("timestamp", _R), ("outcome", "success"), ("retry", None), ("part_kind", "tool-return"),
+    ),
+    "file": (("content", _R), ("id", None), *_PROVIDER, ("part_kind", "file")),
+    "compaction": (("content", _R), ("id", None), *_PROVIDER, ("part_kind", "compaction")),
+}
+_OPAQUE_PARTS = frozenset({"speech", "retry-prompt"})
+_DELTAS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "text": (("content_delta", _R), *_PROVIDER, ("citations_delta", None), ("part_delta_kind", "text")),
+    "thinking": (
+        ("content_delta", None), ("signature_delta", None), *_PROVIDER, ("part_delta_kind", "thinking"),
+    ),
+    "tool_call": (
+        ("tool_name_delta", None), ("args_delta", None), ("tool_call_id", None), *_PROVIDER,
+        ("part_delta_kind", "tool_call"),
+    ),
+}
+_EVENTS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "part_start": (("index", _R), ("part", _R), ("previous_part_kind", None), ("event_kind", "part_start")),
+    "part_delta": (("index", _R), ("delta", _R), ("event_kind", "part_delta")),
+    "part_end": (("index", _R), ("part", _R), ("next_part_kind", None), ("event_kind", "part_end")),
+    "final_result": (("tool_name", _R), ("tool_call_id", _R), ("event_kind", "final_result")),
+    "function_tool_call": (("part", _R), ("args_valid", None), ("event_kind", "function_tool_call")),
+    "output_tool_call": (("part", _R), ("args_valid", None), ("event_kind", "output_tool_call")),
+    "function_tool_result": (("part", _R), ("content", None), ("event_kind", "function_tool_result")),
+    "output_tool_result": (("part", _R), ("event_kind", "output_tool_result")),
+    "enqueued_messages": (("enqueue_id", _R), ("messages", _R), ("parts", []), ("event_kind", "enqueued_messages")),
+    "deferred_tool_requests": (("requests", _R), ("event_kind", "deferred_tool_requests")),
+    "deferred_tool_results": (("results", _R), ("event_kind", "deferred_tool_results")),
+    "tool_availability_delta": (("part", _R), ("event_kind", "tool_availability_delta")),
+    "realtime_turn_complete": (("event_kind", "realtime_turn_complete"),),
+    "realtime_input_speech_start": (("item_id", None), ("event_kind", "realtime_input_speech_start")),
+    "realtime_input_speech_end": (("item_id", None), ("event_kind", "realtime_input_speech_end")),
+    "realtime_output_speech_start": (("event_kind", "realtime_output_speech_start"),),
+    "realtime_output_speech_end": (("event_kind", "realtime_output_speech_end"),),
+    "realtime_response_interrupted": (("event_kind", "realtime_response_interrupted"),),
+    "realtime_input_transcription_error": (
+        ("message", _R), ("type", None), ("code", None), ("item_id", None), ("content_index", None),
+        ("event_kind", "realtime_input_transcription_error"),
+    ),
+    "realtime_session_reconnect": (("state_restored", False), ("event_kind", "realtime_session_reconnect")),
+    "realtime_session_error": (
+        ("message", _R), ("type", None), ("code", None), ("recoverable", True),
+        ("event_kind", "realtime_session_error"),
+    ),
+}
+CAPABILITY_ENVELOPE = (
+    ("kind", _R), ("capability_id", None), ("tool_call_id", None), ("tool_name", None), ("event_kind", "capability"),
+)
+_CAPABILITIES: dict[str, tuple[tuple[str, Any], ...]] = {
+    "a13n.input.text": (("input_id", _R), ("source", _R), ("content", _R), ("metadata", None)),
+    "a13n.input.media": (("input_id", _R), ("source", _R), ("content", _R), ("metadata", None)),
+    "a13n.filesystem.edit_applied": (("file_path", _R), ("before", _R), ("after", _R)),
+    "a13n.context.handoff_summary": (("operation_id", _R), ("summary", _R), ("files", _R)),
+    "a13n.context.compaction_summary": (("operation_id", _R), ("summary", _R)),
+    "a13n.context.restored": (("source", _R), ("operation_id", _R)),
+    "a13n.shell.status": (("process_id", _R), ("phase", _R), ("exit_code", _R), ("callback", False)),
+}
+_ENVELOPE_NAMES = frozenset(name for name, _ in CAPABILITY_ENVELOPE)
+_CUSTOM_ENVELOPE = (("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
+INPUT_SOURCES = frozenset({"user", "steering", "context", "recovery", "async_subagent", "background_process"})
+_OUTCOMES = frozenset({"success", "failed", "denied", "interrupted", "retried"})
+_RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "unavailable_tool"})
+
+
+def _part(event: dict[str, Any], path: str, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+    part = get_obj(event, "part", path)
+    path = f"{path}.part"
+    kind = get_str(part, "part_kind", path)
+    if allowed is not None and kind not in allowed:
+        raise DecodeError(f"{path}.part_kind", f"unexpected part kind {kind!r}")
+    if kind in _OPAQUE_PARTS:
+        return part
+    fields = _PARTS.get(kind)
+    if fields is None:
+        raise DecodeError(f"{path}.part_kind", f"unknown part kind {kind!r}")
+    part = normalize(part, fields, path)
+    if kind in {"text", "thinking"}:
+        get_str(part, "content", path)
+        get_str_or_none(part, "id", path)
+        if kind == "thinking":
+            get_str_or_none(part, "signature", path)
+    elif kind in {"tool-call", "builtin-tool-call"}:
+        get_str(part, "tool_name", path)
+        get_str(part, "tool_call_id", path)
+        args = part["args"]
+        if args is not None and not isinstance(args, str | dict):
+            raise DecodeError(f"{path}.args", f"expected a string, object or null, got {kind_of(args)}")
+    elif kind in {"tool-return", "builtin-tool-return"}:
+        part = _tool_return(part, path)
+    return part
+
+
+def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
+    get_str(part, "tool_name", path)
+    get_str(part, "tool_call_id", path)
+    metadata = part["metadata"]
+    if metadata is not None and not isinstance(metadata, dict):
+        raise DecodeError(f"{path}.metadata", f"expected an object or null, got {kind_of(metadata)}")
+    outcome = part["outcome"]
+    if outcome not in _OUTCOMES:
+        raise DecodeError(f"{path}.outcome", f"expected one of {sorted(_OUTCOMES)}, got {outcome!r}")
+    try:
+        stamp = _DATETIME.dump_python(_DATETIME.validate_python(part["timestamp"]), mode="json")
+    except ValidationError as exc:
+        raise DecodeError(f"{path}.timestamp", f"invalid datetime {part['timestamp']!r}") from exc
+    retry = part.get("retry")
+    if retry is not None:
+        if not isinstance(retry, dict):
+            raise DecodeError(f"{path}.retry", f"expected an object or null, got {kind_of(retry)}")
+        retry = normalize(retry, (("cause", _R), ("attempt", None), ("max_retries", None)), f"{path}.retry")
+        if retry["cause"] not in _RETRY_CAUSES:
+            raise DecodeError(f"{path}.retry.cause", f"unknown retry cause {retry['cause']!r}")
+    if stamp != part["timestamp"] or retry is not part.get("retry"):
+        part = {**part, "timestamp": stamp}
+        if part["part_kind"] == "tool-return":
+            part["retry"] = retry
+    return part
+
+
+def _delta(event: dict[str, Any], path: str) -> dict[str, Any]:
+    delta = get_obj(event, "delta", path)
+    path = f"{path}.delta"
+    kind = get_str(delta, "part_delta_kind", path)
+    if kind == "speech":
+        return delta
+    fields = _DELTAS.get(kind)
+    if fields is None:
+        raise DecodeError(f"{path}.part_delta_kind", f"unknown part delta kind {kind!r}")
+    delta = normalize(delta, fields, path)
+    if kind == "text":
+        get_str(delta, "content_delta", path)
+    elif kind == "thinking":
+        get_str_or_none(delta, "content_delta", path)
+        get_str_or_none(delta, "signature_delta", path)
+    else:
+        get_str_or_none(delta, "tool_name_delta", path)
+        get_str_or_none(delta, "tool_call_id", path)
+        args = delta["args_delta"]
+        if args is not None and not isinstance(args, str | dict):
+            raise DecodeError(f"{path}.args_delta", f"expected a string, object or null, got {kind_of(args)}")
+    return delta
+
+
+def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
+    kind = get_str(event, "kind", path)
+    get_str_or_none(event, "capability_id", path)
+    get_str_or_none(event, "tool_call_id", path)
+    get_str_or_none(event, "tool_name", path)
+    payload_fields = _CAPABILITIES.get(kind)
+    if payload_fields is None:
+        extra = {key: value for key, value in event.items() if key not in _ENVELOPE_NAMES}
+        envelope = {name: event.get(name, default) for name, default in CAPABILITY_ENVELOPE}
+        return {**extra, **envelope} if extra else {**envelope, "data": None}
+    out = normalize(event, (*CAPABILITY_ENVELOPE, *payload_fields), path)
+    if kind.startswith("a13n.input."):
+        source = out["source"]
+        if source not in INPUT_SOURCES:
+            raise DecodeError(f"{path}.source", f"unknown input source {source!r}")
+        get_str(out, "input_id", path)
+        media = kind == "a13n.input.media"
+        content = out["content"]
+        if not isinstance(content, dict if media else str):
+            raise DecodeError(f"{path}.content", f"unexpected content type {kind_of(content)}")
+        metadata = out["metadata"]
+        if metadata is None:
+            metadata = {}
+        elif not isinstance(metadata, dict):
+            raise DecodeError(f"{path}.metadata", f"expected an object, got {kind_of(metadata)}")
+        out = {**out, "metadata": _content_metadata(metadata, media, f"{path}.metadata")}
+    return out
+
+
+def _content_metadata(metadata: dict[str, Any], media: bool, path: str) -> dict[str, Any]:
+    display = metadata.get("display", True)
+    source_id = metadata.get("source_id")
+    flag = metadata.get("media", media)
+    if not isinstance(display, bool) or not isinstance(flag, bool):
+        raise DecodeError(path, "display and media must be booleans")
+    if source_id is not None and not isinstance(source_id, str):
+        raise DecodeError(f"{path}.source_id", f"expected a string or null, got {kind_of(source_id)}")
+    rest = {k: v for k, v in metadata.items() if k not in ("display", "source_id", "media")}
+    return {"display": display, "source_id": source_id, "media": flag, **rest}
+
+
+def _custom(event: dict[str, Any], path: str) -> dict[str, Any]:
+    if "name" in event:
+        get_str(event, "name", path)
+    get_str_or_none(event, "tool_call_id", path)
+    get_str_or_none(event, "tool_name", path)
+    names = {name for name, _ in _CUSTOM_ENVELOPE}
+    extra = {key: value for key, value in event.items() if key not in names}
+    return {**normalize({k: v for k, v in event.items() if k in names}, _CUSTOM_ENVELOPE, path),
+            "data": extra or None}
+
+
+def _parts_event(event: dict[str, Any], path: str) -> None:
+    get_int(event, "index", path)
+
+
+def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
+    if kind == "part_delta":
+        _parts_event(event, path)
+        return {**event, "delta": d} if (d := _delta(event, path)) is not event["delta"] else event
+    if kind in {"part_start", "part_end"}:
+        _parts_event(event, path)
+    elif kind == "final_result":
+        get_str_or_none(event, "tool_name", path)
+        get_str_or_none(event, "tool_call_id", path)
+        return event
+    elif kind in ("function_tool_call", "output_tool_call"):
+        get_bool_or_none(event, "args_valid", path)
+        part = _part(event, path, frozenset({"tool-call", "builtin-tool-call"}))
+        return {**event, "part": part} if part is not event["part"] else event
+    elif kind == "enqueued_messages":
+        get_str(event, "enqueue_id", path)
+        return event
+    elif kind == "deferred_tool_results":
+        results = get_obj(event, "results", path)
+        get_obj(results, "calls", f"{path}.results")
+        get_obj(results, "approvals", f"{path}.results")
+        return event
+    elif kind not in ("function_tool_result", "output_tool_result", "tool_availability_delta"):
+        return event
+    part = _part(event, path)
+    return {**event, "part": part} if part is not event["part"] else event
+
+
+_SPECIAL: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+    "capability": _capability,
+    "custom": _custom,
+}
+
+
+def decode_agent_event(event: dict[str, Any], path: str) -> AgentEvent:
+    """Validate a pydantic-ai stream event and return it in the reference's re-dumped form."""
+    kind = get_str(event, "event_kind", path)
+    special = _SPECIAL.get(kind)
+    if special is not None:
+        return AgentEvent(kind, special(event, path))
+    fields = _EVENTS.get(kind)
+    if fields is None:
+        raise DecodeError(f"{path}.event_kind", f"unknown event kind {kind!r}")
+    return AgentEvent(kind, _check(kind, normalize(event, fields, path), path))

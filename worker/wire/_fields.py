@@ -1,0 +1,92 @@
+"""Typed field access on parsed JSON objects; every failure is a DecodeError naming the JSON path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.errors import DecodeError
+
+__all__ = ["REQUIRED", "get_bool_or_none", "get_int", "get_obj", "get_str", "get_str_or_none", "normalize"]
+
+REQUIRED: Any = object()
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__
+
+
+def _missing(obj: dict[str, Any], key: str, path: str) -> Any:
+    if key not in obj:
+        raise DecodeError(f"{path}.{key}", "required field is missing")
+    return obj[key]
+
+
+def get_obj(obj: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = obj[key] if key in obj else _missing(obj, key, path)
+    if not isinstance(value, dict):
+        raise DecodeError(f"{path}.{key}", f"expected an object, got {_kind(value)}")
+    return value
+
+
+def get_str(obj: dict[str, Any], key: str, path: str) -> str:
+    value = obj[key] if key in obj else _missing(obj, key, path)
+    if not isinstance(value, str):
+        raise DecodeError(f"{path}.{key}", f"expected a string, got {_kind(value)}")
+    return value
+
+
+def get_str_or_none(obj: dict[str, Any], key: str, path: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(f"{path}.{key}", f"expected a string or null, got {_kind(value)}")
+    return value
+
+
+def get_bool_or_none(obj: dict[str, Any], key: str, path: str) -> bool | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise DecodeError(f"{path}.{key}", f"expected a boolean or null, got {_kind(value)}")
+    return value
+
+
+def get_int(obj: dict[str, Any], key: str, path: str) -> int:
+    value = obj[key] if key in obj else _missing(obj, key, path)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DecodeError(f"{path}.{key}", f"expected an integer, got {_kind(value)}")
+    return value
+
+
+def kind_of(value: Any) -> str:
+    """The JSON type name of a parsed value, for error messages."""
+    return _kind(value)
+
+
+def normalize(obj: dict[str, Any], fields: tuple[tuple[str, Any], ...], path: str) -> dict[str, Any]:
+    """`obj` with exactly `fields` in declaration order, defaults filled; unknown members are dropped."""
+    if len(obj) == len(fields):
+        for (name, _), key in zip(fields, obj, strict=True):
+            if name != key:
+                break
+        else:
+            return obj
+    out: dict[str, Any] = {}
+    for name, default in fields:
+        if name in obj:
+            out[name] = obj[name]
+        elif default is REQUIRED:
+            raise DecodeError(f"{path}.{name}", "required field is missing")
+        else:
+            out[name] = default
+    return out

@@ -1,0 +1,96 @@
+"""Typed Harness wire items: slotted, immutable envelopes around validated JSON-shaped events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "AgentEvent",
+    "ExtensionEvent",
+    "HarnessEvent",
+    "HarnessItem",
+    "HarnessRunResultEvent",
+    "RunResult",
+    "is_terminal",
+    "timestamp_ms",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionEvent:
+    """A Harness extension event; `payload` is strict JSON, already redacted and within 64 KiB."""
+
+    kind: str
+    payload: Any
+    schema_version: str = "1"
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form in declaration order (schema_version, kind, payload)."""
+        return {"schema_version": self.schema_version, "kind": self.kind, "payload": self.payload}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """A pydantic-ai stream event held as its normalized JSON dump (fields in dataclass order)."""
+
+    event_kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A terminal outcome whose status/field combination has been checked (spec §1a.3)."""
+
+    status: str
+    usage: dict[str, Any]
+    output: Any = None
+    failure: dict[str, Any] | None = None
+    suspend_reason: str | None = None
+    deferred: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessEvent:
+    """One non-terminal source item of a Harness Run."""
+
+    thread_id: str
+    run_id: str
+    sequence: int
+    occurred_at: datetime
+    event: AgentEvent | ExtensionEvent
+    occurred_iso: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.occurred_iso:
+            object.__setattr__(self, "occurred_iso", self.occurred_at.isoformat())
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessRunResultEvent:
+    """The terminal source item of a Harness Run."""
+
+    thread_id: str
+    run_id: str
+    sequence: int
+    occurred_at: datetime
+    result: RunResult
+    occurred_iso: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.occurred_iso:
+            object.__setattr__(self, "occurred_iso", self.occurred_at.isoformat())
+
+
+HarnessItem = HarnessEvent | HarnessRunResultEvent
+
+
+def timestamp_ms(item: HarnessItem) -> int:
+    """Milliseconds since the epoch with the reference's float arithmetic (naive means host-local)."""
+    return int(item.occurred_at.timestamp() * 1000)
+
+
+def is_terminal(item: HarnessItem) -> bool:
+    """True for the run's terminal result item."""
+    return isinstance(item, HarnessRunResultEvent)
