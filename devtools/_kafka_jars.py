@@ -82,7 +82,5 @@ def resolve_jars(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path
         (home / "libs.sha256").write_text(digest + "\n")
         if verbose:
             count = len(list((home / "libs").glob("*.jar")))
-            print(
-                f"resolved Kafka {version}: {count} jars in {time.monotonic() - began:.1f} s -> {home}/libs"
-            )
+            print(f"resolved Kafka {version}: {count} jars in {time.monotonic() - began:.1f} s -> {home}/libs")
     return home / "libs"

@@ -86,9 +86,7 @@ def render_properties(
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def _java(
-    libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, brief: bool = False
-) -> list[str]:
+def _java(libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, brief: bool = False) -> list[str]:
     # A short-lived tool JVM (brief) only needs the C1 compiler and the serial collector: it starts faster.
     tuning = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"] if brief else ["-XX:+UseG1GC"]
     return [

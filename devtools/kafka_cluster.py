@@ -138,41 +138,57 @@ class KafkaCluster:
         if internal_partitions < 1:
             raise ConfigError(f"internal_partitions must be >= 1, got {internal_partitions}")
         libs = resolve_jars(version)
+        if shutil.which("java") is None:
+            raise KafkaWorkerError("cannot start Kafka: `java` (17 or newer) is not on PATH")
         owns = workdir is None
         root = Path(tempfile.mkdtemp(prefix="kafka-cluster-")) if workdir is None else workdir
+        settings = {"internal_partitions": internal_partitions, "extra": dict(broker_config or {})}
+        for attempt in (1, 2):
+            cluster = cls._build(root, libs, nodes, heap, settings, owns_workdir=owns, timeout=timeout)
+            try:
+                cluster._boot(libs)
+            except BaseException as exc:
+                detail = cluster._tails()
+                cluster.stop(keep_workdir=True)
+                if not isinstance(exc, KafkaWorkerError):
+                    raise
+                if attempt == 1 and ("BindException" in detail or "Address already in use" in detail):
+                    continue  # another process took a port between free_ports() and the bind: new ports
+                raise KafkaWorkerError(f"{exc}\nworkdir kept at {root}\n{detail}") from exc
+            break
+        return cluster
+
+    @classmethod
+    def _build(
+        cls, root: Path, libs: Path, nodes: int, heap: str, settings: dict[str, Any], *, owns_workdir: bool,
+        timeout: float,
+    ) -> KafkaCluster:  # fmt: skip
         ports = free_ports(2 * nodes)
         members = [
-            KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1], root / f"node-{i + 1}", libs, heap)
-            for i in range(nodes)
+            KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1], root / f"node-{i + 1}", libs, heap) for i in range(nodes)
         ]
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
         for node in members:
-            node.directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(node.directory, ignore_errors=True)
+            node.directory.mkdir(parents=True)
             node.properties.write_text(render_properties(
                 node_id=node.node_id, port=node.port, controller_port=node.controller_port,
-                log_dir=node.directory / "data", voters=voters, cluster_size=nodes,
-                internal_partitions=internal_partitions, extra=broker_config or {},
+                log_dir=node.directory / "data", voters=voters, cluster_size=nodes, **settings,
             ))  # fmt: skip
-        cluster = cls(members, root, owns_workdir=owns, timeout=timeout)
-        try:
-            cluster_id = _cluster_id()
-            with ThreadPoolExecutor(max_workers=min(nodes, 3)) as pool:
-                formats = [
-                    pool.submit(format_storage, libs, n.properties, cluster_id, n.directory / "format.log")
-                    for n in members
-                ]
-                for future in formats:
-                    future.result()
-            for node in members:
-                node.launch()
-            cluster._await_ready(list(range(nodes)))
-        except BaseException as exc:
-            detail = cluster._tails()
-            cluster.stop(keep_workdir=True)
-            if isinstance(exc, KafkaWorkerError):
-                raise KafkaWorkerError(f"{exc}\nworkdir kept at {root}\n{detail}") from exc
-            raise
-        return cluster
+        return cls(members, root, owns_workdir=owns_workdir, timeout=timeout)
+
+    def _boot(self, libs: Path) -> None:
+        cluster_id = _cluster_id()
+        with ThreadPoolExecutor(max_workers=min(self.size, 3)) as pool:
+            formats = [
+                pool.submit(format_storage, libs, n.properties, cluster_id, n.directory / "format.log")
+                for n in self._nodes
+            ]
+            for future in formats:
+                future.result()
+        for node in self._nodes:
+            node.launch()
+        self._await_ready(list(range(self.size)))
 
     @classmethod
     async def start_async(cls, nodes: int = 1, **options: Any) -> KafkaCluster:
@@ -200,9 +216,7 @@ class KafkaCluster:
     def __enter__(self) -> KafkaCluster:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     async def __aenter__(self) -> KafkaCluster:
@@ -318,8 +332,7 @@ class KafkaCluster:
                 seen = f"{type(exc).__name__}: {exc}"
             if time.monotonic() > deadline:
                 raise KafkaWorkerError(
-                    f"brokers {sorted(wanted)} not all registered after {self._timeout:.0f} s "
-                    f"(last seen: {seen})"
+                    f"brokers {sorted(wanted)} not all registered after {self._timeout:.0f} s (last seen: {seen})"
                 )
             time.sleep(0.25)
 
@@ -335,9 +348,7 @@ def _stop_leftovers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: start a cluster, print its bootstrap servers, run until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="python -m devtools.kafka_cluster", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m devtools.kafka_cluster", description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1, help="number of combined broker+controller nodes")
     parser.add_argument("--version", default=KAFKA_VERSION, help="Kafka release (Maven kafka_2.13)")
     parser.add_argument("--resolve-only", action="store_true", help="only resolve the jars into the cache")

@@ -44,9 +44,7 @@ async def _isr(bootstrap: str, topic: str) -> list[int]:
         await admin.close()
 
 
-async def test_session_broker_round_trips_a_record(
-    kafka_broker: KafkaBroker, topic_factory: TopicFactory
-) -> None:
+async def test_session_broker_round_trips_a_record(kafka_broker: KafkaBroker, topic_factory: TopicFactory) -> None:
     topic = topic_factory("rt")
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, acks="all")
     await producer.start()
@@ -79,9 +77,7 @@ def test_invalid_requests_name_the_offending_value(kafka_broker: KafkaBroker) ->
             kafka_broker.cluster.stop_node(7)
 
 
-def test_creating_an_existing_topic_is_an_error(
-    kafka_broker: KafkaBroker, topic_factory: TopicFactory
-) -> None:
+def test_creating_an_existing_topic_is_an_error(kafka_broker: KafkaBroker, topic_factory: TopicFactory) -> None:
     topic = topic_factory("dup")
     with pytest.raises(KafkaWorkerError, match=rf"{topic}.*error code 36"):  # TOPIC_ALREADY_EXISTS
         create_topic_on(kafka_broker.bootstrap_servers, topic)
@@ -118,8 +114,6 @@ async def test_acks_all_survives_leader_loss_and_the_node_rejoins(
     # The restarted node kept its data directory and catches up into the ISR again.
     deadline = time.monotonic() + 60
     while await _isr(bootstrap, topic) != [1, 2, 3]:
-        assert time.monotonic() < deadline, (
-            f"node {cluster3.node_id(leader)} never rejoined the ISR of {topic}"
-        )
+        assert time.monotonic() < deadline, f"node {cluster3.node_id(leader)} never rejoined the ISR of {topic}"
         await asyncio.sleep(0.5)
     assert cluster3.log_path(leader).read_text().count("Kafka Server started") == 2
