@@ -1,7 +1,8 @@
-"""The image's install step, done for real: build this project's wheel and install it into a fresh venv."""
+"""The image's install step, done for real: build the wheel from the Docker build context, install it fresh."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import ROOT
+from tests.deploy.test_dockerfile import stages
 
 
 def _run(*cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -18,11 +20,29 @@ def _run(*cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def _builder_context(dest: Path) -> Path:
+    """Copy exactly what the builder stage's COPY lines copy, so a file missing there fails here too."""
+    for word, args in stages()[0]:
+        if word != "COPY":
+            continue
+        *sources, target = args.split()
+        for source in sources:
+            src = ROOT / source
+            out = dest / (source if target in ("./", ".") else target.removeprefix("./"))
+            if src.is_dir():
+                shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, out)
+    return dest
+
+
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
+    context = _builder_context(tmp_path / "context")
     wheels = tmp_path / "wheels"
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-         "--wheel-dir", str(wheels), str(ROOT), cwd=tmp_path)
+         "--wheel-dir", str(wheels), ".", cwd=context)
     [wheel] = wheels.glob("harness_agui_worker-*.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
