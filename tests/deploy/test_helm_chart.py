@@ -176,6 +176,7 @@ def test_probes_use_the_metrics_port_and_health_paths(render: Render) -> None:
     [svc] = by_kind(objs, "Service")
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 9999, "targetPort": "metrics", "protocol": "TCP"}]
     assert svc["spec"]["selector"].items() <= workload(objs)["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["publishNotReadyAddresses"] is True  # rebuilding pods are scraped too
 
 
 @pytest.mark.parametrize("option", ["defaults", "statefulset"])

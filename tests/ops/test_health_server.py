@@ -124,3 +124,19 @@ async def test_stop_drops_an_idle_connection() -> None:
     await asyncio.wait_for(server.stop(), 10)
     assert await asyncio.wait_for(reader.read(), 10) == b""
     writer.close()
+
+
+class BrokenMetrics(Metrics):
+    def render(self) -> bytes:
+        raise RuntimeError("collector exploded")
+
+
+async def test_a_failing_handler_answers_500_and_keeps_serving() -> None:
+    server = HealthServer(BrokenMetrics(), Health(), "127.0.0.1", 0)
+    await server.start()
+    try:
+        status, _, body = await _get(server.port, "/metrics")
+        assert status == 500 and b"/metrics" in body
+        assert (await _get(server.port, "/livez"))[0] == 200
+    finally:
+        await server.stop()

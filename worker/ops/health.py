@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Final, Literal, get_args
@@ -18,7 +19,8 @@ _MAX_REQUEST_HEAD: Final = 8192
 _READ_TIMEOUT_S: Final = 5.0
 _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
                    408: "Request Timeout", 431: "Request Header Fields Too Large",
-                   503: "Service Unavailable"}  # fmt: skip
+                   500: "Internal Server Error", 503: "Service Unavailable"}
+_log = logging.getLogger(__name__)
 
 
 class Health:
@@ -150,9 +152,13 @@ class HealthServer:
         if method not in ("GET", "HEAD"):
             return 405, text, f"method {method} not allowed\n".encode(), False
         head_only = method == "HEAD"
-        if target == "/metrics":
-            return 200, CONTENT_TYPE, self.metrics.render(), head_only
-        if target in ("/livez", "/readyz"):
-            ok, why = self.health.live() if target == "/livez" else self.health.ready()
-            return (200 if ok else 503), text, f"{why}\n".encode(), head_only
+        try:
+            if target == "/metrics":
+                return 200, CONTENT_TYPE, self.metrics.render(), head_only
+            if target in ("/livez", "/readyz"):
+                ok, why = self.health.live() if target == "/livez" else self.health.ready()
+                return (200 if ok else 503), text, f"{why}\n".encode(), head_only
+        except Exception:
+            _log.exception("health server failed to answer %s %s", method, target)
+            return 500, text, f"internal error answering {target}\n".encode(), head_only
         return 404, text, f"no such path: {target}\n".encode(), head_only

@@ -1,0 +1,29 @@
+"""The public surface of worker.ops is exactly its `__all__`; the app and the Kafka layer import these names."""
+
+from __future__ import annotations
+
+import inspect
+
+import worker.ops
+from worker.ops import health, logging, metrics
+
+
+def test_package_exports() -> None:
+    assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "Metrics", "PartitionState",
+                                          "configure_logging"]
+    for name in worker.ops.__all__:
+        assert getattr(worker.ops, name) is not None
+
+
+def test_module_exports_exist() -> None:
+    for module in (health, logging, metrics):
+        for name in module.__all__:
+            assert hasattr(module, name), (module.__name__, name)
+
+
+def test_signatures_the_callers_rely_on() -> None:
+    assert list(inspect.signature(worker.ops.HealthServer).parameters) == ["metrics", "health", "host", "port"]
+    assert list(inspect.signature(worker.ops.configure_logging).parameters)[:2] == ["format", "level"]
+    assert list(inspect.signature(worker.ops.Health).parameters) == ["liveness_timeout_s", "clock"]
+    assert list(inspect.signature(worker.ops.Metrics.forget_partition).parameters) == [
+        "self", "topic", "partition"]
