@@ -25,6 +25,15 @@ def golden_path(name: str) -> Path:
     raise FileNotFoundError(f"golden file {name} is in none of {[str(d) for d in GOLDEN_DIRS]}")
 
 
+def golden_names() -> list[str]:
+    """Names of the golden runs that have a stream-observer output, from the first folder holding any."""
+    for folder in GOLDEN_DIRS:
+        names = sorted(p.name.removesuffix(".stream.agui.jsonl") for p in folder.glob("*.stream.agui.jsonl"))
+        if names:
+            return names
+    raise FileNotFoundError(f"no golden runs in {[str(d) for d in GOLDEN_DIRS]}")
+
+
 def golden_source(name: str) -> list[bytes]:
     """The source lines of golden run `name` as record values."""
     return [line for line in golden_path(f"{name}.jsonl").read_bytes().splitlines() if line.strip()]

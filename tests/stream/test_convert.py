@@ -7,13 +7,11 @@ import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, golden_path, golden_source, golden_stream_output, item, records
+from tests.stream._support import TOPIC, golden_names, golden_path, golden_source, golden_stream_output, item, records
 from worker.errors import WorkerError
 from worker.stream import Destination, OutboundRecord, PartitionState, SourceRecord, convert_partition
 
-GOLDEN = ["s01_hello", "s04_suspended", "s05_failed", "s07_errors", "c01_child_completed", "c03_child_nested",
-          "r0038", "r0063", "r0078"]
-needs_real_core = pytest.mark.skipif(REAL_CORE is None, reason="worker.wire/worker.observe not written yet")
+GOLDEN = golden_names()
 
 
 def as_records(name: str, *, start: int = 0) -> list[SourceRecord]:
@@ -45,10 +43,8 @@ def test_it_equals_processing_record_by_record() -> None:
                                                  Destination.OUTPUT, Destination.DEAD_LETTER]
 
 
-@needs_real_core
 @pytest.mark.parametrize("name", GOLDEN)
 def test_each_golden_run_converts_to_its_reference_stream_output(name: str) -> None:
-    assert REAL_CORE is not None
     out = convert_partition(as_records(name), core=REAL_CORE)
     expected = golden_stream_output(name)
     errors = sum(1 for line in golden_path(f"{name}.stream.agui.jsonl").read_bytes().splitlines()
@@ -62,9 +58,7 @@ def test_each_golden_run_converts_to_its_reference_stream_output(name: str) -> N
         f"{root}:{n}" for n in range(len(expected))]
 
 
-@needs_real_core
 def test_interleaved_golden_runs_each_keep_their_reference_output() -> None:
-    assert REAL_CORE is not None
     names = ["c01_child_completed", "s07_errors", "r0063", "s04_suspended"]
     queues = [as_records(n) for n in names]
     pairs = []
@@ -80,3 +74,18 @@ def test_interleaved_golden_runs_each_keep_their_reference_output() -> None:
         root = orjson.loads(golden_source(name)[0])["run_id"].encode()
         got = [orjson.loads(r.value or b"") for r in outputs_of(out, root)]
         assert got == [orjson.loads(line) for line in golden_stream_output(name)], name
+
+
+def test_a_malformed_inline_delegation_is_an_observation_error_and_the_run_flows_on() -> None:
+    lines = golden_source("c01_child_completed")
+    at = next(i for i, line in enumerate(lines) if b'"inline_delegation"' in line)
+    broken = orjson.loads(lines[at])
+    broken["event"]["payload"]["action"] = "exploded"
+    lines[at] = orjson.dumps(broken)
+    out = convert_partition(records([("run-root-00", line) for line in lines]), core=REAL_CORE)
+    dead = [r for r in out if r.destination is Destination.DEAD_LETTER]
+    assert [r.reason for r in dead] == ["observation-error"]
+    assert b"ValidationError" in dict(dead[0].headers)["dlq-message"]
+    assert dict(dead[0].headers)["dlq-source-offset"] == str(at).encode()
+    published = outputs_of(out, b"run-root-00")
+    assert published[-1].event_type == "RUN_FINISHED"
