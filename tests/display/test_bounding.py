@@ -1,4 +1,4 @@
-"""Payload bounds: without full_content/retain_content big texts, results and observations are cut; with them kept."""
+"""Payload bounds: big texts, results and observations are cut unless full_content/retain_content."""
 
 from __future__ import annotations
 
@@ -153,9 +153,7 @@ def test_small_observation_is_kept_whole() -> None:
 
 
 @pytest.mark.parametrize(("policy", "omitted"), [({}, True), ({"retain_content": True}, False)])
-def test_streamed_arguments_fold_into_one_observation_until_the_bound(
-    policy: dict[str, bool], omitted: bool
-) -> None:
+def test_streamed_arguments_fold_into_one_observation_until_the_bound(policy: dict[str, bool], omitted: bool) -> None:
     chunk = "a" * 20000
     fold = DisplayFold("run-t", **policy)
     records = fold.fold([args_delta(1, chunk, BASE_TS + n, sequence=n) for n in range(3)])

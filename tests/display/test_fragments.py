@@ -1,4 +1,4 @@
-"""CustomEventAssembler: in-order frames rebuild the event; every anomaly drops data and raises the gap flag."""
+"""CustomEventAssembler: in-order frames rebuild the event; any anomaly drops data and sets the gap flag."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from ag_ui.core import CustomEvent
 
-from worker.display import FRAGMENT_EVENT_NAME, CustomEventAssembler, FragmentState
+from worker.display import CustomEventAssembler, FragmentState
+from worker.observe import FRAGMENT_EVENT_NAME
 
 
 def _inner(size: int = 200, name: str = "a13n.harness.context") -> dict[str, Any]:

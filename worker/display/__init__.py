@@ -5,13 +5,12 @@ from worker.display.bounding import (
     MAX_FIELD_CHARS,
     MAX_OBSERVATION_BYTES,
     ContentPolicy,
-    EventProcessor,
     bound_event,
     bounding_processor,
     json_size,
 )
 from worker.display.fold import DisplayFold
-from worker.display.fragments import FRAGMENT_EVENT_NAME, Assembly, CustomEventAssembler, FragmentState
+from worker.display.fragments import Assembly, CustomEventAssembler, FragmentState
 from worker.display.items import (
     ContentRef,
     Item,
@@ -27,7 +26,6 @@ from worker.display.snapshot import ArgumentStream, DisplayContinuation, Display
 
 __all__ = [
     "AUTHORED_INPUT_EVENT_NAMES",
-    "FRAGMENT_EVENT_NAME",
     "MAX_FIELD_CHARS",
     "MAX_OBSERVATION_BYTES",
     "ArgumentStream",
@@ -38,7 +36,6 @@ __all__ = [
     "DisplayContinuation",
     "DisplayFold",
     "DisplaySnapshot",
-    "EventProcessor",
     "FileSource",
     "FragmentState",
     "Item",

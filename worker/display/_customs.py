@@ -109,9 +109,7 @@ class CustomFolder:
         ledger.memory_sources[scope] = (*kept, *fresh)
 
     @staticmethod
-    def _fold_input(
-        ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool
-    ) -> ItemRef:
+    def _fold_input(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool) -> ItemRef:
         message_id = str(source["message_id"])
         content: dict[str, JsonValue] = {"messageId": message_id, "role": "user"}
         for field in ("subagentRunId", "metadata"):
@@ -173,9 +171,7 @@ class CustomFolder:
             state = _put_outcome(ledger, content, origin)
         return ledger.put(key, "tool_call", state, content, event_time(whole))
 
-    def _fold_arguments(
-        self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str
-    ) -> ItemRef:
+    def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> ItemRef:
         """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
         held = self.arguments
         if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:

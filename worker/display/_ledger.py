@@ -31,9 +31,7 @@ def scope_of(subagent_run_id: object) -> str:
 class Ledger:
     """Owns every item; `put` replaces an item whole, keeping its ordinal, first stream id and start time."""
 
-    def __init__(
-        self, run_id: str, attempt: int, items: Iterable[Item], first: int, policy: ContentPolicy
-    ) -> None:
+    def __init__(self, run_id: str, attempt: int, items: Iterable[Item], first: int, policy: ContentPolicy) -> None:
         self.run_id = run_id
         self.attempt = attempt
         self.policy = policy
@@ -69,9 +67,7 @@ class Ledger:
     def group(self, scope: str) -> str | None:
         return self.response_groups.get(scope)
 
-    def put(
-        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime
-    ) -> ItemRef:
+    def put(self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime) -> ItemRef:
         here = str(self.position)
         before = self.items.get(key)
         if before is None:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
 from pydantic import JsonValue
 
+from worker.observe import AguiEventProcessor
+
 __all__ = [
     "MAX_FIELD_CHARS",
     "MAX_OBSERVATION_BYTES",
     "OMITTED",
     "ContentPolicy",
-    "EventProcessor",
     "bound_event",
     "bounding_processor",
     "json_size",
@@ -28,8 +28,6 @@ MAX_OBSERVATION_BYTES = 32768
 # The value an over-large observation keeps.
 OMITTED: dict[str, JsonValue] = {"omitted": True}
 _PARTS_OMITTED = "Result parts omitted: display size limit exceeded."
-
-EventProcessor = Callable[[Any, BaseEvent], BaseEvent | None]
 
 
 def json_size(value: object) -> int:
@@ -52,10 +50,10 @@ def bound_event(event: BaseEvent) -> BaseEvent:
     return event
 
 
-def bounding_processor(processor: EventProcessor | None, *, bounded: bool) -> EventProcessor:
+def bounding_processor(processor: AguiEventProcessor | None, *, bounded: bool) -> AguiEventProcessor:
     """The caller's processor (or identity) followed, when `bounded`, by `bound_event` on every kept event."""
 
-    def process(source: Any, event: BaseEvent) -> BaseEvent | None:
+    def process(source: Any, event: Any) -> Any:
         kept = event if processor is None else processor(source, event)
         if kept is None or not bounded:
             return kept

@@ -10,13 +10,14 @@ from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call
 from worker.display._ledger import Ledger, event_time
 from worker.display._standard import fold_standard
-from worker.display.bounding import ContentPolicy, EventProcessor, bounding_processor
+from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
 from worker.display.items import Item, ItemRef, Observed, StreamPosition
 from worker.display.memory import MemorySource
 from worker.display.snapshot import DisplayContinuation, DisplaySnapshot
 from worker.errors import ConfigError
-from worker.observe import HarnessAguiStreamObserver
+from worker.observe import AguiEventProcessor, HarnessAguiStreamObserver
+from worker.wire import HarnessItem
 
 __all__ = ["DisplayFold"]
 
@@ -34,7 +35,7 @@ class DisplayFold:
         first: int = 1,
         full_content: bool = False,
         retain_content: bool = False,
-        processor: EventProcessor | None = None,
+        processor: AguiEventProcessor | None = None,
         continuation: DisplayContinuation | None = None,
     ) -> None:
         self._policy = ContentPolicy(full_content=full_content, retain_content=retain_content)
@@ -54,7 +55,7 @@ class DisplayFold:
         self._observer = HarnessAguiStreamObserver.restore(state.observer, processor=self._process)
 
     @classmethod
-    def restore(cls, snapshot: DisplaySnapshot, processor: EventProcessor | None = None) -> DisplayFold:
+    def restore(cls, snapshot: DisplaySnapshot, processor: AguiEventProcessor | None = None) -> DisplayFold:
         """The fold that continues from `snapshot`; `processor` must be the one the exporting fold used."""
         state = snapshot.continuation
         return cls(
@@ -85,11 +86,11 @@ class DisplayFold:
         """Read-only view of the items by id, in first-seen order."""
         return MappingProxyType(self._ledger.items)
 
-    def events(self, source: object) -> list[dict[str, Any]]:
+    def events(self, source: HarnessItem) -> list[dict[str, Any]]:
         """Observe one source item and return its AG-UI events as the JSON dicts the stream carries."""
         return [event.model_dump(mode="json", by_alias=True) for event in self._observer.observe(source)]
 
-    def fold(self, events: Iterable[Mapping[str, Any]], source: object | None = None) -> list[Observed]:
+    def fold(self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None) -> list[Observed]:
         """Give each event the next sequence and fold it; when `source` is a tool result the observer did not
         present, that call's item fails and the last record reports it."""
         ledger = self._ledger
@@ -111,7 +112,7 @@ class DisplayFold:
             return self._customs.fold(self._ledger, event)
         return fold_standard(self._ledger, event)
 
-    def _fail_tool_call(self, source: object, last: Mapping[str, Any]) -> ItemRef | None:
+    def _fail_tool_call(self, source: HarnessItem, last: Mapping[str, Any]) -> ItemRef | None:
         failed = failed_tool_call(source)
         if failed is None:
             return None
@@ -166,13 +167,9 @@ def _with_memory(ref: ItemRef, item: Item) -> ItemRef:
 
 def _check_matches(state: DisplayContinuation, *, run_id: str, attempt: int, policy: ContentPolicy) -> None:
     if state.run_id != run_id:
-        raise ConfigError(
-            f"display continuation run_id {state.run_id!r} does not match the fold's {run_id!r}"
-        )
+        raise ConfigError(f"display continuation run_id {state.run_id!r} does not match the fold's {run_id!r}")
     if state.position.attempt != attempt:
-        raise ConfigError(
-            f"display continuation attempt {state.position.attempt} does not match the fold's {attempt}"
-        )
+        raise ConfigError(f"display continuation attempt {state.position.attempt} does not match the fold's {attempt}")
     if state.full_content != policy.full_content or state.retain_content != policy.retain_content:
         raise ConfigError(
             "display continuation content policy "

@@ -8,9 +8,10 @@ from typing import Any
 from ag_ui.core import CustomEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["FRAGMENT_EVENT_NAME", "Assembly", "CustomEventAssembler", "FragmentState"]
+from worker.observe import FRAGMENT_EVENT_NAME
 
-FRAGMENT_EVENT_NAME = "a13n.stream.fragment"
+__all__ = ["Assembly", "CustomEventAssembler", "FragmentState"]
+
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_PENDING = 8
 

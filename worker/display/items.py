@@ -79,9 +79,7 @@ class ItemRef(BaseModel):
     ordinal: int = Field(ge=1)
     response_group: str | None = None
     failure: dict[str, JsonValue] | None = None
-    memory_sources: tuple[MemorySource, ...] | None = Field(
-        default=None, exclude_if=lambda sources: sources is None
-    )
+    memory_sources: tuple[MemorySource, ...] | None = Field(default=None, exclude_if=lambda sources: sources is None)
 
 
 class Observed(BaseModel):

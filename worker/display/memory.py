@@ -8,9 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 __all__ = ["FileSource", "MemorySource", "RecordSource", "memory_sources"]
 
-MemoryStatus = Literal[
-    "recalled", "failed", "timeout", "full", "changes", "unchanged", "omitted", "unavailable"
-]
+MemoryStatus = Literal["recalled", "failed", "timeout", "full", "changes", "unchanged", "omitted", "unavailable"]
 
 # Statuses that claim a delivery, so the evidence list (records or files) must be present.
 _DELIVERED = frozenset({"recalled", "full", "changes", "unchanged", "omitted"})
