@@ -18,7 +18,7 @@ from aiokafka.structs import OffsetAndMetadata
 from devtools.kafka_cluster import KafkaCluster
 from tests.kafka.conftest import TopicFactory, UniqueNames
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 
 async def _txn_producer(bootstrap: str, transactional_id: str) -> AIOKafkaProducer:

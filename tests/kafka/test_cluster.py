@@ -13,7 +13,7 @@ from devtools.kafka_cluster import KafkaCluster, create_topic_on
 from tests.kafka.conftest import KafkaBroker, TopicFactory, UniqueNames
 from worker.errors import ConfigError, KafkaWorkerError
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 
 async def _read_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
