@@ -98,7 +98,7 @@ def _java(libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, 
 
 def format_storage(libs: Path, properties: Path, cluster_id: str, node_log: Path) -> None:
     """Run `kafka.tools.StorageTool format` for one node (static voters, so no `--standalone`)."""
-    command = _java(libs, "kafka.tools.StorageTool", ["format", "-t", cluster_id, "-c", str(properties)],
+    command = _java(libs, "kafka.tools.StorageTool", ["format", f"--cluster-id={cluster_id}", f"--config={properties}"],
                     node_log, "256m", brief=True)  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
