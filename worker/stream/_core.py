@@ -8,6 +8,9 @@ from typing import Any, Protocol
 
 from ag_ui.core import BaseEvent
 
+from worker.observe import HarnessAguiStreamObserver, encode_event
+from worker.wire import decode_item, is_terminal, timestamp_ms
+
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core"]
 
 
@@ -43,9 +46,6 @@ class StreamCore:
 
 def default_core() -> StreamCore:
     """Return the real core: `worker.wire` decoding and the stream observer without an event log."""
-    from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: PLC0415
-    from worker.wire import decode_item, is_terminal, timestamp_ms  # noqa: PLC0415
-
     def new_observer() -> StreamObserver:
         return HarnessAguiStreamObserver(retain_events=False)
 
