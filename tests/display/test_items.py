@@ -8,7 +8,7 @@ import pytest
 
 from tests.display._events import BASE_TS, custom, text, tool
 from worker.display import DisplayFold, DisplaySnapshot, item_id
-from worker.errors import ConfigError
+from worker.errors import AguiObservationError, ConfigError
 
 REQUEST_STARTED = {
     "schema_version": "1",
@@ -148,3 +148,18 @@ def test_events_without_timestamp_use_the_epoch_not_the_clock() -> None:
     fold.fold([{"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}])
     [item] = fold.export().items
     assert item.started_at.timestamp() == 0
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        ({"timestamp": 1}, "type"),
+        ({"type": "TEXT_MESSAGE_START", "timestamp": 1}, "messageId"),
+        ({"type": "TOOL_CALL_ARGS", "timestamp": 1, "toolCallId": "c"}, "delta"),
+    ],
+)
+def test_malformed_event_refuses_the_whole_batch(event: dict[str, object], field: str) -> None:
+    fold = DisplayFold("run-t")
+    with pytest.raises(AguiObservationError, match=field):
+        fold.fold([text("START", "ok", BASE_TS), event])
+    assert not fold.items and fold.position.sequence == 0

@@ -80,8 +80,8 @@ class CustomFolder:
         if name == "a13n.harness.context" and payload is not None:
             self._note_memory(ledger, scope, payload)
         media = name == _MEDIA_INPUT and source is not None and source.get("source") in _AUTHORED_SOURCES
-        if name in AUTHORED_INPUT_EVENT_NAMES or media:
-            assert source is not None
+        authored = name in AUTHORED_INPUT_EVENT_NAMES or media
+        if authored and source is not None and "message_id" in source and "content" in source:
             return self._fold_input(ledger, whole, source, media=media)
         if source is not None:
             ref = self._fold_tool(ledger, whole, source)

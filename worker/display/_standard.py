@@ -9,6 +9,7 @@ from pydantic import JsonValue
 
 from worker.display._ledger import Ledger, event_time, scope_of
 from worker.display.items import ItemKind, ItemRef, ItemState
+from worker.errors import AguiObservationError
 
 # Event type -> (item kind, field naming the item's source id).
 _SOURCES: dict[str, tuple[ItemKind, str]] = {
@@ -47,6 +48,18 @@ _MIRRORED = (
 LIFECYCLE_EVENTS = frozenset(
     {"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"}
 )
+
+
+def check_event(event: Mapping[str, Any]) -> None:
+    """Refuse, before anything is folded, an event lacking a field the fold reads."""
+    kind_name = event.get("type")
+    if not isinstance(kind_name, str):
+        raise AguiObservationError(f"display fold got an event without a string type: {kind_name!r}")
+    source = _SOURCES.get(kind_name)
+    if source is not None and not isinstance(event.get(source[1]), str):
+        raise AguiObservationError(f"display fold got a {kind_name} event whose {source[1]} is not a string")
+    if kind_name in _APPENDS and not isinstance(event.get("delta"), str):
+        raise AguiObservationError(f"display fold got a {kind_name} event whose delta is not a string")
 
 
 def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> ItemRef | None:

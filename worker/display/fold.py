@@ -9,7 +9,7 @@ from typing import Any
 from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call
 from worker.display._ledger import Ledger, event_time
-from worker.display._standard import fold_standard
+from worker.display._standard import check_event, fold_standard
 from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
 from worker.display.items import Item, ItemRef, Observed, StreamPosition
@@ -92,10 +92,13 @@ class DisplayFold:
 
     def fold(self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None) -> list[Observed]:
         """Give each event the next sequence and fold it; when `source` is a tool result the observer did not
-        present, that call's item fails and the last record reports it."""
+        present, that call's item fails and the last record reports it. A malformed event refuses the batch."""
         ledger = self._ledger
+        batch = list(events)
+        for event in batch:
+            check_event(event)
         records: list[Observed] = []
-        for event in events:
+        for event in batch:
             ledger.sequence += 1
             ref = self._fold_one(event)
             if ref is not None and event["type"] == "TEXT_MESSAGE_END":
