@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import binascii
-import json
 from typing import Any
 
 from ag_ui.core import AudioPart, DocumentPart, FileSource, ImagePart, TextPart, UrlSource, VideoPart
+
+from worker.observe._json import sorted_json
 
 __all__ = ["execution_value", "media_description", "public_value", "tool_result_content"]
 
@@ -73,7 +74,7 @@ def public_value(value: Any) -> Any:
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(public_value(value), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return sorted_json(public_value(value))
 
 
 def _part(description: dict[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from ag_ui.core import BaseEvent, CustomEvent
 
 from worker.errors import AguiObservationError
 from worker.observe._convert import convert_event
-from worker.observe._fragments import fragment_custom_event
+from worker.observe._fragments import FRAGMENT_LIMIT_BYTES, fragment_custom_event
 from worker.observe._parts import close_parts
 from worker.observe._processor import AguiEventProcessor, validate_replacement
 from worker.observe._state import Draft, ObserverContinuation, RunState, StateModel
@@ -19,6 +19,9 @@ from worker.wire import HarnessEvent, HarnessItem, HarnessRunResultEvent, timest
 __all__ = ["HarnessAguiObserver"]
 
 Commit = Callable[[], None]
+# A CUSTOM re-serializes its source record: JSON numbers can grow 4.5x ("1e15"), redaction and defaults
+# add little, so a record this short cannot yield a CUSTOM over the 48 KiB fragmentation limit.
+_SURELY_SMALL = (FRAGMENT_LIMIT_BYTES - 4096) // 5
 
 
 class HarnessAguiObserver:
@@ -66,8 +69,9 @@ class HarnessAguiObserver:
                     processed.append(validate_replacement(event, candidate))
             events = processed
         frames: list[BaseEvent] = []
+        small = 0 < item.wire_size <= _SURELY_SMALL
         for index, event in enumerate(events):
-            if isinstance(event, CustomEvent):
+            if isinstance(event, CustomEvent) and not small:
                 identity = f"{item.thread_id}:{item.run_id}:{item.sequence}:{index}"
                 frames.extend(fragment_custom_event(event, identity=identity))
             else:

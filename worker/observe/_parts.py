@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +20,7 @@ from ag_ui.core import (
 )
 
 from worker.errors import AguiObservationError
+from worker.observe._json import sorted_json
 from worker.observe._state import CursorKind, Draft, PartCursor
 
 __all__ = ["close_parts", "part_delta", "part_end", "part_start"]
@@ -177,9 +177,7 @@ def part_end(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> list[
         out = [ToolCallStartEvent(timestamp=ts, tool_call_id=call_id, tool_call_name=part["tool_name"])]
         args = part["args"]
         if args is not None:
-            text = args if isinstance(args, str) else json.dumps(
-                args, ensure_ascii=False, separators=(",", ":"), sort_keys=True
-            )
+            text = args if isinstance(args, str) else sorted_json(args)
             out.append(ToolCallArgsEvent(timestamp=ts, tool_call_id=call_id, delta=text))
         out.append(ToolCallEndEvent(timestamp=ts, tool_call_id=call_id))
         return out

@@ -11,6 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from worker.errors import DecodeError
 from worker.wire._fields import (
     REQUIRED,
+    Shape,
     get_bool_or_none,
     get_int,
     get_obj,
@@ -27,58 +28,60 @@ _R = REQUIRED
 _DATETIME = TypeAdapter(datetime)
 _PROVIDER = (("provider_name", None), ("provider_details", None))
 _TOOL_CALL = (("tool_name", _R), ("args", None), ("tool_call_id", _R), ("tool_kind", None), ("id", None))
-_PARTS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "text": (("content", _R), ("id", None), *_PROVIDER, ("citations", None), ("part_kind", "text")),
-    "thinking": (("content", _R), ("id", None), ("signature", None), *_PROVIDER, ("part_kind", "thinking")),
-    "tool-call": (*_TOOL_CALL, *_PROVIDER, ("part_kind", "tool-call")),
-    "builtin-tool-call": (*_TOOL_CALL, *_PROVIDER, ("part_kind", "builtin-tool-call")),
-    "builtin-tool-return": (
+_PARTS: dict[str, Shape] = {
+    "text": Shape(("content", _R), ("id", None), *_PROVIDER, ("citations", None), ("part_kind", "text")),
+    "thinking": Shape(("content", _R), ("id", None), ("signature", None), *_PROVIDER, ("part_kind", "thinking")),
+    "tool-call": Shape(*_TOOL_CALL, *_PROVIDER, ("part_kind", "tool-call")),
+    "builtin-tool-call": Shape(*_TOOL_CALL, *_PROVIDER, ("part_kind", "builtin-tool-call")),
+    "builtin-tool-return": Shape(
         ("tool_name", _R), ("content", _R), ("tool_call_id", _R), ("tool_kind", None), ("metadata", None),
         ("timestamp", _R), ("outcome", "success"), *_PROVIDER, ("part_kind", "builtin-tool-return"),
     ),
-    "tool-return": (
+    "tool-return": Shape(
         ("tool_name", _R), ("content", _R), ("tool_call_id", _R), ("tool_kind", None), ("metadata", None),
         ("timestamp", _R), ("outcome", "success"), ("retry", None), ("part_kind", "tool-return"),
     ),
-    "file": (("content", _R), ("id", None), *_PROVIDER, ("part_kind", "file")),
-    "compaction": (("content", _R), ("id", None), *_PROVIDER, ("part_kind", "compaction")),
+    "file": Shape(("content", _R), ("id", None), *_PROVIDER, ("part_kind", "file")),
+    "compaction": Shape(("content", _R), ("id", None), *_PROVIDER, ("part_kind", "compaction")),
 }
 _OPAQUE_PARTS = frozenset({"speech", "retry-prompt"})
-_DELTAS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "text": (("content_delta", _R), *_PROVIDER, ("citations_delta", None), ("part_delta_kind", "text")),
-    "thinking": (
+_DELTAS: dict[str, Shape] = {
+    "text": Shape(("content_delta", _R), *_PROVIDER, ("citations_delta", None), ("part_delta_kind", "text")),
+    "thinking": Shape(
         ("content_delta", None), ("signature_delta", None), *_PROVIDER, ("part_delta_kind", "thinking"),
     ),
-    "tool_call": (
+    "tool_call": Shape(
         ("tool_name_delta", None), ("args_delta", None), ("tool_call_id", None), *_PROVIDER,
         ("part_delta_kind", "tool_call"),
     ),
 }
-_EVENTS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "part_start": (("index", _R), ("part", _R), ("previous_part_kind", None), ("event_kind", "part_start")),
-    "part_delta": (("index", _R), ("delta", _R), ("event_kind", "part_delta")),
-    "part_end": (("index", _R), ("part", _R), ("next_part_kind", None), ("event_kind", "part_end")),
-    "final_result": (("tool_name", _R), ("tool_call_id", _R), ("event_kind", "final_result")),
-    "function_tool_call": (("part", _R), ("args_valid", None), ("event_kind", "function_tool_call")),
-    "output_tool_call": (("part", _R), ("args_valid", None), ("event_kind", "output_tool_call")),
-    "function_tool_result": (("part", _R), ("content", None), ("event_kind", "function_tool_result")),
-    "output_tool_result": (("part", _R), ("event_kind", "output_tool_result")),
-    "enqueued_messages": (("enqueue_id", _R), ("messages", _R), ("parts", []), ("event_kind", "enqueued_messages")),
-    "deferred_tool_requests": (("requests", _R), ("event_kind", "deferred_tool_requests")),
-    "deferred_tool_results": (("results", _R), ("event_kind", "deferred_tool_results")),
-    "tool_availability_delta": (("part", _R), ("event_kind", "tool_availability_delta")),
-    "realtime_turn_complete": (("event_kind", "realtime_turn_complete"),),
-    "realtime_input_speech_start": (("item_id", None), ("event_kind", "realtime_input_speech_start")),
-    "realtime_input_speech_end": (("item_id", None), ("event_kind", "realtime_input_speech_end")),
-    "realtime_output_speech_start": (("event_kind", "realtime_output_speech_start"),),
-    "realtime_output_speech_end": (("event_kind", "realtime_output_speech_end"),),
-    "realtime_response_interrupted": (("event_kind", "realtime_response_interrupted"),),
-    "realtime_input_transcription_error": (
+_EVENTS: dict[str, Shape] = {
+    "part_start": Shape(("index", _R), ("part", _R), ("previous_part_kind", None), ("event_kind", "part_start")),
+    "part_delta": Shape(("index", _R), ("delta", _R), ("event_kind", "part_delta")),
+    "part_end": Shape(("index", _R), ("part", _R), ("next_part_kind", None), ("event_kind", "part_end")),
+    "final_result": Shape(("tool_name", _R), ("tool_call_id", _R), ("event_kind", "final_result")),
+    "function_tool_call": Shape(("part", _R), ("args_valid", None), ("event_kind", "function_tool_call")),
+    "output_tool_call": Shape(("part", _R), ("args_valid", None), ("event_kind", "output_tool_call")),
+    "function_tool_result": Shape(("part", _R), ("content", None), ("event_kind", "function_tool_result")),
+    "output_tool_result": Shape(("part", _R), ("event_kind", "output_tool_result")),
+    "enqueued_messages": Shape(
+        ("enqueue_id", _R), ("messages", _R), ("parts", []), ("event_kind", "enqueued_messages")
+    ),
+    "deferred_tool_requests": Shape(("requests", _R), ("event_kind", "deferred_tool_requests")),
+    "deferred_tool_results": Shape(("results", _R), ("event_kind", "deferred_tool_results")),
+    "tool_availability_delta": Shape(("part", _R), ("event_kind", "tool_availability_delta")),
+    "realtime_turn_complete": Shape(("event_kind", "realtime_turn_complete"),),
+    "realtime_input_speech_start": Shape(("item_id", None), ("event_kind", "realtime_input_speech_start")),
+    "realtime_input_speech_end": Shape(("item_id", None), ("event_kind", "realtime_input_speech_end")),
+    "realtime_output_speech_start": Shape(("event_kind", "realtime_output_speech_start"),),
+    "realtime_output_speech_end": Shape(("event_kind", "realtime_output_speech_end"),),
+    "realtime_response_interrupted": Shape(("event_kind", "realtime_response_interrupted"),),
+    "realtime_input_transcription_error": Shape(
         ("message", _R), ("type", None), ("code", None), ("item_id", None), ("content_index", None),
         ("event_kind", "realtime_input_transcription_error"),
     ),
-    "realtime_session_reconnect": (("state_restored", False), ("event_kind", "realtime_session_reconnect")),
-    "realtime_session_error": (
+    "realtime_session_reconnect": Shape(("state_restored", False), ("event_kind", "realtime_session_reconnect")),
+    "realtime_session_error": Shape(
         ("message", _R), ("type", None), ("code", None), ("recoverable", True),
         ("event_kind", "realtime_session_error"),
     ),
@@ -86,7 +89,7 @@ _EVENTS: dict[str, tuple[tuple[str, Any], ...]] = {
 CAPABILITY_ENVELOPE = (
     ("kind", _R), ("capability_id", None), ("tool_call_id", None), ("tool_name", None), ("event_kind", "capability"),
 )
-_CAPABILITIES: dict[str, tuple[tuple[str, Any], ...]] = {
+_CAPABILITY_PAYLOADS: dict[str, tuple[tuple[str, Any], ...]] = {
     "a13n.input.text": (("input_id", _R), ("source", _R), ("content", _R), ("metadata", None)),
     "a13n.input.media": (("input_id", _R), ("source", _R), ("content", _R), ("metadata", None)),
     "a13n.filesystem.edit_applied": (("file_path", _R), ("before", _R), ("after", _R)),
@@ -96,7 +99,9 @@ _CAPABILITIES: dict[str, tuple[tuple[str, Any], ...]] = {
     "a13n.shell.status": (("process_id", _R), ("phase", _R), ("exit_code", _R), ("callback", False)),
 }
 _ENVELOPE_NAMES = frozenset(name for name, _ in CAPABILITY_ENVELOPE)
-_CUSTOM_ENVELOPE = (("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
+_CAPABILITIES = {kind: Shape(*CAPABILITY_ENVELOPE, *fields) for kind, fields in _CAPABILITY_PAYLOADS.items()}
+_CUSTOM_ENVELOPE = Shape(("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
+_RETRY = Shape(("cause", _R), ("attempt", None), ("max_retries", None))
 INPUT_SOURCES = frozenset({"user", "steering", "context", "recovery", "async_subagent", "background_process"})
 _OUTCOMES = frozenset({"success", "failed", "denied", "interrupted", "retried"})
 _RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "unavailable_tool"})
@@ -147,7 +152,7 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     if retry is not None:
         if not isinstance(retry, dict):
             raise DecodeError(f"{path}.retry", f"expected an object or null, got {kind_of(retry)}")
-        retry = normalize(retry, (("cause", _R), ("attempt", None), ("max_retries", None)), f"{path}.retry")
+        retry = normalize(retry, _RETRY, f"{path}.retry")
         if retry["cause"] not in _RETRY_CAUSES:
             raise DecodeError(f"{path}.retry.cause", f"unknown retry cause {retry['cause']!r}")
     if stamp != part["timestamp"] or retry is not part.get("retry"):
@@ -191,7 +196,7 @@ def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
         extra = {key: value for key, value in event.items() if key not in _ENVELOPE_NAMES}
         envelope = {name: event.get(name, default) for name, default in CAPABILITY_ENVELOPE}
         return {**extra, **envelope} if extra else {**envelope, "data": None}
-    out = normalize(event, (*CAPABILITY_ENVELOPE, *payload_fields), path)
+    out = normalize(event, payload_fields, path)
     if kind.startswith("a13n.input."):
         source = out["source"]
         if source not in INPUT_SOURCES:
@@ -227,7 +232,7 @@ def _custom(event: dict[str, Any], path: str) -> dict[str, Any]:
         get_str(event, "name", path)
     get_str_or_none(event, "tool_call_id", path)
     get_str_or_none(event, "tool_name", path)
-    names = {name for name, _ in _CUSTOM_ENVELOPE}
+    names = _CUSTOM_ENVELOPE.names
     extra = {key: value for key, value in event.items() if key not in names}
     return {**normalize({k: v for k, v in event.items() if k in names}, _CUSTOM_ENVELOPE, path),
             "data": extra or None}

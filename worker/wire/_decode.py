@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,10 @@ EXTENSION_KINDS = frozenset(
 )
 MAX_EXTENSION_PAYLOAD_BYTES = 64 * 1024
 _DATETIME = TypeAdapter(datetime)
+# The common spelling, which `datetime.fromisoformat` reads exactly as pydantic does.
+_CANONICAL_TIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{6})?(?:Z|[+-][0-9]{2}:[0-9]{2})\Z"
+)
 _STATUSES = frozenset({"completed", "suspended", "failed", "cancelled"})
 _RETRY_HINTS = frozenset({"none", "new_run", "dependency_change"})
 _USAGE_INTS = (
@@ -54,6 +59,11 @@ def parse_datetime(value: Any, path: str) -> datetime:
     """Parse a datetime the way pydantic does (ISO text, `Z`, offsets, unix numbers)."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise DecodeError(path, f"expected a datetime string or number, got {kind_of(value)}")
+    if isinstance(value, str) and _CANONICAL_TIME.match(value):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass  # out-of-range fields: pydantic reports them
     try:
         return _DATETIME.validate_python(value)
     except ValidationError as exc:
@@ -153,6 +163,7 @@ def _ident(obj: dict[str, Any], key: str) -> str:
 def decode_item(value: bytes | str) -> HarnessItem:
     """Decode one wire record; anything malformed raises DecodeError(path, reason)."""
     data = _loads(value)
+    size = len(value) if isinstance(value, bytes) else 4 * len(value)  # an upper bound on UTF-8 bytes
     if not isinstance(data, dict):
         raise DecodeError("$", f"expected a JSON object, got {kind_of(data)}")
     thread_id, run_id = _ident(data, "thread_id"), _ident(data, "run_id")
@@ -167,7 +178,7 @@ def decode_item(value: bytes | str) -> HarnessItem:
         raise DecodeError("$", "exactly one of 'event' and 'result' must be present")
     if has_result:
         result = _result(get_obj(data, "result", "$"), "$.result")
-        return HarnessRunResultEvent(thread_id, run_id, sequence, occurred_at, result)
+        return HarnessRunResultEvent(thread_id, run_id, sequence, occurred_at, result, wire_size=size)
     event = get_obj(data, "event", "$")
     inner = decode_agent_event(event, "$.event") if "event_kind" in event else _extension(event, "$.event")
-    return HarnessEvent(thread_id, run_id, sequence, occurred_at, inner)
+    return HarnessEvent(thread_id, run_id, sequence, occurred_at, inner, wire_size=size)

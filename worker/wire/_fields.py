@@ -6,7 +6,17 @@ from typing import Any
 
 from worker.errors import DecodeError
 
-__all__ = ["REQUIRED", "get_bool_or_none", "get_int", "get_obj", "get_str", "get_str_or_none", "normalize"]
+__all__ = [
+    "REQUIRED",
+    "Shape",
+    "get_bool_or_none",
+    "get_int",
+    "get_obj",
+    "get_str",
+    "get_str_or_none",
+    "kind_of",
+    "normalize",
+]
 
 REQUIRED: Any = object()
 
@@ -73,16 +83,22 @@ def kind_of(value: Any) -> str:
     return _kind(value)
 
 
-def normalize(obj: dict[str, Any], fields: tuple[tuple[str, Any], ...], path: str) -> dict[str, Any]:
-    """`obj` with exactly `fields` in declaration order, defaults filled; unknown members are dropped."""
-    if len(obj) == len(fields):
-        for (name, _), key in zip(fields, obj, strict=True):
-            if name != key:
-                break
-        else:
-            return obj
+class Shape:
+    """An ordered field list with defaults (REQUIRED for none), as a pydantic-ai dataclass declares it."""
+
+    __slots__ = ("fields", "names")
+
+    def __init__(self, *fields: tuple[str, Any]) -> None:
+        self.fields = fields
+        self.names = tuple(name for name, _ in fields)
+
+
+def normalize(obj: dict[str, Any], shape: Shape, path: str) -> dict[str, Any]:
+    """`obj` with exactly the shape's fields in declaration order, defaults filled; unknown members dropped."""
+    if tuple(obj) == shape.names:
+        return obj
     out: dict[str, Any] = {}
-    for name, default in fields:
+    for name, default in shape.fields:
         if name in obj:
             out[name] = obj[name]
         elif default is REQUIRED:

@@ -53,18 +53,22 @@ class RunResult:
 
 @dataclass(frozen=True, slots=True)
 class HarnessEvent:
-    """One non-terminal source item of a Harness Run."""
+    """One non-terminal source item of a Harness Run; `wire_size` is its record length (0 when unknown)."""
 
     thread_id: str
     run_id: str
     sequence: int
     occurred_at: datetime
     event: AgentEvent | ExtensionEvent
-    occurred_iso: str = field(default="", compare=False, repr=False)
+    wire_size: int = field(default=0, compare=False, repr=False)
+    _iso: str = field(default="", init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self.occurred_iso:
-            object.__setattr__(self, "occurred_iso", self.occurred_at.isoformat())
+    @property
+    def occurred_iso(self) -> str:
+        """`occurred_at.isoformat()` (spec §1e.2), computed once."""
+        if not self._iso:
+            object.__setattr__(self, "_iso", self.occurred_at.isoformat())
+        return self._iso
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +80,15 @@ class HarnessRunResultEvent:
     sequence: int
     occurred_at: datetime
     result: RunResult
-    occurred_iso: str = field(default="", compare=False, repr=False)
+    wire_size: int = field(default=0, compare=False, repr=False)
+    _iso: str = field(default="", init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self.occurred_iso:
-            object.__setattr__(self, "occurred_iso", self.occurred_at.isoformat())
+    @property
+    def occurred_iso(self) -> str:
+        """`occurred_at.isoformat()` (spec §1e.2), computed once."""
+        if not self._iso:
+            object.__setattr__(self, "_iso", self.occurred_at.isoformat())
+        return self._iso
 
 
 HarnessItem = HarnessEvent | HarnessRunResultEvent
