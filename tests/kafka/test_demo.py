@@ -123,3 +123,21 @@ def test_format_event_shows_id_type_and_truncated_value() -> None:
     assert (event_id, kind) == ("run-1:7", "TEXT_MESSAGE_CONTENT")
     assert len(shown) == 160 and shown.endswith("…")
     assert format_event(headers, b'{"type":"X"}').endswith('  {"type":"X"}')
+
+
+def test_a_copy_converts_to_the_template_output_with_only_the_ids_changed() -> None:
+    from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: PLC0415
+    from worker.wire import decode_item  # noqa: PLC0415
+
+    def convert(lines: tuple[bytes, ...]) -> list[bytes]:
+        observer = HarnessAguiStreamObserver(retain_events=False)
+        return [encode_event(e) for line in lines for e in observer.observe(decode_item(line))]
+
+    for sample in load_samples():
+        copy = make_copy(sample, "salt", 3)
+        mapping = {old.encode(): new.encode() for old, new in zip(sample.ids, copy.ids, strict=True)}
+        old_ids = re.compile(b"|".join(re.escape(old) for old in mapping))
+        expected = [old_ids.sub(lambda m, ids=mapping: ids[m.group(0)], e) for e in convert(sample.lines)]
+        got = convert(copy.lines)
+        assert got, sample.name
+        assert got == expected, sample.name
