@@ -1,13 +1,15 @@
 """A real Apache Kafka 4.x KRaft cluster on loopback, started from the Maven jars, for tests and demos.
 
 Every node is a combined broker+controller JVM with its own free ports and data directory; node indexes
-are 0-based and node `i` has Kafka node id `i + 1`. Usage::
+are 0-based and node `i` has Kafka node id `i + 1`; whatever comes from Kafka metadata (a leader, a
+coordinator) is a node id, turned into an index with `index_of`. Usage::
 
     with KafkaCluster.start(nodes=3) as cluster:
         cluster.create_topic("t", partitions=2)
         ... cluster.bootstrap_servers ...
-        cluster.stop_node(0, kill=True)
-        cluster.start_node(0)
+        leader = cluster.index_of(cluster.leader_of("t", 0))
+        cluster.stop_node(leader, kill=True)
+        cluster.start_node(leader)
 
 CLI: ``python -m devtools.kafka_cluster [--nodes N]`` prints the bootstrap servers and runs until Ctrl-C;
 ``--resolve-only`` just fills the jar cache.
@@ -303,9 +305,8 @@ class KafkaCluster:
         await _create_topic(self.bootstrap_servers, topic, time.monotonic() + self._timeout)
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
-        """Node index of the current leader of `topic`-`partition` (-1 if it has none)."""
-        leader = _run(_leader(self.bootstrap_servers, topic, partition))
-        return -1 if leader < 0 else leader - 1
+        """Kafka node id of the current leader of `topic`-`partition` (-1 if it has none); see `index_of`."""
+        return _run(_leader(self.bootstrap_servers, topic, partition))
 
     # ---- internals -------------------------------------------------------------------------------------
     def _node(self, i: int) -> KafkaNode:
