@@ -176,9 +176,7 @@ async def passthrough_throughput(bootstrap: str, source: str, output: str, total
         await consumer.stop()
 
 
-async def commit_delays(
-    worker: Worker, rate: float, seconds: float, templates: list[SampleRun]
-) -> list[float]:
+async def commit_delays(worker: Worker, rate: float, seconds: float, templates: list[SampleRun]) -> list[float]:
     """Seconds from each source record's timestamp until its first output event is visible read_committed."""
     worker.start()
     await worker.wait_ready(partitions=3)
@@ -241,9 +239,7 @@ async def rebuild(make: Callable[[str], Worker], streams: int, templates: list[S
     """Fill one partition with `streams` open streams, process them live, restart: time the rebuild."""
     cut = [SampleRun(t.name, t.root_run_id, t.lines[: min(12, len(t.lines) - 1)], t.ids) for t in templates]
     live = make("d-live")
-    stats = await produce(
-        live.bootstrap, live.source, runs=streams, concurrency=streams, templates=cut, seed=5
-    )
+    stats = await produce(live.bootstrap, live.source, runs=streams, concurrency=streams, templates=cut, seed=5)
     live_rate = await worker_throughput(live, stats.items)
     again = make("d-restart")
     again.start()
@@ -284,9 +280,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     filled = await produce(bootstrap, src, runs=None, max_items=args.items, concurrency=200, seed=1)
     print(f"prefilled {filled.items} items of {filled.keys} runs in {filled.seconds:.1f} s", file=sys.stderr)
 
-    eos = await worker_throughput(
-        Worker(bootstrap, src, out, dlq, f"bench-{tag}-a", logdir, "a"), filled.items
-    )
+    eos = await worker_throughput(Worker(bootstrap, src, out, dlq, f"bench-{tag}-a", logdir, "a"), filled.items)
     print(f"(a) worker, exactly-once: {eos:,.0f} items/s", file=sys.stderr)
     plain = await passthrough_throughput(bootstrap, src, topic("plain"), filled.items)
     print(f"(b) plain passthrough: {plain:,.0f} items/s", file=sys.stderr)
@@ -302,9 +296,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
 
     src_d, out_d = topic("source-d", 1), topic("agui-d", 1)
     rb = await rebuild(
-        lambda name: Worker(
-            bootstrap, src_d, out_d, dlq, f"bench-{tag}-d", logdir, name, args.commit_interval_ms
-        ),
+        lambda name: Worker(bootstrap, src_d, out_d, dlq, f"bench-{tag}-d", logdir, name, args.commit_interval_ms),
         args.open_streams,
         templates,
     )
@@ -341,9 +333,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=20000, help="source items for (a) and (b)")
-    parser.add_argument(
-        "--open-streams", type=int, default=1000, help="open streams in the rebuilt partition"
-    )
+    parser.add_argument("--open-streams", type=int, default=1000, help="open streams in the rebuilt partition")
     parser.add_argument("--paced-seconds", type=float, default=15.0, help="length of the paced run (c)")
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     args = parser.parse_args(argv)
@@ -358,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         if cluster is not None:
             cluster.stop()
     width = max(len(r[0]) for r in rows)
-    print(f"\nend-to-end on {'external Kafka' if external else 'a local single-node Kafka'}, "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nend-to-end on {'external Kafka' if external else 'a local single-node Kafka'}, load average {load}, "
           f"{time.monotonic() - began:.0f} s total; worker logs in {logdir}")  # fmt: skip
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
