@@ -30,17 +30,22 @@ def expected(run: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in _lines(DATA / f"{run}.display.jsonl")]
 
 
-def _error(index: int, error: Exception) -> dict[str, Any]:
+def expected_lines(run: str) -> list[str]:
+    return _lines(DATA / f"{run}.display.jsonl")
+
+
+def _error(index: int, error: Exception) -> str:
     kind = "ValidationError" if isinstance(error, ValidationError | DecodeError) else type(error).__name__
-    return {"error": {"src": index, "type": kind, "message": str(error)}}
+    line = {"error": {"src": index, "type": kind, "message": str(error)}}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
-def fold_run(lines: Sequence[str], cuts: Iterable[int] = ()) -> list[dict[str, Any]]:
-    """Display output of `lines`; after each event count in `cuts`, export to JSON and restore."""
+def fold_run(lines: Sequence[str], cuts: Iterable[int] = ()) -> list[str]:
+    """Display output lines of `lines`; after each event count in `cuts`, export to JSON and restore."""
     pending = sorted(set(cuts))
     fold: DisplayFold | None = None
     folded = 0
-    out: list[dict[str, Any]] = []
+    out: list[str] = []
 
     def cut_here(current: DisplayFold) -> DisplayFold:
         while pending and pending[0] <= folded:
@@ -67,12 +72,12 @@ def fold_run(lines: Sequence[str], cuts: Iterable[int] = ()) -> list[dict[str, A
             stop = min([cut for cut in pending if cut > folded] + [folded + len(events) - start]) - folded
             chunk = events[start : start + stop]
             last = start + stop == len(events)
-            out.extend(record.model_dump(mode="json") for record in fold.fold(chunk, source=item if last else None))
+            out.extend(record.model_dump_json() for record in fold.fold(chunk, source=item if last else None))
             start += stop
             folded += stop
             fold = cut_here(fold)
     assert fold is not None, "a golden run has at least one decodable item"
-    out.append({"snapshot": fold.export().model_dump(mode="json")})
+    out.append('{"snapshot":' + fold.export().model_dump_json() + "}")
     return out
 
 
