@@ -12,8 +12,6 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from worker.errors import ConfigError
-from worker.kafka import KafkaRunner
-from worker.ops import Health, HealthServer, Metrics, configure_logging
 from worker.settings import Settings
 
 __all__ = ["build_parser", "main_run", "settings_from_args"]
@@ -56,7 +54,11 @@ def _safe(settings: Settings) -> dict[str, Any]:
     return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in settings.model_dump().items()}
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, early: list[int]) -> int:
+    # The Kafka stack loads here, after the early signal handler is in place (see main_run).
+    from worker.kafka import KafkaRunner  # noqa: PLC0415
+    from worker.ops import Health, HealthServer, Metrics  # noqa: PLC0415
+
     metrics = Metrics()
     health = Health()
     server = HealthServer(metrics, health, settings.metrics_host, settings.metrics_port) \
@@ -68,6 +70,8 @@ async def _serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if early:
+        stop.set()
     runner = KafkaRunner(settings, metrics, health)
     _log.info("worker starting", extra={"settings": _safe(settings)})
     try:
@@ -87,8 +91,11 @@ def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | No
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
+    # A stop requested while the process is still starting is honoured once the loop runs: nothing is open yet.
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    from worker.ops import configure_logging  # noqa: PLC0415
+
     configure_logging(settings.log_format, settings.log_level)
-    try:
-        return asyncio.run(_serve(settings))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(_serve(settings, early))

@@ -136,18 +136,37 @@ def test_zombie_is_fenced_and_publishes_nothing_more(topics: Topics) -> None:
     assert "fenced" in text or "Revoking" in text or "revoked" in text or not zombie.alive, text[-3000:]
 
 
-def test_clean_stop_commits_and_exits_in_bounded_time(topics: Topics) -> None:
+async def _until_live(w: WorkerProcess, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(m.startswith("partition rebuilt") for m in _log_messages(w)):
+        assert time.monotonic() < deadline and w.alive, w.log()[-3000:]
+        await asyncio.sleep(0.2)
+
+
+def test_sigterm_mid_stream_commits_and_exits_in_bounded_time(topics: Topics) -> None:
     runs = corpus(copies=1)
     w = topics.worker("w1").start()
 
     async def scenario() -> None:
         feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, interleave(runs), pace_s=0.001))
-        await asyncio.sleep(2)
+        await _until_live(w)
+        await asyncio.sleep(1.5)
         started = time.monotonic()
-        assert w.stop(timeout_s=30) == 0
+        assert w.stop(timeout_s=30) == 0, w.log()[-3000:]
         assert time.monotonic() - started < 25
         await feeder
 
     asyncio.run(scenario())
+    assert "worker stopped cleanly" in _log_messages(w)
     w2 = topics.worker("w2").start()
     _finish(topics, runs, [w2])
+
+
+def test_sigterm_while_joining_the_group_exits_cleanly(topics: Topics) -> None:
+    w = topics.worker("w1").start()
+    deadline = time.monotonic() + 30
+    while not w.log_records():  # the first log line comes once settings are read, before the group is joined
+        assert time.monotonic() < deadline and w.alive, w.log()[-3000:]
+        time.sleep(0.05)
+    assert w.stop(timeout_s=30) == 0, w.log()[-3000:]
+    assert "worker stopped cleanly" in _log_messages(w)
