@@ -6,12 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from devtools.kafka_tools import committed_lag, wait_caught_up
+from devtools.kafka_tools import GroupLag, committed_lag, wait_caught_up
 from devtools.sample_runs import produce
 from tests.kafka.conftest import TopicFactory, UniqueNames
 from tests.kafka.support import ROOT, WorkerProcess
@@ -21,8 +22,18 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 RUNS = 24
 
 
-async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[tuple[str, bytes]]]:
-    """Every committed record of `topic` as (agui-event-id, value) per key, in partition order."""
+@dataclass(frozen=True)
+class Event:
+    """One committed output record: its durable id, value, and the source record that produced it."""
+
+    id: str
+    value: bytes
+    source_partition: int
+    source_offset: int
+
+
+async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[Event]]:
+    """Every committed record of `topic` per key, in partition order."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False, group_id=None
     )
@@ -35,12 +46,15 @@ async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[tuple[st
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
-        out: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
+        out: dict[str, list[Event]] = defaultdict(list)
         while [tp for tp in parts if await consumer.position(tp) < ends[tp]]:
             for recs in (await consumer.getmany(timeout_ms=500)).values():
                 for r in recs:
                     headers = {k: v.decode() for k, v in r.headers}
-                    out[r.key.decode()].append((headers["agui-event-id"], r.value))
+                    out[r.key.decode()].append(Event(
+                        headers["agui-event-id"], r.value,
+                        int(headers["source-partition"]), int(headers["source-offset"]),
+                    ))  # fmt: skip
         return dict(out)
     finally:
         await consumer.stop()
@@ -97,7 +111,7 @@ async def test_reset_to_earliest_replays_the_same_durable_ids_into_a_fresh_topic
 
     assert second.keys() == first.keys()
     for key, events in first.items():
-        assert [i for i, _ in events] == [f"{key}:{n}" for n in range(len(events))], f"{key}: ids not 0..n-1"
+        assert [e.id for e in events] == [f"{key}:{n}" for n in range(len(events))], f"{key}: ids not 0..n-1"
         assert second[key] == events, f"{key}: replay differs (ids or values)"
 
 
@@ -107,3 +121,39 @@ def test_consumer_groups_tool_runs_the_upstream_command_class() -> None:
     wrong = _tool("no-such-tool")
     assert wrong.returncode == 2
     assert "unknown Kafka tool 'no-such-tool'" in wrong.stderr
+
+
+async def test_reset_into_the_middle_continues_every_stream_with_the_ids_of_the_first_pass(
+    kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames, tmp_path: Path
+) -> None:
+    """`--shift-by -N` leaves streams open at the new offset: the look-back rebuild restores their counters."""
+    bs = kafka_bootstrap
+    source = topic_factory("source", partitions=2)
+    first_out, second_out = topic_factory("agui1", partitions=2), topic_factory("agui2", partitions=2)
+    dlq = topic_factory("dlq", partitions=2)
+    group = unique_names("group")
+    await produce(bs, source, runs=12, rate=0, concurrency=12, salt="replay-mid", seed=3)
+
+    await _run_worker_until_caught_up(tmp_path, "first", bs, source, first_out, dlq, group)
+    first = await _read_committed(bs, first_out)
+    async with GroupLag(bs, group, source) as probe:
+        ends = await probe.committed()  # the first pass committed everything: these are the log ends
+    shift = min(ends.values()) // 2
+    reset = _tool(
+        "consumer-groups", "--bootstrap-server", bs, "--group", group, "--topic", source,
+        "--reset-offsets", "--shift-by", str(-shift), "--execute",
+    )  # fmt: skip
+    assert reset.returncode == 0, f"reset failed: {reset.stdout}\n{reset.stderr}"
+    restart_at = {p: end - shift for p, end in ends.items()}
+
+    await _run_worker_until_caught_up(tmp_path, "second", bs, source, second_out, dlq, group)
+    second = await _read_committed(bs, second_out)
+
+    expected = {
+        key: tail
+        for key, events in first.items()
+        if (tail := [e for e in events if e.source_offset >= restart_at[e.source_partition]])
+    }
+    open_at_restart = [k for k, tail in expected.items() if tail[0].id != f"{k}:0"]
+    assert open_at_restart, "the shift should cut through some streams"
+    assert second == expected
