@@ -68,7 +68,7 @@ class Ledger:
         return self.response_groups.get(scope)
 
     def put(self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime) -> ItemRef:
-        here = str(self.position)
+        here = f"{self.attempt}-{self.sequence}"
         before = self.items.get(key)
         if before is None:
             ordinal, first_id, started = self.next_ordinal, here, at
