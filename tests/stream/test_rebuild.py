@@ -23,6 +23,7 @@ SOURCES = {name: golden_source(name) for name in RUNS}
 class Scenario:
     records: list[SourceRecord]
     cuts: list[int]
+    memory: int
 
 
 def _root(value: bytes) -> str:
@@ -42,7 +43,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         merged.append(q.pop(0))
     keys = [_root(SOURCES[n][0]) for n in names]
     for _ in range(draw(st.integers(0, 8))):
-        op = draw(st.sampled_from(["dup", "dup", "drop", "junk", "tombstone", "bad-key", "mis-keyed"]))
+        op = draw(st.sampled_from(["dup", "dup", "drop", "junk", "tombstone", "bad-key", "mis-keyed", "refuse"]))
         i = draw(st.integers(0, len(merged) - 1))
         if op == "dup":
             merged.insert(draw(st.integers(i + 1, len(merged))), merged[i])
@@ -52,6 +53,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             merged.insert(i, (merged[i][0], b'{"thread_id": "t", "run_id": '))
         elif op == "tombstone":
             merged.insert(i, (merged[i][0], None))
+        elif op == "refuse" and merged[i][1] and merged[i][1].startswith(b'{"thread_id"'):
+            merged[i] = (merged[i][0], merged[i][1].replace(b'{"thread_id"', b'{"refuse":"agui","thread_id"', 1))
         elif op == "bad-key":
             merged.insert(i, (b"\xc3\x28", merged[i][1]))
         else:
@@ -61,12 +64,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     step = draw(st.integers(1, 3))  # offsets with holes, as transaction markers leave them
     recs = records(merged, start=draw(st.integers(0, 10)), step=step)
     cuts = draw(st.lists(st.integers(0, len(recs)), min_size=1, max_size=4, unique=True))
-    return Scenario(recs, cuts)
+    return Scenario(recs, cuts, draw(st.sampled_from([0, 1, 2, 10_000])))
 
 
-def run_full(core: StreamCore, recs: list[SourceRecord]) -> tuple[list[Outcome], list[int]]:
+def run_full(core: StreamCore, recs: list[SourceRecord], memory: int = 10_000) -> tuple[list[Outcome], list[int]]:
     """Outcomes of uninterrupted processing, and replay_from as it would be committed before each record."""
-    state = PartitionState(TOPIC, 0, core=core)
+    state = PartitionState(TOPIC, 0, core=core, closed_stream_memory=memory)
     outcomes, replay_starts = [], []
     for rec in recs:
         replay_starts.append(state.replay_from(rec.offset))
@@ -74,9 +77,11 @@ def run_full(core: StreamCore, recs: list[SourceRecord]) -> tuple[list[Outcome],
     return outcomes, replay_starts
 
 
-def rebuild_then_live(core: StreamCore, recs: list[SourceRecord], start: int, cut: int) -> list[Outcome]:
+def rebuild_then_live(
+    core: StreamCore, recs: list[SourceRecord], start: int, cut: int, memory: int = 10_000
+) -> list[Outcome]:
     """Replay recs[start:cut] without publishing into fresh state, then process recs[cut:] live."""
-    state = PartitionState(TOPIC, 0, core=core)
+    state = PartitionState(TOPIC, 0, core=core, closed_stream_memory=memory)
     for rec in recs[start:cut]:
         assert state.process(rec, publish=False).records == ()
     return [state.process(rec) for rec in recs[cut:]]
@@ -104,24 +109,24 @@ def forgotten_keys_reappear(recs: list[SourceRecord], start: int) -> bool:
 def test_replaying_a_prefix_then_going_live_publishes_exactly_what_uninterrupted_processing_does(
     core: StreamCore, scenario: Scenario
 ) -> None:
-    recs = scenario.records
-    full, replay_starts = run_full(core, recs)
+    recs, memory = scenario.records, scenario.memory
+    full, replay_starts = run_full(core, recs, memory)
     for cut in scenario.cuts:
-        assert rebuild_then_live(core, recs, 0, cut) == full[cut:]
+        assert rebuild_then_live(core, recs, 0, cut, memory) == full[cut:]
         if cut == len(recs):
             continue
         replay_from = replay_starts[cut]
         start = next(i for i, r in enumerate(recs) if r.offset >= replay_from)
         if not forgotten_keys_reappear(recs, start):
-            assert rebuild_then_live(core, recs, start, cut) == full[cut:]
+            assert rebuild_then_live(core, recs, start, cut, memory) == full[cut:]
 
 
 @pytest.mark.parametrize("core", CORES)
 @settings(max_examples=25, deadline=None)
 @given(scenario=scenarios())
 def test_replay_evolves_the_state_exactly_as_live_processing(core: StreamCore, scenario: Scenario) -> None:
-    live = PartitionState(TOPIC, 0, core=core)
-    replay = PartitionState(TOPIC, 0, core=core)
+    live = PartitionState(TOPIC, 0, core=core, closed_stream_memory=scenario.memory)
+    replay = PartitionState(TOPIC, 0, core=core, closed_stream_memory=scenario.memory)
     for rec in scenario.records:
         a, b = live.process(rec), replay.process(rec, publish=False)
         assert (a.verdict, a.reason, a.run_id) == (b.verdict, b.reason, b.run_id)
