@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from devtools.kafka_cluster import KAFKA_VERSION
 from worker.errors import ConfigError, KafkaWorkerError
@@ -180,7 +182,14 @@ class GroupLag:
 
     async def committed(self) -> dict[int, int]:
         """The group's committed offset per partition (0 where it has none)."""
-        got = await self._admin.list_consumer_group_offsets(self.group, partitions=self._parts)
+        for attempt in itertools.count():
+            try:
+                got = await self._admin.list_consumer_group_offsets(self.group, partitions=self._parts)
+                break
+            except KafkaError as exc:  # a fresh cluster creates __consumer_offsets on first use
+                if not exc.retriable or attempt >= 100:
+                    raise
+                await asyncio.sleep(0.2)
         return {tp.partition: max(0, got[tp].offset) if tp in got else 0 for tp in self._parts}
 
     async def lag(self) -> dict[int, int]:
