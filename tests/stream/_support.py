@@ -12,26 +12,25 @@ from worker.stream import SourceRecord
 
 TOPIC = "harness.events"
 DATA = Path(__file__).resolve().parent.parent / "data"
-GOLDEN_DIRS = (DATA / "golden", DATA / "stream")
+GOLDEN = DATA / "golden"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 BASE_MS = 1_748_736_000_000  # 2025-06-01T00:00:00Z
 
 
 def golden_path(name: str) -> Path:
-    """Path of a golden file, preferring the shared copy in tests/data/golden/."""
-    for folder in GOLDEN_DIRS:
-        if (folder / name).exists():
-            return folder / name
-    raise FileNotFoundError(f"golden file {name} is in none of {[str(d) for d in GOLDEN_DIRS]}")
+    """Path of a file of the golden set in tests/data/golden/."""
+    path = GOLDEN / name
+    if not path.exists():
+        raise FileNotFoundError(f"golden file {path} does not exist")
+    return path
 
 
 def golden_names() -> list[str]:
-    """Names of the golden runs that have a stream-observer output, from the first folder holding any."""
-    for folder in GOLDEN_DIRS:
-        names = sorted(p.name.removesuffix(".stream.agui.jsonl") for p in folder.glob("*.stream.agui.jsonl"))
-        if names:
-            return names
-    raise FileNotFoundError(f"no golden runs in {[str(d) for d in GOLDEN_DIRS]}")
+    """Names of the golden runs that have a stream-observer output."""
+    names = sorted(p.name.removesuffix(".stream.agui.jsonl") for p in GOLDEN.glob("*.stream.agui.jsonl"))
+    if not names:
+        raise FileNotFoundError(f"no golden runs in {GOLDEN}")
+    return names
 
 
 def golden_source(name: str) -> list[bytes]:
