@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
 import worker.stream
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item, records
-from worker.stream import Destination, PartitionState, SourceRecord
+from worker.stream import Destination, PartitionState, SourceRecord, Verdict
 
 A = "run-a"
 
@@ -93,3 +95,16 @@ def test_the_public_surface_is_pinned() -> None:
     ])
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
     assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter"]
+
+
+def test_replay_builds_no_record_and_encodes_nothing() -> None:
+    def refuse_to_encode(event: object) -> bytes:
+        raise AssertionError(f"replay encoded {event!r}")
+
+    core = dataclasses.replace(FAKE_CORE, encode_event=refuse_to_encode)
+    st = PartitionState(TOPIC, 0, core=core)
+    pairs = [(A, item(A, 0)), (A, item(A, 2)), (None, b"x"), (A, item(A, 3, terminal=True)), (A, item(A, 1))]
+    outs = [st.process(r, publish=False) for r in records(pairs)]
+    assert [o.records for o in outs] == [()] * 5
+    assert [o.verdict for o in outs] == [Verdict.PROCESSED, Verdict.GAP, Verdict.DEAD_LETTERED,
+                                         Verdict.DEAD_LETTERED, Verdict.DUPLICATE]
