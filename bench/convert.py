@@ -7,6 +7,7 @@ Usage: .venv/bin/python bench/convert.py [--corpus DIR] [--repeat N] [--streams 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import subprocess
@@ -55,7 +56,8 @@ def decode(line):
         return HarnessEvent(*ids, event)
     r = data["result"]
     status = r["status"]
-    state = HarnessState(schema_version="1", thread_id=data["thread_id"]) if status in ("completed", "suspended") else None
+    kept = status in ("completed", "suspended")
+    state = HarnessState(schema_version="1", thread_id=data["thread_id"]) if kept else None
     result = HarnessRunResult(
         thread_id=data["thread_id"], run_id=data["run_id"], status=status, output=r.get("output"), state=state,
         usage=RunUsageSummary.model_validate(r["usage"]),
@@ -131,10 +133,8 @@ def memory_per_stream(runs: list[list[bytes]], streams: int) -> float:
     for n in range(streams):
         observer = HarnessAguiStreamObserver(retain_events=False)
         for item in items[n % len(items)]:
-            try:
+            with contextlib.suppress(ValueError, TypeError):
                 observer.observe(item)
-            except (ValueError, TypeError):
-                pass
         observers.append(observer)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
@@ -166,9 +166,11 @@ def main() -> None:
     args = parser.parse_args()
     runs = load_runs(args.corpus)
     total = sum(len(lines) for lines in runs)
-    print(f"corpus: {len(runs)} runs, {total} items, {sum(map(len, (b for r in runs for b in r)))} bytes")
+    size = sum(len(line) for lines in runs for line in lines)
+    print(f"corpus: {len(runs)} runs, {total} items, {size} bytes")
     ours = throughput(runs, args.repeat)
-    print(f"worker:    {ours:,.0f} items/s (decode + stream observer + encode_event, best of {args.repeat} passes, CPU time)")
+    what = f"decode + stream observer + encode_event, best of {args.repeat} passes, CPU time"
+    print(f"worker:    {ours:,.0f} items/s ({what})")
     per_stream = memory_per_stream(runs, args.streams)
     print(f"memory:    {per_stream:,.0f} bytes per open stream observer ({args.streams} streams, mid-run)")
     ref = reference_throughput(runs, args.reference_repeat)

@@ -69,3 +69,11 @@ def test_clean_files_exit_zero_and_bad_arguments_exit_two(tmp_path: Path) -> Non
     assert proc.returncode == 0 and proc.stdout == b""
     assert (tmp_path / "ex1_text.jsonl").read_bytes().count(b"\n") == 8
     assert _run("--observer", "fancy").returncode == 2
+
+
+def test_display_mode_matches_the_display_corpus() -> None:
+    display = ROOT / "tests" / "data" / "display"
+    proc = _run("--display", str(display / "c01_child_completed.jsonl"))
+    expected = (display / "c01_child_completed.display.jsonl").read_bytes().split(b"\n")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(x) for x in proc.stdout.split(b"\n") if x] == [json.loads(x) for x in expected if x]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import orjson
 from pydantic import ValidationError
@@ -53,26 +53,23 @@ def convert_lines(data: bytes, *, observer: str = "stream", display: bool = Fals
 
 
 def _convert_display(data: bytes) -> tuple[list[bytes], int]:
-    try:
-        from worker.display import DisplayFold  # noqa: PLC0415
-    except ImportError as exc:  # pragma: no cover - depends on the display package being present
-        raise SystemExit(f"--display needs worker.display.DisplayFold, which is not available: {exc}") from exc
-    fold: Any = None
+    from worker.display import DisplayFold  # noqa: PLC0415 - only `--display` needs the fold
+
+    fold: DisplayFold | None = None
     out: list[bytes] = []
     failed = 0
     for index, line in _source_lines(data):
         try:
             item = decode_item(line)
-            if fold is None:
-                fold = DisplayFold(item.run_id)
+            fold = fold if fold is not None else DisplayFold(item.run_id)
             records = fold.fold(fold.events(item), source=item)
         except _EXPECTED as exc:
             out.append(error_line(index, exc))
             failed += 1
             continue
-        out.extend(orjson.dumps(record.model_dump(mode="json")) for record in records)
+        out.extend(record.model_dump_json().encode() for record in records)
     if fold is not None:
-        out.append(orjson.dumps({"snapshot": fold.export().model_dump(mode="json")}))
+        out.append(b'{"snapshot":' + fold.export().model_dump_json().encode() + b"}")
     return out, failed
 
 
