@@ -131,7 +131,7 @@ async def collect(bootstrap: str, topic: str, *, expect: int, timeout_s: float, 
     try:
         parts = consumer.partitions_for_topic(topic) or set()
         if not parts:
-            await consumer._client.force_metadata_update()  # noqa: SLF001
+            await consumer._client.force_metadata_update()
             parts = consumer.partitions_for_topic(topic) or set()
         consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
         got: list[Out] = []

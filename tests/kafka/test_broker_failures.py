@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from devtools.kafka_cluster import KafkaCluster
-from tests.kafka.support import WorkerProcess, assert_exactly_once, collect, corpus, expected_total, interleave, produce
+from tests.kafka.support import (
+    WorkerProcess,
+    assert_exactly_once,
+    collect,
+    corpus,
+    expected_total,
+    interleave,
+    produce,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -20,7 +28,7 @@ async def _produce_with_retries(bootstrap: str, topic: str, records: list[tuple[
             try:
                 await produce(bootstrap, topic, records[i : i + 200], pace_s=0.002)
                 break
-            except Exception:  # noqa: BLE001 - the broker is down on purpose
+            except Exception:
                 await asyncio.sleep(1)
         else:
             raise AssertionError(f"could not produce slice {i} after 30 tries")
