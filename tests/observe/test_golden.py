@@ -69,3 +69,11 @@ def test_encode_event_equals_pydantic_dump(run: str) -> None:
             count += 1
             assert encode_event(event) == event.model_dump_json(by_alias=True, exclude_none=True).encode()
     assert count > 10
+
+
+def test_edge_cases_match_the_reference() -> None:
+    edges = GOLDEN / "edges"
+    got, failed = convert_lines((edges / "edges.jsonl").read_bytes())
+    expected = _lines(edges / "edges.stream.agui.jsonl")
+    assert [_comparable(line) for line in got] == [_comparable(line) for line in expected]
+    assert failed == 2

@@ -38,7 +38,7 @@ def media_description(value: Any) -> dict[str, Any] | None:
     kind = value.get("kind")
     if kind in _URL_KINDS:
         url, mime = value.get("url"), value.get("media_type")
-        if not isinstance(url, str) or not isinstance(mime, str):
+        if not isinstance(url, str) or not isinstance(mime, str) or not mime:
             return None
         out: dict[str, Any] = {"kind": kind}
         if url.startswith(("https://", "http://")):
@@ -62,12 +62,14 @@ def media_description(value: Any) -> dict[str, Any] | None:
 
 
 def public_value(value: Any) -> Any:
-    """`value` with native media (top level or list items) replaced by its description."""
-    described = media_description(value)
-    if described is not None:
-        return described
+    """`value` with native media, at any depth of dicts and lists, replaced by its description."""
+    if isinstance(value, dict):
+        described = media_description(value)
+        if described is not None:
+            return described
+        return {key: public_value(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [media_description(item) or item for item in value]
+        return [public_value(item) for item in value]
     return value
 
 

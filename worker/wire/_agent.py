@@ -103,6 +103,7 @@ _CAPABILITIES = {kind: Shape(*CAPABILITY_ENVELOPE, *fields) for kind, fields in 
 _CUSTOM_ENVELOPE = Shape(("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
 _RETRY = Shape(("cause", _R), ("attempt", None), ("max_retries", None))
 INPUT_SOURCES = frozenset({"user", "steering", "context", "recovery", "async_subagent", "background_process"})
+_TOOL_CONTENT = "a13n.tool-content"
 _OUTCOMES = frozenset({"success", "failed", "denied", "interrupted", "retried"})
 _RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "unavailable_tool"})
 
@@ -141,6 +142,8 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     metadata = part["metadata"]
     if metadata is not None and not isinstance(metadata, dict):
         raise DecodeError(f"{path}.metadata", f"expected an object or null, got {kind_of(metadata)}")
+    if metadata is not None and _TOOL_CONTENT in metadata:
+        _check_tool_content(part["content"], metadata[_TOOL_CONTENT], f"{path}.metadata")
     outcome = part["outcome"]
     if outcome not in _OUTCOMES:
         raise DecodeError(f"{path}.outcome", f"expected one of {sorted(_OUTCOMES)}, got {outcome!r}")
@@ -160,6 +163,17 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
         if part["part_kind"] == "tool-return":
             part["retry"] = retry
     return part
+
+
+def _check_tool_content(content: Any, marker: Any, path: str) -> None:
+    """The Harness result marker must point at an element of the part's content list."""
+    where = f"{path}.{_TOOL_CONTENT}"
+    index = marker.get("result_index") if isinstance(marker, dict) else None
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise DecodeError(f"{where}.result_index", f"expected an integer, got {kind_of(index)}")
+    if not isinstance(content, list) or not -len(content) <= index < len(content):
+        size = len(content) if isinstance(content, list) else kind_of(content)
+        raise DecodeError(f"{where}.result_index", f"index {index} is outside the content ({size})")
 
 
 def _delta(event: dict[str, Any], path: str) -> dict[str, Any]:
@@ -207,18 +221,18 @@ def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
         if not isinstance(content, dict if media else str):
             raise DecodeError(f"{path}.content", f"unexpected content type {kind_of(content)}")
         metadata = out["metadata"]
-        if metadata is None:
-            metadata = {}
+        if "metadata" not in event:  # absent: the event's own default (media events default to media=true)
+            metadata = {"media": media}
         elif not isinstance(metadata, dict):
             raise DecodeError(f"{path}.metadata", f"expected an object, got {kind_of(metadata)}")
-        out = {**out, "metadata": _content_metadata(metadata, media, f"{path}.metadata")}
+        out = {**out, "metadata": _content_metadata(metadata, f"{path}.metadata")}
     return out
 
 
-def _content_metadata(metadata: dict[str, Any], media: bool, path: str) -> dict[str, Any]:
+def _content_metadata(metadata: dict[str, Any], path: str) -> dict[str, Any]:
     display = metadata.get("display", True)
     source_id = metadata.get("source_id")
-    flag = metadata.get("media", media)
+    flag = metadata.get("media", False)
     if not isinstance(display, bool) or not isinstance(flag, bool):
         raise DecodeError(path, "display and media must be booleans")
     if source_id is not None and not isinstance(source_id, str):
