@@ -179,11 +179,11 @@ class WorkerProcess:
     """`python -m worker run` as a child process with its log in a file; signals model crashes and zombies."""
 
     def __init__(self, log_dir: Path, name: str, bootstrap: str, source: str, output: str, dlq: str, group: str,
-                 *extra: str, env: dict[str, str] | None = None) -> None:
+                 *extra: str, env: dict[str, str] | None = None, metrics_port: int = 0) -> None:
         self.log_path = log_dir / f"{name}.log"
         self.args = [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,
                      "--source-topic", source, "--output-topic", output, "--dlq-topic", dlq,
-                     "--group-id", group, "--metrics-port", "0", "--log-format", "json", *extra]
+                     "--group-id", group, "--metrics-port", str(metrics_port), "--log-format", "json", *extra]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.kafka.support import (
     GOLDEN,
@@ -120,6 +126,64 @@ def test_poison_records_are_dead_lettered_and_the_partition_keeps_flowing(
             assert int(d.headers["dlq-source-offset"]) >= 0 and d.headers["dlq-message"]
             assert int(d.headers["dlq-source-timestamp"]) > 0
         assert all(m not in ("", None) for m in (d.headers.get("dlq-message") for d in dead))
+    except AssertionError:
+        print(w.log()[-5000:])
+        raise
+    finally:
+        w.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_halt_gap_policy_commits_before_the_gap_and_holds_the_partition(
+    kafka_bootstrap: str, topic_factory, tmp_path: Path
+) -> None:
+    source = topic_factory("source", partitions=1)
+    output, dlq = topic_factory("output", partitions=1), topic_factory("dlq", partitions=1)
+    before = corpus(copies=1, names=["s01_hello"])
+    gap_key, gap_lines = rekey(read_lines(GOLDEN / "r0004.jsonl"), "halt")
+    after = corpus(copies=1, names=["s02_tool_roundtrip"])
+    head = [(r.key.encode(), ln) for r in before for ln in r.lines] + [(gap_key.encode(), ln) for ln in gap_lines[:4]]
+    tail = [(gap_key.encode(), ln) for ln in gap_lines[5:]] + [(r.key.encode(), ln) for r in after for ln in r.lines]
+    asyncio.run(produce(kafka_bootstrap, source, head + tail))
+    group = f"group-{source}"
+    port = _free_port()
+    w = WorkerProcess(tmp_path, "w", kafka_bootstrap, source, output, dlq, group, "--gap-policy", "halt",
+                      metrics_port=port).start()
+    try:
+        expected = expected_total(before) + len(converted(gap_key, gap_lines[:4]).events)
+        out = asyncio.run(collect(kafka_bootstrap, output, expect=expected, timeout_s=60))
+        assert len(out) == expected, "nothing after the gap may be published"
+        deadline = time.monotonic() + 30
+        while _http(port, "/readyz")[0] != 503:
+            assert time.monotonic() < deadline, "a halted partition must make the worker not ready"
+            time.sleep(0.5)
+        status, body = _http(port, "/metrics")
+        assert status == 200 and 'harness_agui_partition_failures_total{partition="0"' in body
+        assert _http(port, "/livez")[0] == 200, "a halted partition is not a dead process"
+
+        async def committed() -> int:
+            admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+            await admin.start()
+            try:
+                offsets = await admin.list_consumer_group_offsets(group, partitions=[TopicPartition(source, 0)])
+                return int(offsets[TopicPartition(source, 0)].offset)
+            finally:
+                await admin.close()
+
+        assert asyncio.run(committed()) == len(head), "the committed offset must stop at the gapped record"
     except AssertionError:
         print(w.log()[-5000:])
         raise
