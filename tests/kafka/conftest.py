@@ -159,15 +159,15 @@ def _cluster3_session() -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture
-def cluster3(request: pytest.FixtureRequest, _cluster3_session: KafkaCluster) -> Iterator[KafkaCluster]:
-    """A three-node cluster (RF 3, min ISR 2), started on first use and shared by the session; nodes a test
-    stopped are restarted after it, so every test begins with all three running."""
+def cluster3(request: pytest.FixtureRequest, _cluster3_session: KafkaCluster) -> KafkaCluster:
+    """A three-node cluster (RF 3, min ISR 2), started on first use and shared by the session; nodes an
+    earlier test stopped are restarted first, so every test begins with all three running."""
     if request.node.get_closest_marker("cluster3") is None:
         pytest.fail(f"{request.node.nodeid} uses the cluster3 fixture without the cluster3 marker")
-    yield _cluster3_session
     for i in range(_cluster3_session.size):
         if not _cluster3_session.is_running(i):
             _cluster3_session.start_node(i)
+    return _cluster3_session
 
 
 @pytest.fixture
