@@ -227,6 +227,8 @@ class KafkaRunner:
         """Commit what each revoked partition has open and park its state in case it comes straight back."""
         async with self._lock:
             revoked = [tp for tp in revoked if tp in self._parts]
+            if revoked:
+                _log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
             await self._cancel_rebuilds([tp for tp in revoked if tp in self._tasks])
             runs = [self._parts.pop(tp) for tp in revoked]
             await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))

@@ -130,3 +130,5 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(_level(level))
+    # aiokafka logs every coordinator look-up of every transaction at INFO; keep its warnings and errors.
+    logging.getLogger("aiokafka").setLevel(max(_level(level), logging.WARNING))
