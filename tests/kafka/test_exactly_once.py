@@ -112,6 +112,8 @@ def test_three_workers_join_and_leave_under_load(topics: Topics) -> None:
 
     asyncio.run(scenario())
     _finish(topics, runs, workers)
+    kept = [m for w in workers for m in _log_messages(w) if m.startswith("partition kept through rebalance")]
+    assert kept, "a partition that stays with its member must keep its state, without a replay"
 
 
 def test_zombie_is_fenced_and_publishes_nothing_more(topics: Topics) -> None:
