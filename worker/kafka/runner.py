@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError
 
 from worker.errors import WorkerError
 from worker.kafka._clients import (
@@ -53,6 +54,7 @@ class KafkaRunner:
         self._parked: dict[TopicPartition, PartitionRun] = {}
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
+        self._closing = False
         self._topics = {Destination.OUTPUT: settings.output_topic, Destination.DEAD_LETTER: settings.dlq_topic}
 
     def _default_state(self, tp: TopicPartition) -> PartitionState:
@@ -96,6 +98,7 @@ class KafkaRunner:
     async def _drain(self) -> None:
         """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
         async with self._lock:
+            self._closing = True
             await self._cancel_rebuilds(list(self._tasks))
             runs = [*self._parts.values(), *self._parked.values()]
             await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))
@@ -186,7 +189,7 @@ class KafkaRunner:
         if p.checkpoint is not None:
             with contextlib.suppress(Exception):
                 await p.checkpoint.abort()
-        self._consumer.pause(p.tp)
+        self._pause(p.tp)
         fenced = is_fenced(exc)
         await self._close(p)
         if fenced:
@@ -202,10 +205,15 @@ class KafkaRunner:
     def _mark_failed(self, p: PartitionRun, reason: str) -> None:
         p.phase = Phase.FAILED
         p.failure = reason
-        self._consumer.pause(p.tp)
+        self._pause(p.tp)
         self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
         self._metrics.partition_ready.labels(*p.label).set(0)
         self._metrics.partition_failures_total.labels(*p.label).inc()
+
+    def _pause(self, tp: TopicPartition) -> None:
+        """Pause fetching a partition; a partition the consumer no longer holds needs no pause."""
+        with contextlib.suppress(IllegalStateError, AssertionError):
+            self._consumer.pause(tp)
 
     def _observe_lag(self) -> None:
         for p in self._parts.values():
@@ -249,7 +257,7 @@ class KafkaRunner:
                 await self._close(self._parked.pop(tp))
                 self._metrics.forget_partition(*tp)
             kept = [tp for tp in assigned if tp in self._parked]
-            committed = await self._admin.list_consumer_group_offsets(self._s.group_id, partitions=kept) if kept else {}
+            committed = await self._committed(kept)
             rebuild: list[TopicPartition] = []
             for tp in assigned:
                 parked = self._parked.pop(tp, None)
@@ -269,11 +277,24 @@ class KafkaRunner:
             if rebuild:
                 self._start_rebuild(rebuild)
 
+    async def _committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, Any]:
+        """Committed offsets of parked partitions; when they cannot be read, every one is rebuilt (always safe)."""
+        if not tps:
+            return {}
+        try:
+            return dict(await self._admin.list_consumer_group_offsets(self._s.group_id, partitions=tps))
+        except Exception as exc:
+            _log.warning("committed offsets unreadable, rebuilding kept partitions: %r", exc)
+            return {}
+
     def _start_rebuild(self, tps: list[TopicPartition], delay_s: float = 0.0) -> None:
+        tps = [tp for tp in tps if tp in self._parts]
+        if self._closing or not tps:
+            return  # revoked or shutting down: the next owner rebuilds from the committed offset
         for tp in tps:
             p = self._parts[tp]
             p.phase = Phase.REBUILDING if p.phase is not Phase.FENCED else p.phase
-            self._consumer.pause(tp)
+            self._pause(tp)
             if p.phase is Phase.REBUILDING:
                 self._health.set_partition(tp.topic, tp.partition, "rebuilding")
             self._metrics.partition_ready.labels(*p.label).set(0)
@@ -388,5 +409,5 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         except Exception:
             _log.exception("on_partitions_assigned failed; the partitions stay paused and not ready")
             for tp in assigned:
-                with contextlib.suppress(Exception):
-                    self._runner._consumer.pause(tp)
+                self._runner._pause(tp)
+                self._runner._health.set_partition(tp.topic, tp.partition, "failed")
