@@ -2,6 +2,7 @@
 and (when /root/refvenv has a13n-stream-protocol) the same throughput for the reference, with the ratio.
 
 Usage: .venv/bin/python bench/convert.py [--corpus DIR] [--repeat N] [--streams N]
+Passes alternate between the two pipelines; each side reports its best pass in CPU time.
 """
 
 from __future__ import annotations
@@ -79,15 +80,13 @@ def once(runs):
                 pass
 
 
-runs = json.loads(sys.stdin.read())
-repeat = int(sys.argv[1])
+runs = json.loads(sys.stdin.readline())
 once(runs)
-best = float("inf")
-for _ in range(repeat):
+print("ready", flush=True)
+for command in sys.stdin:  # one timed pass per "go", so the caller can interleave with its own passes
     start = time.process_time()
     once(runs)
-    best = min(best, time.process_time() - start)
-print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": best}))
+    print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": time.process_time() - start}), flush=True)
 '''
 
 
@@ -112,15 +111,11 @@ def once(runs: list[list[bytes]]) -> None:
                 pass
 
 
-def throughput(runs: list[list[bytes]], repeat: int) -> float:
-    """Items per CPU-second of the best of `repeat` passes (CPU time and best-of resist a busy machine)."""
+def one_pass(runs: list[list[bytes]]) -> float:
+    """CPU seconds of one pass over the corpus."""
+    start = time.process_time()
     once(runs)
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.process_time()
-        once(runs)
-        best = min(best, time.process_time() - start)
-    return sum(len(lines) for lines in runs) / best
+    return time.process_time() - start
 
 
 def memory_per_stream(runs: list[list[bytes]], streams: int) -> float:
@@ -142,43 +137,69 @@ def memory_per_stream(runs: list[list[bytes]], streams: int) -> float:
     return (after - before) / streams
 
 
-def reference_throughput(runs: list[list[bytes]], repeat: int) -> float | None:
-    if not REFERENCE_PYTHON.exists():
-        return None
-    payload = json.dumps([[line.decode() for line in lines] for lines in runs])
-    proc = subprocess.run(
-        [str(REFERENCE_PYTHON), "-c", REFERENCE_SCRIPT, str(repeat)],
-        input=payload, capture_output=True, text=True, check=False,
-    )
-    if proc.returncode != 0:
-        print(f"reference run failed: {proc.stderr.strip()[-500:]}")
-        return None
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return float(result["items"] / result["seconds"])
+class Reference:
+    """The reference pipeline in a long-lived subprocess, timed one pass at a time."""
+
+    def __init__(self, runs: list[list[bytes]]) -> None:
+        self.proc = subprocess.Popen(
+            [str(REFERENCE_PYTHON), "-c", REFERENCE_SCRIPT],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([[line.decode() for line in lines] for lines in runs]) + "\n")
+        self.proc.stdin.flush()
+        ready = self.proc.stdout.readline().strip()
+        if ready != "ready":
+            detail = self.proc.stderr.read()[-500:] if self.proc.stderr else ""
+            raise RuntimeError(f"reference did not start: {ready!r} {detail}")
+
+    def one_pass(self) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self.proc.stdout.readline())["seconds"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--reference-repeat", type=int, default=3)
     parser.add_argument("--streams", type=int, default=1000)
     args = parser.parse_args()
     runs = load_runs(args.corpus)
     total = sum(len(lines) for lines in runs)
     size = sum(len(line) for lines in runs for line in lines)
     print(f"corpus: {len(runs)} runs, {total} items, {size} bytes")
-    ours = throughput(runs, args.repeat)
+    reference = None
+    if REFERENCE_PYTHON.exists():
+        try:
+            reference = Reference(runs)
+        except (OSError, RuntimeError) as exc:
+            print(f"reference unavailable: {exc}")
+    once(runs)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(args.repeat):  # interleaved, so load from other processes hits both sides alike
+        ours.append(one_pass(runs))
+        if reference is not None:
+            theirs.append(reference.one_pass())
+    rate = total / min(ours)
     what = f"decode + stream observer + encode_event, best of {args.repeat} passes, CPU time"
-    print(f"worker:    {ours:,.0f} items/s ({what})")
+    print(f"worker:    {rate:,.0f} items/s ({what})")
     per_stream = memory_per_stream(runs, args.streams)
     print(f"memory:    {per_stream:,.0f} bytes per open stream observer ({args.streams} streams, mid-run)")
-    ref = reference_throughput(runs, args.reference_repeat)
-    if ref is None:
+    if reference is None:
         print("reference: not available (/root/refvenv/bin/python with a13n_stream_protocol)")
         return
-    print(f"reference: {ref:,.0f} items/s (best of {args.reference_repeat} passes, CPU time)")
-    print(f"ratio:     {ours / ref:.1f}x")
+    reference.close()
+    ref_rate = total / min(theirs)
+    print(f"reference: {ref_rate:,.0f} items/s (same passes, interleaved)")
+    print(f"ratio:     {rate / ref_rate:.1f}x")
 
 
 if __name__ == "__main__":

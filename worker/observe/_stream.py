@@ -35,6 +35,10 @@ def _attribute(events: list[BaseEvent], run_id: str) -> list[BaseEvent]:
     return events
 
 
+def _without_run_events(events: list[BaseEvent]) -> list[BaseEvent]:
+    return [event for event in events if not isinstance(event, _RUN_EVENTS)]
+
+
 class HarnessAguiStreamObserver(HarnessAguiObserver):
     """Observes a root run and its forwarded inline children; only the root owns RUN_* events."""
 
@@ -73,9 +77,11 @@ class HarnessAguiStreamObserver(HarnessAguiObserver):
         else:
             draft = Draft(target)
             events = convert_run_item(item, ts, draft)
+            if not steps:  # the common case: a known run, no bookkeeping beyond its own parts
+                return (_attribute(_without_run_events(events), run_id) if is_child else events), draft.commit
             steps.append(draft.commit)
             if is_child:
-                events = _attribute([e for e in events if not isinstance(e, _RUN_EVENTS)], run_id)
+                events = _attribute(_without_run_events(events), run_id)
 
         def commit() -> None:
             for step in steps:

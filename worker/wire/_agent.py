@@ -290,8 +290,35 @@ _SPECIAL: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 }
 
 
+def _fast_delta(event: dict[str, Any]) -> bool:
+    """True for an already-normalized, well-typed part delta (the bulk of a stream)."""
+    if tuple(event) != _EVENTS["part_delta"].names or type(event["index"]) is not int:
+        return False
+    delta = event["delta"]
+    if type(delta) is not dict:
+        return False
+    shape = _DELTAS.get(delta.get("part_delta_kind"))  # type: ignore[arg-type]
+    if shape is None or tuple(delta) != shape.names:
+        return False
+    if delta["part_delta_kind"] == "text":
+        return type(delta["content_delta"]) is str
+    if delta["part_delta_kind"] == "thinking":
+        return _str_or_none(delta["content_delta"]) and _str_or_none(delta["signature_delta"])
+    args = delta["args_delta"]
+    return (
+        _str_or_none(delta["tool_name_delta"]) and _str_or_none(delta["tool_call_id"])
+        and (args is None or type(args) is str or type(args) is dict)
+    )
+
+
+def _str_or_none(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
 def decode_agent_event(event: dict[str, Any], path: str) -> AgentEvent:
     """Validate a pydantic-ai stream event and return it in the reference's re-dumped form."""
+    if event.get("event_kind") == "part_delta" and _fast_delta(event):
+        return AgentEvent("part_delta", event)
     kind = get_str(event, "event_kind", path)
     special = _SPECIAL.get(kind)
     if special is not None:

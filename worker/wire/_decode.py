@@ -166,10 +166,15 @@ def decode_item(value: bytes | str) -> HarnessItem:
     size = len(value) if isinstance(value, bytes) else 4 * len(value)  # an upper bound on UTF-8 bytes
     if not isinstance(data, dict):
         raise DecodeError("$", f"expected a JSON object, got {kind_of(data)}")
-    thread_id, run_id = _ident(data, "thread_id"), _ident(data, "run_id")
-    sequence = get_int(data, "sequence", "$")
-    if sequence < 0:
-        raise DecodeError("$.sequence", f"must be >= 0, got {sequence}")
+    thread_id, run_id, sequence = data.get("thread_id"), data.get("run_id"), data.get("sequence")
+    if not (
+        type(thread_id) is str and type(run_id) is str and type(sequence) is int and sequence >= 0
+        and thread_id.strip() and run_id.strip()
+    ):  # the detailed checks below name the first offending field
+        thread_id, run_id = _ident(data, "thread_id"), _ident(data, "run_id")
+        sequence = get_int(data, "sequence", "$")
+        if sequence < 0:
+            raise DecodeError("$.sequence", f"must be >= 0, got {sequence}")
     if "occurred_at" not in data:
         raise DecodeError("$.occurred_at", "required field is missing")
     occurred_at = parse_datetime(data["occurred_at"], "$.occurred_at")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["is_sensitive_key", "redact"]
@@ -18,6 +19,11 @@ def is_sensitive_key(key: str, value: Any) -> bool:
     """A key is sensitive when a `_` segment names an authority or it contains `api_key`."""
     if key == "credential_configured" and isinstance(value, bool):
         return False
+    return _sensitive_name(key)
+
+
+@lru_cache(maxsize=4096)
+def _sensitive_name(key: str) -> bool:
     normalized = key.lower().replace("-", "_").replace(".", "_")
     return "api_key" in normalized or not _SEGMENTS.isdisjoint(normalized.split("_"))
 
