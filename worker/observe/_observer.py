@@ -27,6 +27,8 @@ _SURELY_SMALL = (FRAGMENT_LIMIT_BYTES - 4096) // 5
 class HarnessAguiObserver:
     """Converts one run's items; a failing observe leaves no trace (state, journal and binding unchanged)."""
 
+    __slots__ = ("_events", "_processor", "_resumed", "_resuming", "_retain", "_run_id", "_state", "_thread_id")
+
     def __init__(self, *, processor: AguiEventProcessor | None = None, retain_events: bool = True) -> None:
         self._processor = processor
         self._retain = retain_events

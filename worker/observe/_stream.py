@@ -42,6 +42,8 @@ def _without_run_events(events: list[BaseEvent]) -> list[BaseEvent]:
 class HarnessAguiStreamObserver(HarnessAguiObserver):
     """Observes a root run and its forwarded inline children; only the root owns RUN_* events."""
 
+    __slots__ = ()
+
     def _check_correlation(self, item: HarnessItem) -> None:
         expected = self._state.threads.get(item.run_id)
         if expected is not None and item.thread_id != expected:
