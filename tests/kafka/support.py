@@ -7,9 +7,12 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,3 +229,19 @@ class WorkerProcess:
             except ValueError:
                 continue
         return out
+
+
+def free_port() -> int:
+    """A loopback port free right now, for a worker's metrics server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """Status and body of a GET on the worker's metrics and probe server."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()

@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.kafka.support import WorkerProcess, collect, corpus, expected_total, interleave, produce
+from tests.kafka.support import (
+    WorkerProcess,
+    collect,
+    corpus,
+    expected_total,
+    free_port,
+    http_get,
+    interleave,
+    produce,
+)
 from tests.test_readme import readme_metric_names
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def _value(body: str, series: str) -> float:
@@ -43,17 +38,17 @@ def test_every_documented_metric_is_served_by_a_running_worker(
     output, dlq = topic_factory("output", partitions=2), topic_factory("dlq", partitions=1)
     runs = corpus(copies=1, names=["s01_hello", "s02_tool_roundtrip", "s07_errors", "r0001"])
     asyncio.run(produce(kafka_bootstrap, source, [*interleave(runs), (b"run-nobody", b"{garbage")]))
-    port = _free_port()
+    port = free_port()
     w = WorkerProcess(tmp_path, "w", kafka_bootstrap, source, output, dlq, f"group-{source}",
                       metrics_port=port).start()
     try:
         asyncio.run(collect(kafka_bootstrap, output, expect=expected_total(runs), timeout_s=60, settle_s=1))
         deadline = time.monotonic() + 30
-        while _get(port, "/readyz")[0] != 200:
+        while http_get(port, "/readyz")[0] != 200:
             assert time.monotonic() < deadline, "the worker never became ready"
             time.sleep(0.3)
-        assert _get(port, "/livez")[0] == 200
-        status, body = _get(port, "/metrics")
+        assert http_get(port, "/livez")[0] == 200
+        status, body = http_get(port, "/metrics")
         assert status == 200
         served = set(re.findall(r"^# TYPE (\S+) ", body, flags=re.M))
         for name in readme_metric_names():

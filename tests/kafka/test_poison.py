@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
+import re
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import orjson
@@ -24,6 +22,8 @@ from tests.kafka.support import (
     converted,
     corpus,
     expected_total,
+    free_port,
+    http_get,
     interleave,
     produce,
     read_lines,
@@ -133,18 +133,6 @@ def test_poison_records_are_dead_lettered_and_the_partition_keeps_flowing(
         w.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def test_halt_gap_policy_commits_before_the_gap_and_holds_the_partition(
@@ -159,7 +147,7 @@ def test_halt_gap_policy_commits_before_the_gap_and_holds_the_partition(
     tail = [(gap_key.encode(), ln) for ln in gap_lines[5:]] + [(r.key.encode(), ln) for r in after for ln in r.lines]
     asyncio.run(produce(kafka_bootstrap, source, head + tail))
     group = f"group-{source}"
-    port = _free_port()
+    port = free_port()
     w = WorkerProcess(tmp_path, "w", kafka_bootstrap, source, output, dlq, group, "--gap-policy", "halt",
                       metrics_port=port).start()
     try:
@@ -167,12 +155,13 @@ def test_halt_gap_policy_commits_before_the_gap_and_holds_the_partition(
         out = asyncio.run(collect(kafka_bootstrap, output, expect=expected, timeout_s=60))
         assert len(out) == expected, "nothing after the gap may be published"
         deadline = time.monotonic() + 30
-        while _http(port, "/readyz")[0] != 503:
+        while http_get(port, "/readyz")[0] != 503:
             assert time.monotonic() < deadline, "a halted partition must make the worker not ready"
             time.sleep(0.5)
-        status, body = _http(port, "/metrics")
-        assert status == 200 and 'harness_agui_partition_failures_total{partition="0"' in body
-        assert _http(port, "/livez")[0] == 200, "a halted partition is not a dead process"
+        status, body = http_get(port, "/metrics")
+        assert status == 200
+        assert re.search(r'^harness_agui_partition_failures_total\{[^}]*partition="0"[^}]*\} 1\.0$', body, re.M), body
+        assert http_get(port, "/livez")[0] == 200, "a halted partition is not a dead process"
 
         async def committed() -> int:
             admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
