@@ -38,6 +38,10 @@ def _fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
     return {"topic": tp.topic, "partition": tp.partition, **more}
 
 
+def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
+    return next((v.decode(errors="replace") for k, v in headers if k == name), "")
+
+
 class KafkaRunner:
     """A consumer-group member publishing each partition's AG-UI events exactly once."""
 
@@ -143,6 +147,8 @@ class KafkaRunner:
                     self._metrics.output_events_total.labels(out.event_type or "").inc()
                 else:
                     self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
+                    _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
+                                 extra=_fields(p.tp, offset=rec.offset, run_id=outcome.run_id))
             if ckpt.records >= self._s.max_records_per_transaction:
                 await self._commit(p)
                 if p.phase is not Phase.LIVE:
