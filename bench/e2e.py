@@ -201,7 +201,7 @@ async def commit_delays(
                     seen.setdefault((int(h["source-partition"]), int(h["source-offset"])), now)
 
     watcher = asyncio.create_task(watch())
-    producer = AIOKafkaProducer(bootstrap_servers=worker.bootstrap, enable_idempotence=True, linger_ms=0)
+    producer = AIOKafkaProducer(bootstrap_servers=worker.bootstrap, enable_idempotence=True, linger_ms=2)
     await producer.start()
     try:
         items = interleave(templates, runs=None, concurrency=32, salt=secrets.token_hex(6), seed=11)
@@ -272,6 +272,15 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
+def _delay_rows(rate: float, delays: list[float], own_mean: float, goal_ms: int) -> list[tuple[str, str, str]]:
+    p50, p99 = _pct(delays, 0.5) * 1000, _pct(delays, 0.99) * 1000
+    return [
+        (f"(c) ts -> visible @{rate:,.0f}/s p50", f"{p50:.0f} ms", f"{len(delays)} records, read_committed"),
+        ("    p99", f"{p99:.0f} ms", f"goal <= {goal_ms} ms " + ("OK" if p99 <= goal_ms else "MISSED")),
+        ("    worker's own mean to commit", f"{own_mean * 1000:.0f} ms", "harness_agui_source_to_commit_delay"),
+    ]
+
+
 async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tuple[str, str, str]]:
     tag = secrets.token_hex(4)
     names = itertools.count()
@@ -291,14 +300,18 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     plain = await passthrough_throughput(bootstrap, src, topic("plain"), filled.items)
     print(f"(b) plain passthrough: {plain:,.0f} items/s", file=sys.stderr)
 
-    src_c, out_c = topic("source-c"), topic("agui-c")
-    worker_c = Worker(bootstrap, src_c, out_c, dlq, f"bench-{tag}-c", logdir, "c", args.commit_interval_ms)
-    delays, own_mean = await commit_delays(worker_c, eos / 2, args.paced_seconds, templates)
-    p50, p99 = _pct(delays, 0.5) * 1000, _pct(delays, 0.99) * 1000
-    print(
-        f"(c) delay at {eos / 2:,.0f} items/s over {len(delays)} records: p50 {p50:.0f} ms, p99 {p99:.0f} ms",
-        file=sys.stderr,
-    )
+    paced: list[tuple[float, list[float], float]] = []
+    for share in (2, 4):  # half the measured maximum (the goal), then a quarter for context
+        src_c, out_c = topic(f"source-c{share}"), topic(f"agui-c{share}")
+        name = f"c{share}"
+        worker_c = Worker(bootstrap, src_c, out_c, dlq, f"bench-{tag}-{name}", logdir, name, args.commit_interval_ms)
+        delays, own_mean = await commit_delays(worker_c, eos / share, args.paced_seconds, templates)
+        paced.append((eos / share, delays, own_mean))
+        print(
+            f"(c) delay at {eos / share:,.0f} items/s over {len(delays)} records: "
+            f"p50 {_pct(delays, 0.5) * 1000:.0f} ms, p99 {_pct(delays, 0.99) * 1000:.0f} ms",
+            file=sys.stderr,
+        )
 
     src_d, out_d = topic("source-d", 1), topic("agui-d", 1)
     rb = await rebuild(
@@ -312,13 +325,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
         ("(a) worker exactly-once throughput", f"{eos:,.0f} items/s", f"{filled.items} items, 3 partitions"),
         ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s", "no transactions, no conversion"),
         ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
-        (
-            "(c) source ts -> committed, p50",
-            f"{p50:.0f} ms",
-            f"at {eos / 2:,.0f} items/s, {len(delays)} records",
-        ),
-        ("    p99", f"{p99:.0f} ms", f"goal <= {goal_p99} ms " + ("OK" if p99 <= goal_p99 else "MISSED")),
-        ("    worker's own mean to commit", f"{own_mean * 1000:.0f} ms", "harness_agui_source_to_commit_delay"),
+        *(row for rate, delays, own in paced for row in _delay_rows(rate, delays, own, goal_p99)),
         (
             "(d) rebuild of one partition",
             f"{rb.seconds:.2f} s",
