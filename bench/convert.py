@@ -168,7 +168,7 @@ class Reference:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--streams", type=int, default=1000)
     args = parser.parse_args()
     runs = load_runs(args.corpus)
