@@ -69,6 +69,8 @@ def test_clean_files_exit_zero_and_bad_arguments_exit_two(tmp_path: Path) -> Non
     assert proc.returncode == 0 and proc.stdout == b""
     assert (tmp_path / "ex1_text.jsonl").read_bytes().count(b"\n") == 8
     assert _run("--observer", "fancy").returncode == 2
+    missing = _run(str(tmp_path / "absent.jsonl"))
+    assert missing.returncode == 2 and b"cannot read" in missing.stderr
 
 
 def test_display_mode_matches_the_display_corpus() -> None:

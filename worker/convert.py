@@ -98,7 +98,12 @@ def convert_paths(
     if directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
     for name in paths:
-        lines, count = convert(Path(name).read_bytes())
+        try:
+            data = Path(name).read_bytes()
+        except OSError as exc:
+            print(f"convert: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        lines, count = convert(data)
         failed += count
         if directory is None:
             target = stdout or sys.stdout.buffer
