@@ -41,9 +41,7 @@ def _say(message: str) -> None:
     print(f"[demo] {message}", file=sys.stderr, flush=True)
 
 
-def format_event(
-    headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...], value: bytes | None
-) -> str:
+def format_event(headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...], value: bytes | None) -> str:
     """`<agui-event-id>  <type>  <value>`: id and type from the record's headers, value cut to 160 chars."""
     h = {k: v.decode("utf-8", "replace") for k, v in headers}
     text = (value or b"").decode("utf-8", "replace").replace("\n", "\\n")
@@ -78,15 +76,21 @@ async def _create_topics(bootstrap: str, names: list[str], partitions: int) -> N
 
 async def _print_committed(
     bootstrap: str, topic: str, out: TextIO, counts: Counter[str], *,
-    ready: asyncio.Event, stop: asyncio.Event,
+    ready: asyncio.Event, stop: asyncio.Event, from_start: bool,
 ) -> None:  # fmt: skip
-    """Print every committed record of `topic` from the beginning until `stop` and a final drain."""
+    """Print each committed record of `topic` (from the start, or from now) until `stop` and a final drain."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
-        auto_offset_reset="earliest", group_id=None, client_id="harness-demo-printer",
+        auto_offset_reset="earliest" if from_start else "latest", group_id=None, client_id="harness-demo-printer",
     )  # fmt: skip
     await consumer.start()
     try:
+        for _ in range(100):  # the group-less subscription assigns every partition once metadata arrives
+            if consumer.assignment():
+                break
+            await asyncio.sleep(0.1)
+        for tp in consumer.assignment():
+            await consumer.position(tp)  # resolve "latest" now, before anything is produced
         ready.set()
         idle = 0
         while not stop.is_set() or idle < 3:
@@ -159,16 +163,22 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
         ready = asyncio.Event()
         printer = asyncio.create_task(
-            _print_committed(bootstrap, args.output_topic, out, counts, ready=ready, stop=printer_stop)
+            _print_committed(
+                bootstrap,
+                args.output_topic,
+                out,
+                counts,
+                ready=ready,
+                stop=printer_stop,
+                from_start=cluster is not None,
+            )
         )
         await asyncio.wait_for(ready.wait(), 30)
         producer = asyncio.create_task(produce(
             bootstrap, args.source_topic, runs=args.runs or None, rate=args.rate,
             concurrency=args.concurrency, stop=stop,
         ))  # fmt: skip
-        _say(
-            f"producing sample runs at {args.rate:g} items/s; printing committed AG-UI events (Ctrl-C stops)"
-        )
+        _say(f"producing sample runs at {args.rate:g} items/s; printing committed AG-UI events (Ctrl-C stops)")
 
         waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(worker.wait()), printer]
         done, _ = await asyncio.wait(waiters, timeout=args.duration, return_when=asyncio.FIRST_COMPLETED)
@@ -179,7 +189,7 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             _say(f"worker exited early with status {worker.returncode}")
         if printer in done:
             printer.result()  # re-raise the printer's failure
-        _say("stopping: producer, then worker, then broker")
+        _say("stopping: producer, then worker" + (", then broker" if cluster is not None else ""))
     finally:
         stop.set()
         if producer is not None:
@@ -226,9 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=20.0, help="source items per second")
     p.add_argument("--concurrency", type=int, default=4, help="sample runs in flight at once")
     p.add_argument("--runs", type=int, default=0, help="stop producing after this many runs (0: no limit)")
-    p.add_argument(
-        "--shutdown-timeout", type=float, default=30.0, help="seconds to wait for the worker to stop"
-    )
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, help="seconds to wait for the worker to stop")
     return p
 
 
