@@ -32,6 +32,8 @@ from devtools.kafka_cluster import KafkaCluster, create_topic_on
 from devtools.kafka_tools import GroupLag
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce
 
+__all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
