@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import binascii
 from typing import Any
 
 from ag_ui.core import AudioPart, DocumentPart, FileSource, ImagePart, TextPart, UrlSource, VideoPart
 
 from worker.observe._json import sorted_json
+from worker.wire import binary_size, is_media
 
 __all__ = ["execution_value", "media_description", "public_value", "tool_result_content"]
 
-_URL_KINDS = frozenset({"image-url", "audio-url", "video-url", "document-url"})
 _CONTENT_KEY = "a13n.tool-content"
 
 
@@ -22,43 +21,25 @@ def execution_value(content: Any, metadata: dict[str, Any] | None) -> Any:
     return content
 
 
-def _binary_size(data: Any) -> int | None:
-    if not isinstance(data, str):
-        return None
-    try:
-        return len(binascii.a2b_base64(data.encode("ascii"), strict_mode=True))
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-
-
 def media_description(value: Any) -> dict[str, Any] | None:
     """The payload-free description of a JSON object that pydantic-ai reads as native media, else None."""
-    if not isinstance(value, dict):
+    if not is_media(value):
         return None
-    kind = value.get("kind")
-    if kind in _URL_KINDS:
-        url, mime = value.get("url"), value.get("media_type")
-        if not isinstance(url, str) or not isinstance(mime, str) or not mime:
-            return None
-        out: dict[str, Any] = {"kind": kind}
-        if url.startswith(("https://", "http://")):
-            out["url"] = url
-        else:
-            out["payload_omitted"] = True
-        out["media_type"] = mime
-        return out
+    kind = value["kind"]
     if kind == "binary":
-        mime, size = value.get("media_type"), _binary_size(value.get("data"))
-        if not isinstance(mime, str) or size is None:
-            return None
-        return {"kind": "binary", "media_type": mime, "size_bytes": size, "payload_omitted": True}
+        size = binary_size(value["data"])
+        return {"kind": "binary", "media_type": value["media_type"], "size_bytes": size, "payload_omitted": True}
     if kind == "uploaded-file":
-        file_id, provider = value.get("file_id"), value.get("provider_name")
         mime = value.get("media_type", "application/octet-stream")
-        if not isinstance(file_id, str) or not isinstance(provider, str) or not isinstance(mime, str):
-            return None
-        return {"kind": kind, "file_id": file_id, "provider_name": provider, "media_type": mime}
-    return None
+        return {"kind": kind, "file_id": value["file_id"], "provider_name": value["provider_name"], "media_type": mime}
+    url = value["url"]
+    out: dict[str, Any] = {"kind": kind}
+    if url.startswith(("https://", "http://")):
+        out["url"] = url
+    else:
+        out["payload_omitted"] = True
+    out["media_type"] = value["media_type"]
+    return out
 
 
 def public_value(value: Any) -> Any:

@@ -12,6 +12,7 @@ from worker.wire._items import (
     is_terminal,
     timestamp_ms,
 )
+from worker.wire._media import binary_size, is_media
 from worker.wire._redact import redact
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "HarnessItem",
     "HarnessRunResultEvent",
     "RunResult",
+    "binary_size",
     "decode_item",
+    "is_media",
     "is_terminal",
     "parse_datetime",
     "redact",

@@ -21,6 +21,7 @@ from worker.wire._fields import (
     normalize,
 )
 from worker.wire._items import AgentEvent
+from worker.wire._media import full_media, is_media, normalize_content
 
 __all__ = ["CAPABILITY_ENVELOPE", "INPUT_SOURCES", "decode_agent_event"]
 
@@ -102,15 +103,21 @@ _ENVELOPE_NAMES = frozenset(name for name, _ in CAPABILITY_ENVELOPE)
 _CAPABILITIES = {kind: Shape(*CAPABILITY_ENVELOPE, *fields) for kind, fields in _CAPABILITY_PAYLOADS.items()}
 _CUSTOM_ENVELOPE = Shape(("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
 _RETRY = Shape(("cause", _R), ("attempt", None), ("max_retries", None))
+_DEFERRED_REQUESTS = Shape(("calls", []), ("approvals", []), ("metadata", {}))
+_TOOL_CALL_KINDS = frozenset({"tool-call", "builtin-tool-call"})
 INPUT_SOURCES = frozenset({"user", "steering", "context", "recovery", "async_subagent", "background_process"})
 _TOOL_CONTENT = "a13n.tool-content"
 _OUTCOMES = frozenset({"success", "failed", "denied", "interrupted", "retried"})
 _RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "unavailable_tool"})
 
 
-def _part(event: dict[str, Any], path: str, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+def _part(
+    event: dict[str, Any], path: str, allowed: frozenset[str] | None = None, default_kind: str | None = None
+) -> dict[str, Any]:
     part = get_obj(event, "part", path)
     path = f"{path}.part"
+    if default_kind is not None and "part_kind" not in part:
+        part = {**part, "part_kind": default_kind}
     kind = get_str(part, "part_kind", path)
     if allowed is not None and kind not in allowed:
         raise DecodeError(f"{path}.part_kind", f"unexpected part kind {kind!r}")
@@ -133,7 +140,31 @@ def _part(event: dict[str, Any], path: str, allowed: frozenset[str] | None = Non
             raise DecodeError(f"{path}.args", f"expected a string, object or null, got {kind_of(args)}")
     elif kind in {"tool-return", "builtin-tool-return"}:
         part = _tool_return(part, path)
+        if kind == "builtin-tool-return":
+            content = normalize_content(part["content"])
+            part = part if content is part["content"] else {**part, "content": content}
+    elif kind == "file":
+        content = part["content"]
+        if not is_media(content) or content.get("kind") != "binary":
+            raise DecodeError(f"{path}.content", "expected binary content {data (base64), media_type, kind}")
+        part = {**part, "content": full_media(content)}
     return part
+
+
+def _deferred_requests(event: dict[str, Any], path: str) -> dict[str, Any]:
+    requests = normalize(get_obj(event, "requests", path), _DEFERRED_REQUESTS, f"{path}.requests")
+    out = dict(requests)
+    for group in ("calls", "approvals"):
+        calls = requests[group]
+        if not isinstance(calls, list):
+            raise DecodeError(f"{path}.requests.{group}", f"expected an array, got {kind_of(calls)}")
+        out[group] = [
+            _part({"part": call}, f"{path}.requests.{group}[{i}]", _TOOL_CALL_KINDS, "tool-call")
+            for i, call in enumerate(calls)
+        ]
+    if not isinstance(requests["metadata"], dict):
+        raise DecodeError(f"{path}.requests.metadata", f"expected an object, got {kind_of(requests['metadata'])}")
+    return {**event, "requests": out}
 
 
 def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
@@ -268,7 +299,7 @@ def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
         return event
     elif kind in ("function_tool_call", "output_tool_call"):
         get_bool_or_none(event, "args_valid", path)
-        part = _part(event, path, frozenset({"tool-call", "builtin-tool-call"}))
+        part = _part(event, path, _TOOL_CALL_KINDS)
         return {**event, "part": part} if part is not event["part"] else event
     elif kind == "enqueued_messages":
         get_str(event, "enqueue_id", path)
@@ -278,7 +309,12 @@ def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
         get_obj(results, "calls", f"{path}.results")
         get_obj(results, "approvals", f"{path}.results")
         return event
-    elif kind not in ("function_tool_result", "output_tool_result", "tool_availability_delta"):
+    elif kind == "deferred_tool_requests":
+        return _deferred_requests(event, path)
+    elif kind in ("function_tool_result", "output_tool_result"):
+        part = _part(event, path, default_kind="tool-return")
+        return {**event, "part": part} if part is not event["part"] else event
+    elif kind != "tool_availability_delta":
         return event
     part = _part(event, path)
     return {**event, "part": part} if part is not event["part"] else event

@@ -100,6 +100,9 @@ def _usage(result: dict[str, Any], path: str) -> dict[str, Any]:
     details = usage.get("details", {})
     if not isinstance(details, dict):
         raise DecodeError(f"{path}.details", f"expected an object, got {kind_of(details)}")
+    for key, count in details.items():
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise DecodeError(f"{path}.details.{key}", f"expected an integer, got {kind_of(count)}")
     return usage
 
 
