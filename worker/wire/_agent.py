@@ -176,7 +176,7 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     if metadata is not None and _TOOL_CONTENT in metadata:
         _check_tool_content(part["content"], metadata[_TOOL_CONTENT], f"{path}.metadata")
     outcome = part["outcome"]
-    if outcome not in _OUTCOMES:
+    if not isinstance(outcome, str) or outcome not in _OUTCOMES:
         raise DecodeError(f"{path}.outcome", f"expected one of {sorted(_OUTCOMES)}, got {outcome!r}")
     try:
         stamp = _DATETIME.dump_python(_DATETIME.validate_python(part["timestamp"]), mode="json")
@@ -187,7 +187,7 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
         if not isinstance(retry, dict):
             raise DecodeError(f"{path}.retry", f"expected an object or null, got {kind_of(retry)}")
         retry = normalize(retry, _RETRY, f"{path}.retry")
-        if retry["cause"] not in _RETRY_CAUSES:
+        if not isinstance(retry["cause"], str) or retry["cause"] not in _RETRY_CAUSES:
             raise DecodeError(f"{path}.retry.cause", f"unknown retry cause {retry['cause']!r}")
     if stamp != part["timestamp"] or retry is not part.get("retry"):
         part = {**part, "timestamp": stamp}
@@ -244,7 +244,7 @@ def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
     out = normalize(event, payload_fields, path)
     if kind.startswith("a13n.input."):
         source = out["source"]
-        if source not in INPUT_SOURCES:
+        if not isinstance(source, str) or source not in INPUT_SOURCES:
             raise DecodeError(f"{path}.source", f"unknown input source {source!r}")
         get_str(out, "input_id", path)
         media = kind == "a13n.input.media"
@@ -333,7 +333,8 @@ def _fast_delta(event: dict[str, Any]) -> bool:
     delta = event["delta"]
     if type(delta) is not dict:
         return False
-    shape = _DELTAS.get(delta.get("part_delta_kind"))  # type: ignore[arg-type]
+    kind = delta.get("part_delta_kind")
+    shape = _DELTAS.get(kind) if type(kind) is str else None
     if shape is None or tuple(delta) != shape.names:
         return False
     if delta["part_delta_kind"] == "text":

@@ -116,7 +116,7 @@ def _failure(result: dict[str, Any], path: str) -> dict[str, Any]:
     if not code or not message:
         raise DecodeError(f"{path}.{'code' if not code else 'message'}", "must not be empty")
     hint = failure.get("retry_hint", "none")
-    if hint not in _RETRY_HINTS:
+    if not isinstance(hint, str) or hint not in _RETRY_HINTS:
         raise DecodeError(f"{path}.retry_hint", f"expected one of {sorted(_RETRY_HINTS)}, got {hint!r}")
     details = failure.get("details", {})
     if not isinstance(details, dict):

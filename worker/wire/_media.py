@@ -31,6 +31,8 @@ def is_media(value: Any) -> bool:
     if not isinstance(value, dict) or not _optional_fields_ok(value):
         return False
     kind = value.get("kind")
+    if not isinstance(kind, str):
+        return False
     if kind in URL_KINDS:
         mime = value.get("media_type")
         return (
