@@ -18,15 +18,21 @@ _FLOAT_PROBES = [
     123456789012.0, 9007199254740993.0, 1.2345678901234567e19, 0.30000000000000004, 3.0e-310,
 ]
 _ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
-_Layout = tuple[tuple[str, str, bool], ...]
+_Layout = tuple[tuple[str, str, bool, bool], ...]
 _LAYOUTS: dict[type[BaseEvent], _Layout] = {}
 
 
 def _layout(cls: type[BaseEvent]) -> _Layout:
+    """Per field: name, alias, omitted-when-None, may-hold-an-ag-ui-model (those take pydantic's path)."""
     layout = _LAYOUTS.get(cls)
     if layout is None:
         layout = tuple(
-            (name, info.alias or name, not info.is_required() and info.default is None)
+            (
+                name,
+                info.alias or name,
+                not info.is_required() and info.default is None,
+                "ag_ui." in str(info.annotation),
+            )
             for name, info in cls.model_fields.items()
         )
         _LAYOUTS[cls] = layout
@@ -39,19 +45,19 @@ def encode_event(event: BaseEvent) -> bytes:
         return _slow(event)
     out: dict[str, Any] = {}
     values = event.__dict__
-    for name, alias, omittable in _layout(type(event)):
+    for name, alias, omittable, modelled in _layout(type(event)):
         value = values[name]
         if value is None:
             if omittable:
                 continue
-        elif isinstance(value, BaseModel) or (isinstance(value, list) and value and isinstance(value[0], BaseModel)):
+        elif modelled and (isinstance(value, BaseModel) or (type(value) is list and value)):
             return _slow(event)
         out[alias] = value
     if _ORJSON_AGREES:
         try:
             return orjson.dumps(out)
         except (TypeError, orjson.JSONEncodeError):
-            pass  # integers beyond 64 bits, lone surrogates: pydantic decides
+            return _slow(event)  # a model inside an Any field, integers beyond 64 bits, lone surrogates
     return pydantic_core.to_json(out)
 
 
