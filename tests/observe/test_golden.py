@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from worker.convert import convert_lines
-from worker.observe import HarnessAguiStreamObserver, encode_event
+from worker.observe import HarnessAguiStreamObserver, ObserverContinuation, encode_event
 from worker.wire import decode_item
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
@@ -83,3 +83,30 @@ def test_edge_cases_match_the_reference(name: str, errors: int) -> None:
 
     assert [src_only(line) for line in got] == [src_only(line) for line in expected]
     assert failed == errors
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_restore_mid_run_continues_byte_identically(run: str) -> None:
+    items = []
+    for line in _lines(GOLDEN / f"{run}.jsonl"):
+        try:
+            items.append(decode_item(line))
+        except ValueError:
+            continue
+
+    def outputs(observer: HarnessAguiStreamObserver, chunk: list) -> list[bytes | str]:
+        out: list[bytes | str] = []
+        for item in chunk:
+            try:
+                out.extend(encode_event(e) for e in observer.observe(item))
+            except ValueError as exc:
+                out.append(type(exc).__name__)
+        return out
+
+    whole = outputs(HarnessAguiStreamObserver(retain_events=False), items)
+    for cut in (len(items) // 3, 2 * len(items) // 3):
+        first = HarnessAguiStreamObserver(retain_events=False)
+        head = outputs(first, items[:cut])
+        text = first.export().model_dump_json()
+        restored = HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate_json(text))
+        assert head + outputs(restored, items[cut:]) == whole
