@@ -30,7 +30,9 @@ class _Producer:
     async def begin_transaction(self) -> None:
         self._call("begin")
 
-    async def send(self, topic: str, value: bytes | None, key: bytes | None, headers: Any) -> asyncio.Future[Any]:
+    async def send(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Any, partition: int | None = None
+    ) -> asyncio.Future[Any]:
         self._call("send", (topic, key, value))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.fail == "delivery":

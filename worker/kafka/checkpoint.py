@@ -91,12 +91,13 @@ class Checkpoint:
         self._opened_at = time.monotonic()
 
     async def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+        partition: int | None = None,
     ) -> None:
         """Append one record to the open transaction; delivery is checked at commit."""
         if self._phase is not TxnPhase.OPEN:
             raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
-        fut = await self._producer.send(topic, value=value, key=key, headers=headers)
+        fut = await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
         fut.add_done_callback(_retrieve)
         self._futures.append(fut)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from worker.kafka.checkpoint import Checkpoint
-from worker.stream import PartitionState
+from worker.stream import Outcome, PartitionState
 
 __all__ = ["PartitionRun", "Phase"]
 
@@ -24,7 +25,11 @@ class Phase(Enum):
 
 @dataclass(slots=True, eq=False)
 class PartitionRun:
-    """Live bookkeeping of a partition; `next_offset` is the next source offset to process and to commit."""
+    """Live bookkeeping of a partition; `next_offset` is the next source offset to process.
+
+    While `commit_task` runs, processed outcomes wait in `pending` (with their source timestamps); when no commit
+    is in flight `pending` is empty and everything up to `next_offset` is in the open transaction.
+    """
 
     tp: TopicPartition
     state: PartitionState
@@ -34,6 +39,8 @@ class PartitionRun:
     next_offset: int = 0
     committed: int = -1
     failure: str | None = None
+    pending: list[tuple[Outcome, int]] = field(default_factory=list)
+    commit_task: asyncio.Task[None] | None = None
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -46,6 +53,8 @@ class PartitionRun:
         self.next_offset = committed
         self.committed = committed
         self.failure = None
+        self.pending = []
+        self.commit_task = None
         self.phase = Phase.LIVE
 
     def detach_producer(self) -> AIOKafkaProducer | None:

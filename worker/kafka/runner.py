@@ -19,14 +19,15 @@ from worker.kafka._clients import (
     make_replay_consumer,
     make_transactional_producer,
 )
-from worker.kafka.checkpoint import is_fenced
+from worker.kafka.checkpoint import Checkpoint, is_fenced
 from worker.kafka.offsets import plan_replay
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.rebuild import replay_into
+from worker.kafka.routing import KeyRouter
 from worker.kafka.source import to_source_record
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import Destination, PartitionState, encode_replay_metadata
+from worker.stream import Destination, OutboundRecord, Outcome, PartitionState, encode_replay_metadata
 
 __all__ = ["KafkaRunner"]
 
@@ -59,7 +60,7 @@ class KafkaRunner:
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._closing = False
-        self._topics = {Destination.OUTPUT: settings.output_topic, Destination.DEAD_LETTER: settings.dlq_topic}
+        self._router: KeyRouter | None = None
 
     def _default_state(self, tp: TopicPartition) -> PartitionState:
         s = self._s
@@ -83,7 +84,7 @@ class KafkaRunner:
                 async with self._lock:
                     for tp, recs in batches.items():
                         await self._consume(tp, recs)
-                    await self._commit_due()
+                    self._commit_due()
                     self._observe_lag()
         finally:
             self._health.set_member(False)
@@ -105,16 +106,19 @@ class KafkaRunner:
             self._closing = True
             await self._cancel_rebuilds(list(self._tasks))
             runs = [*self._parts.values(), *self._parked.values()]
-            await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))
+            await asyncio.gather(*(self._commit_now(p) for p in runs))
             await asyncio.gather(*(self._close(p) for p in runs))
             self._parts.clear()
             self._parked.clear()
 
     # ---- live processing -------------------------------------------------------------------------------
+    # A partition sends each outcome into its open transaction at once; while that transaction commits, new
+    # outcomes wait in `pending` and go into the next one, so commits never stop consumption.
 
     def _poll_timeout_ms(self) -> int:
         interval = self._s.commit_interval_ms / 1000
-        ages = [p.checkpoint.age_s for p in self._parts.values() if p.checkpoint and p.checkpoint.is_open]
+        ages = [p.checkpoint.age_s for p in self._parts.values()
+                if p.checkpoint and p.checkpoint.is_open and p.commit_task is None]
         wait = min((interval - a for a in ages), default=interval)
         return max(0, int(wait * 1000))
 
@@ -122,8 +126,7 @@ class KafkaRunner:
         p = self._parts.get(tp)
         if p is None or p.phase is not Phase.LIVE or p.checkpoint is None:
             return  # paused or gone: the position is re-sought when the partition goes live
-        ckpt = p.checkpoint
-        counters = self._metrics.source_records_total
+        verdicts = self._metrics.source_records_total
         for rec in recs:
             if rec.offset < p.next_offset:
                 continue
@@ -132,66 +135,107 @@ class KafkaRunner:
             except WorkerError as exc:
                 await self._halt(p, rec.offset, exc)
                 return
-            try:
-                await ckpt.begin()
-                for out in outcome.records:
-                    await ckpt.send(self._topics[out.destination], out.key, out.value, list(out.headers))
-            except Exception as exc:
-                await self._fail(p, exc)
-                return
-            ckpt.note_source(rec.timestamp)
             p.next_offset = rec.offset + 1
-            counters.labels(*p.label, outcome.verdict.value).inc()
-            for out in outcome.records:
-                if out.destination is Destination.OUTPUT:
-                    self._metrics.output_events_total.labels(out.event_type or "").inc()
-                else:
-                    self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
-                    _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
-                                 extra=_fields(p.tp, offset=rec.offset, run_id=outcome.run_id))
-            if ckpt.records >= self._s.max_records_per_transaction:
-                await self._commit(p)
-                if p.phase is not Phase.LIVE:
+            verdicts.labels(*p.label, outcome.verdict.value).inc()
+            p.pending.append((outcome, rec.timestamp))
+            if p.commit_task is None:
+                if not await self._flush(p):
                     return
+                if p.checkpoint.records >= self._s.max_records_per_transaction:
+                    self._start_commit(p)
         self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
 
-    async def _commit_due(self) -> None:
-        interval = self._s.commit_interval_ms / 1000
-        due = [p for p in self._parts.values()
-               if p.phase is Phase.LIVE and p.checkpoint and p.checkpoint.is_open and p.checkpoint.age_s >= interval]
-        if due:
-            await asyncio.gather(*(self._commit(p) for p in due))
+    async def _flush(self, p: PartitionRun) -> bool:
+        """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
+        ckpt = p.checkpoint
+        assert ckpt is not None
+        try:
+            while p.pending and p.phase is Phase.LIVE:
+                batch, p.pending = p.pending, []
+                await ckpt.begin()
+                for outcome, timestamp in batch:
+                    for out in outcome.records:
+                        await self._send(p, ckpt, out, outcome)
+                    ckpt.note_source(timestamp)
+        except Exception as exc:
+            await self._fail(p, exc)
+            return False
+        return p.phase is Phase.LIVE
 
-    async def _commit(self, p: PartitionRun) -> None:
+    async def _send(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
+        if out.destination is Destination.OUTPUT:
+            partition = self._router(out.key) if self._router is not None and out.key is not None else None
+            await ckpt.send(self._s.output_topic, out.key, out.value, list(out.headers), partition)
+            self._metrics.output_events_total.labels(out.event_type or "").inc()
+            return
+        await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
+        self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
+        _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
+                     extra=_fields(p.tp, offset=_header(out.headers, "dlq-source-offset"), run_id=outcome.run_id))
+
+    def _commit_due(self) -> None:
+        interval = self._s.commit_interval_ms / 1000
+        for p in self._parts.values():
+            if p.phase is Phase.LIVE and p.checkpoint and p.checkpoint.is_open and p.checkpoint.age_s >= interval:
+                self._start_commit(p)
+
+    def _start_commit(self, p: PartitionRun) -> None:
+        if p.commit_task is None and p.checkpoint is not None and p.checkpoint.is_open:
+            p.commit_task = asyncio.create_task(self._commit_then_flush(p), name=f"commit-{p.tp.partition}")
+
+    async def _commit_then_flush(self, p: PartitionRun) -> None:
+        try:
+            if await self._commit(p) and p.phase is Phase.LIVE:
+                await self._flush(p)
+        finally:
+            if p.commit_task is asyncio.current_task():
+                p.commit_task = None
+
+    async def _settle(self, p: PartitionRun) -> None:
+        """Wait for the partition's in-flight commit (and the flush that follows it)."""
+        task = p.commit_task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def _commit_now(self, p: PartitionRun) -> bool:
+        """Settle any in-flight commit, then commit what is open; used on revoke, halt and shutdown."""
+        await self._settle(p)
+        return p.phase is Phase.LIVE and await self._commit(p)
+
+    async def _commit(self, p: PartitionRun) -> bool:
         """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it."""
         ckpt = p.checkpoint
         if ckpt is None or not ckpt.is_open:
-            return
-        metadata = encode_replay_metadata(p.state.replay_from(p.next_offset))
+            return True
+        # No commit is in flight and nothing is pending here, so the state is exactly at next_offset.
+        offset = p.next_offset
+        metadata = encode_replay_metadata(p.state.replay_from(offset))
         started = time.monotonic() - ckpt.age_s
         try:
-            stamps = await ckpt.commit(p.next_offset, metadata)
+            stamps = await ckpt.commit(offset, metadata)
         except Exception as exc:
             await self._fail(p, exc)
-            return
-        p.committed = p.next_offset
+            return False
+        p.committed = offset
         self._metrics.transactions_total.labels("committed").inc()
         self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
         now_ms = time.time() * 1000
         delay = self._metrics.source_to_commit_delay_seconds
         for ts in stamps:
             delay.observe(max(0.0, now_ms - ts) / 1000)
+        return True
 
     async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
         """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
         _log.error("partition halted by policy: %s", exc, extra=_fields(p.tp, offset=offset))
-        await self._commit(p)
-        if p.phase is Phase.LIVE:
+        if await self._commit_now(p):
             self._mark_failed(p, f"halted at offset {offset}: {exc}")
 
     async def _fail(self, p: PartitionRun, exc: BaseException) -> None:
         """Abort the open transaction; rebuild from the committed offset, or wait for a rebalance when fenced."""
         self._metrics.transactions_total.labels("aborted").inc()
+        p.pending = []
         if p.checkpoint is not None:
             with contextlib.suppress(Exception):
                 await p.checkpoint.abort()
@@ -245,7 +289,7 @@ class KafkaRunner:
                 _log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
             await self._cancel_rebuilds([tp for tp in revoked if tp in self._tasks])
             runs = [self._parts.pop(tp) for tp in revoked]
-            await asyncio.gather(*(self._commit(p) for p in runs if p.phase is Phase.LIVE))
+            await asyncio.gather(*(self._commit_now(p) for p in runs))
             for p in runs:
                 self._health.drop_partition(p.tp.topic, p.tp.partition)
                 if p.phase is Phase.LIVE:
@@ -357,6 +401,9 @@ class KafkaRunner:
             # Initialising a transactional id fences any zombie and aborts its open transaction: do it before
             # reading the committed offset, so that offset is final.
             await asyncio.gather(*(producer.start() for producer in producers.values()))
+            if self._router is None and producers:
+                out_partitions = await next(iter(producers.values())).partitions_for(self._s.output_topic)
+                self._router = KeyRouter(len(out_partitions))
             await replay.start()
             windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
             states = {tp: self._state_factory(tp) for tp in tps}
