@@ -13,6 +13,7 @@ from worker.wire import HarnessItem, decode_item
 THREAD = "thread_prop"
 ROOT = "run-root"
 CHILD = "run-child"
+GRANDCHILD = "run-grandchild"
 _TEXT = st.text(alphabet=st.sampled_from(["a", "b", " ", "é", "\n", "\u2028", '"', "😀"]), max_size=6)
 _INDEX = st.integers(0, 2)
 _CALL_ID = st.sampled_from(["call_1", "call_2"])
@@ -94,7 +95,7 @@ def _terminal(status: str) -> dict[str, Any]:
 @st.composite
 def wire_runs(draw: st.DrawFn, *, children: bool = True) -> list[dict[str, Any]]:
     """One root stream: run_started, then mixed root/child items, maybe delegation, maybe a terminal."""
-    sequences = {ROOT: 0, CHILD: 0}
+    sequences = {ROOT: 0, CHILD: 0, GRANDCHILD: 0}
     stamp = [1_748_779_200_000_000]
 
     def item(run: str, body: dict[str, Any], key: str = "event") -> dict[str, Any]:
@@ -107,14 +108,16 @@ def wire_runs(draw: st.DrawFn, *, children: bool = True) -> list[dict[str, Any]]
 
     out = [item(ROOT, {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}})]
     for _ in range(draw(st.integers(0, 30))):
-        run = draw(st.sampled_from([ROOT, ROOT, CHILD])) if children else ROOT
-        if children and draw(st.integers(0, 12)) == 0:
+        run = draw(st.sampled_from([ROOT, ROOT, CHILD, GRANDCHILD])) if children else ROOT
+        if children and draw(st.integers(0, 10)) == 0:
             action = draw(st.sampled_from(["started", "completed", "failed"]))
+            parent, child = draw(st.sampled_from([(ROOT, CHILD), (CHILD, GRANDCHILD)]))
             payload = {"type": "inline_delegation", "invocation_id": "delegation-1", "action": action,
                        "child_instance_id": "helper-1", "subagent": "helper", "status": action,
-                       "parent_run_id": ROOT, "parent_agent_instance_id": "agent-1",
-                       "parent_tool_call_id": "call_1", "child_run_id": CHILD}
-            out.append(item(ROOT, {"schema_version": "1", "kind": "delegation", "payload": payload}))
+                       "parent_run_id": parent, "parent_agent_instance_id": "agent-1",
+                       "parent_tool_call_id": draw(st.none() | st.just("call_1")),
+                       "child_run_id": draw(st.just(child) | st.none())}
+            out.append(item(parent, {"schema_version": "1", "kind": "delegation", "payload": payload}))
             continue
         out.append(item(run, draw(_event())))
     status = draw(st.sampled_from([None, "completed", "failed", "cancelled"]))

@@ -231,5 +231,15 @@ def test_result_errors(result: dict[str, Any], path: str, reason: str) -> None:
 
 
 def test_integers_beyond_64_bits_decode_exactly() -> None:
-    item = decode_item(line(event={"schema_version": "1", "kind": "usage", "payload": {"n": 2**70}}))
-    assert isinstance(item.event, ExtensionEvent) and item.event.payload == {"n": 2**70}
+    numbers = [2**70 + 1, -(2**63) - 1, 2**64, 2**63 - 1, -(2**63), 123456789012345678]
+    item = decode_item(line(event={"schema_version": "1", "kind": "usage", "payload": {"n": numbers}}))
+    assert isinstance(item.event, ExtensionEvent)
+    assert item.event.payload["n"] == numbers
+    assert all(type(n) is int for n in item.event.payload["n"])
+
+
+def test_lone_surrogates_are_not_json_text() -> None:
+    escaped = _error(line(event={"schema_version": "1", "kind": "usage", "payload": "\ud800"}))
+    assert (escaped.path, escaped.reason.startswith("not valid JSON")) == ("$", True)
+    raw = _error('{"thread_id": "\ud800"}')
+    assert (raw.path, raw.reason.startswith("not valid UTF-8 text")) == ("$", True)

@@ -97,10 +97,10 @@ class HarnessAguiStreamObserver(HarnessAguiObserver):
         payload = InlineDelegation.model_validate(source.payload)
         child_id = payload.child_run_id
         custom = harness_custom(item, ts, source)
+        if child_id is None:  # no child run exists yet: the fact only, unattributed (as upstream)
+            return [custom]
         if is_child:
             custom.subagent_run_id = item.run_id
-        if child_id is None:
-            return [custom]
         state = self._state
         events: list[BaseEvent] = []
         if payload.action == "started":

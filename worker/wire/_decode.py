@@ -45,14 +45,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def _loads(value: bytes | str) -> Any:
+_DIGITS_ONLY = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_NUMBER = b"0" * 19  # integers of 19+ digits may leave 64 bits, where orjson silently yields floats
+
+
+def _loads(value: bytes) -> Any:
     try:
-        return orjson.loads(value)
+        data = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
-        try:  # orjson rejects integers beyond 64 bits; the stdlib parser is exact for them.
-            return json.loads(value, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError):
-            raise DecodeError("$", f"not valid JSON: {exc}") from exc
+        raise DecodeError("$", f"not valid JSON: {exc}") from exc
+    if _LONG_NUMBER in value.translate(_DIGITS_ONLY):
+        return json.loads(value, parse_constant=_reject_constant)  # exact big integers
+    return data
 
 
 def parse_datetime(value: Any, path: str) -> datetime:
@@ -83,7 +87,10 @@ def _extension(event: dict[str, Any], path: str) -> ExtensionEvent:
     if "payload" not in event:
         raise DecodeError(f"{path}.payload", "required field is missing")
     payload = redact(event["payload"])
-    size = len(orjson.dumps(payload))
+    try:
+        size = len(orjson.dumps(payload))
+    except orjson.JSONEncodeError:  # integers beyond 64 bits
+        size = MAX_EXTENSION_PAYLOAD_BYTES
     if size > MAX_EXTENSION_PAYLOAD_BYTES - 4096:  # exact size uses Python's float spelling
         size = len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
         if size > MAX_EXTENSION_PAYLOAD_BYTES:
@@ -165,8 +172,13 @@ def _ident(obj: dict[str, Any], key: str) -> str:
 
 def decode_item(value: bytes | str) -> HarnessItem:
     """Decode one wire record; anything malformed raises DecodeError(path, reason)."""
+    if not isinstance(value, bytes):
+        try:
+            value = value.encode() if isinstance(value, str) else bytes(value)
+        except UnicodeEncodeError as exc:
+            raise DecodeError("$", f"not valid UTF-8 text: {exc.reason} at {exc.start}") from exc
     data = _loads(value)
-    size = len(value) if isinstance(value, bytes) else 4 * len(value)  # an upper bound on UTF-8 bytes
+    size = len(value)
     if not isinstance(data, dict):
         raise DecodeError("$", f"expected a JSON object, got {kind_of(data)}")
     thread_id, run_id, sequence = data.get("thread_id"), data.get("run_id"), data.get("sequence")
