@@ -84,6 +84,9 @@ def make_transactional_producer(settings: Settings, tp: TopicPartition) -> AIOKa
         enable_idempotence=True,
         acks="all",
         linger_ms=5,
+        # Transaction handshakes retry on CONCURRENT_TRANSACTIONS while the last commit's markers are written;
+        # aiokafka's 100 ms default backoff would dominate the commit latency.
+        retry_backoff_ms=20,
         max_batch_size=256 * 1024,
         max_request_size=4 * 1024 * 1024,
         transaction_timeout_ms=settings.transaction_timeout_ms,

@@ -70,7 +70,7 @@ class Checkpoint:
 
     @property
     def age_s(self) -> float:
-        """Seconds since the open transaction began (0 when idle)."""
+        """Seconds since the oldest record in the open transaction was consumed (0 when idle)."""
         return time.monotonic() - self._opened_at if self.is_open else 0.0
 
     def _move(self, to: TxnPhase) -> None:
@@ -101,8 +101,10 @@ class Checkpoint:
         fut.add_done_callback(_retrieve)
         self._futures.append(fut)
 
-    def note_source(self, timestamp_ms: int) -> None:
-        """Remember a consumed record's timestamp for the source-to-commit delay."""
+    def note_source(self, timestamp_ms: int, consumed_at: float | None = None) -> None:
+        """Remember a consumed record's timestamp; the transaction's age counts from its oldest record."""
+        if consumed_at is not None and consumed_at < self._opened_at:
+            self._opened_at = consumed_at
         self.records += 1
         self._timestamps.append(timestamp_ms)
 

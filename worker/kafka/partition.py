@@ -27,8 +27,8 @@ class Phase(Enum):
 class PartitionRun:
     """Live bookkeeping of a partition; `next_offset` is the next source offset to process.
 
-    While `commit_task` runs, processed outcomes wait in `pending` (with their source timestamps); when no commit
-    is in flight `pending` is empty and everything up to `next_offset` is in the open transaction.
+    While `commit_task` runs, processed outcomes wait in `pending` (with source timestamp and consume time);
+    when no commit is in flight `pending` is empty and everything up to `next_offset` is in the open transaction.
     """
 
     tp: TopicPartition
@@ -39,7 +39,7 @@ class PartitionRun:
     next_offset: int = 0
     committed: int = -1
     failure: str | None = None
-    pending: list[tuple[Outcome, int]] = field(default_factory=list)
+    pending: list[tuple[Outcome, int, float]] = field(default_factory=list)
     commit_task: asyncio.Task[None] | None = None
     label: tuple[str, str] = field(init=False)
 

@@ -137,7 +137,7 @@ class KafkaRunner:
                 return
             p.next_offset = rec.offset + 1
             verdicts.labels(*p.label, outcome.verdict.value).inc()
-            p.pending.append((outcome, rec.timestamp))
+            p.pending.append((outcome, rec.timestamp, time.monotonic()))
             if p.commit_task is None:
                 if not await self._flush(p):
                     return
@@ -153,10 +153,10 @@ class KafkaRunner:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
                 await ckpt.begin()
-                for outcome, timestamp in batch:
+                for outcome, timestamp, consumed_at in batch:
                     for out in outcome.records:
                         await self._send(p, ckpt, out, outcome)
-                    ckpt.note_source(timestamp)
+                    ckpt.note_source(timestamp, consumed_at)
         except Exception as exc:
             await self._fail(p, exc)
             return False
