@@ -11,12 +11,13 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from worker.errors import ConfigError, KafkaWorkerError
 
-__all__ = ["KAFKA_VERSION", "LOG_CONFIG", "POM", "cache_root", "kafka_home", "resolve_jars"]
+__all__ = ["KAFKA_VERSION", "LOG_CONFIG", "POM", "cache_root", "kafka_home", "resolve_jars", "resolve_maven_libs"]
 
 KAFKA_VERSION = "4.1.1"
 """The Kafka release the project tests against (Maven `org.apache.kafka:kafka_2.13`)."""
@@ -36,8 +37,8 @@ def kafka_home(version: str = KAFKA_VERSION) -> Path:
     return cache_root() / f"kafka-{version}"
 
 
-def _digest(version: str) -> str:
-    return hashlib.sha256(POM.read_bytes() + b"\0" + version.encode()).hexdigest()
+def _digest(pom: Path, version: str) -> str:
+    return hashlib.sha256(pom.read_bytes() + b"\0" + version.encode()).hexdigest()
 
 
 def _is_complete(home: Path, digest: str) -> bool:
@@ -46,16 +47,21 @@ def _is_complete(home: Path, digest: str) -> bool:
 
 
 def resolve_jars(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path:
-    """Return the `libs` directory of `version`, running Maven once if the cache is missing or stale."""
+    """Return the `libs` directory of the Kafka broker `version`, running Maven once if missing or stale."""
+    return resolve_maven_libs(POM, "kafka_2.13", kafka_home(version), version, verbose=verbose)
+
+
+def resolve_maven_libs(pom: Path, artifact: str, home: Path, version: str, *, verbose: bool = False) -> Path:
+    """Copy the runtime class path of `pom` (which depends on `org.apache.kafka:<artifact>:<version>`) into
+    `home/libs`, under a file lock; the stamp of pom and version makes a complete cache reusable."""
     if not version or "/" in version or version.startswith("."):
         raise ConfigError(f"Kafka version must be a plain release number, got {version!r}")
-    home = kafka_home(version)
-    digest = _digest(version)
+    digest = _digest(pom, version)
     if _is_complete(home, digest):
         return home / "libs"
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise KafkaWorkerError("cannot resolve the Kafka jars: `mvn` is not on PATH (install Maven)")
+        raise KafkaWorkerError(f"cannot resolve org.apache.kafka:{artifact}: `mvn` is not on PATH (install Maven)")
     home.mkdir(parents=True, exist_ok=True)
     with (home / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -64,17 +70,17 @@ def resolve_jars(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path
         staging = home / f"libs.staging-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         command = [
-            mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM), f"-Dkafka.version={version}",
+            mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(pom), f"-Dkafka.version={version}",
             "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
         ]  # fmt: skip
         began = time.monotonic()
         done = subprocess.run(command, capture_output=True, text=True, check=False)
-        expected = staging / f"kafka_2.13-{version}.jar"
+        expected = staging / f"{artifact}-{version}.jar"
         if done.returncode != 0 or not expected.is_file():
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
             shutil.rmtree(staging, ignore_errors=True)
             raise KafkaWorkerError(
-                f"Maven could not resolve org.apache.kafka:kafka_2.13:{version} "
+                f"Maven could not resolve org.apache.kafka:{artifact}:{version} "
                 f"(exit {done.returncode}, {expected.name} present: {expected.is_file()}):\n{tail}"
             )
         shutil.rmtree(home / "libs", ignore_errors=True)
@@ -82,5 +88,6 @@ def resolve_jars(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path
         (home / "libs.sha256").write_text(digest + "\n")
         if verbose:
             count = len(list((home / "libs").glob("*.jar")))
-            print(f"resolved Kafka {version}: {count} jars in {time.monotonic() - began:.1f} s -> {home}/libs")
+            print(f"resolved {artifact} {version}: {count} jars in {time.monotonic() - began:.1f} s -> {home}/libs",
+                  file=sys.stderr)
     return home / "libs"

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import itertools
 import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from devtools._kafka_jars import cache_root, resolve_maven_libs
 from devtools.kafka_cluster import KAFKA_VERSION
 from worker.errors import ConfigError, KafkaWorkerError
 
@@ -60,68 +58,14 @@ _JVM_OPTS = (
 )  # fmt: skip
 
 
-def _cache_root() -> Path:
-    configured = os.environ.get("HARNESS_WORKER_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "harness-agui-worker"
-
-
 def tools_home(version: str = KAFKA_VERSION) -> Path:
     """The cache directory of one Kafka version's tools; its `libs/` holds the class path."""
-    return _cache_root() / f"kafka-tools-{version}"
-
-
-def _digest(version: str) -> str:
-    return hashlib.sha256(POM.read_bytes() + b"\0" + version.encode()).hexdigest()
-
-
-def _is_complete(home: Path, digest: str) -> bool:
-    stamp = home / "libs.sha256"
-    return stamp.is_file() and stamp.read_text().strip() == digest and (home / "libs").is_dir()
+    return cache_root() / f"kafka-tools-{version}"
 
 
 def resolve_tools(version: str = KAFKA_VERSION, *, verbose: bool = False) -> Path:
     """The `libs` directory of kafka-tools `version`; Maven runs once when the cache is missing or stale."""
-    if not version or "/" in version or version.startswith("."):
-        raise ConfigError(f"Kafka version must be a plain release number, got {version!r}")
-    home = tools_home(version)
-    digest = _digest(version)
-    if _is_complete(home, digest):
-        return home / "libs"
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaWorkerError("cannot resolve the Kafka tools jars: `mvn` is not on PATH (install Maven)")
-    home.mkdir(parents=True, exist_ok=True)
-    with (home / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(home, digest):
-            return home / "libs"
-        staging = home / f"libs.staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        command = [
-            mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM), f"-Dkafka.version={version}",
-            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
-        ]  # fmt: skip
-        began = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        expected = staging / f"kafka-tools-{version}.jar"
-        if done.returncode != 0 or not expected.is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-            shutil.rmtree(staging, ignore_errors=True)
-            raise KafkaWorkerError(
-                f"Maven could not resolve org.apache.kafka:kafka-tools:{version} "
-                f"(exit {done.returncode}, {expected.name} present: {expected.is_file()}):\n{tail}"
-            )
-        shutil.rmtree(home / "libs", ignore_errors=True)
-        staging.rename(home / "libs")
-        (home / "libs.sha256").write_text(digest + "\n")
-        if verbose:
-            count = len(list((home / "libs").glob("*.jar")))
-            print(
-                f"resolved kafka-tools {version}: {count} jars in {time.monotonic() - began:.1f} s"
-                f" -> {home}/libs",
-                file=sys.stderr,
-            )
-    return home / "libs"
+    return resolve_maven_libs(POM, "kafka-tools", tools_home(version), version, verbose=verbose)
 
 
 def java_command(tool: str, args: Sequence[str], version: str = KAFKA_VERSION) -> list[str]:
