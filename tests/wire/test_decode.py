@@ -149,7 +149,7 @@ def _event_error(event: dict[str, Any]) -> DecodeError:
         ({**TEXT_START, "part": {"tool_name": "t", "part_kind": "tool-call"}}, "$.event.part.tool_call_id",
          "required field is missing"),
         ({**TEXT_START, "part": {"tool_name": "t", "tool_call_id": "c", "args": 5, "part_kind": "tool-call"}},
-         "$.event.part.args", "expected a string, object or null"),
+         "$.event.part.args", "expected a string, an object or null"),
         ({"index": 0, "delta": {"content_delta": None, "part_delta_kind": "text"}, "event_kind": "part_delta"},
          "$.event.delta.content_delta", "expected a string"),
         ({"index": 0, "delta": {"part_delta_kind": "warp"}, "event_kind": "part_delta"},

@@ -14,9 +14,9 @@ __all__ = ["execution_value", "media_description", "public_value", "tool_result_
 _CONTENT_KEY = "a13n.tool-content"
 
 
-def execution_value(content: Any, metadata: dict[str, Any] | None) -> Any:
+def execution_value(content: Any, metadata: Any) -> Any:
     """The tool's own result: `content[result_index]` when the Harness marked one, else the content."""
-    if metadata is not None and _CONTENT_KEY in metadata:
+    if isinstance(metadata, dict) and _CONTENT_KEY in metadata:
         return content[metadata[_CONTENT_KEY]["result_index"]]
     return content
 

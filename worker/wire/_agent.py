@@ -12,6 +12,7 @@ from worker.errors import DecodeError
 from worker.wire._fields import (
     REQUIRED,
     Shape,
+    check_types,
     get_bool_or_none,
     get_int,
     get_obj,
@@ -26,6 +27,32 @@ from worker.wire._media import full_media, is_media, normalize_content
 __all__ = ["CAPABILITY_ENVELOPE", "INPUT_SOURCES", "decode_agent_event"]
 
 _R = REQUIRED
+_N: type = type(None)
+_S, _SN = frozenset[type]({str}), frozenset[type]({str, _N})
+_I, _IN = frozenset[type]({int}), frozenset[type]({int, _N})
+_B, _BN = frozenset[type]({bool}), frozenset[type]({bool, _N})
+_D, _DN = frozenset[type]({dict}), frozenset[type]({dict, _N})
+_L, _LN = frozenset[type]({list}), frozenset[type]({list, _N})
+_ARGS = frozenset[type]({str, dict, _N})
+# The JSON types pydantic-ai / Harness declare for each field name (overridden per shape where they differ).
+_TYPES: dict[str, frozenset[type]] = {
+    "provider_name": _SN, "provider_details": _DN, "citations": _LN, "citations_delta": _LN, "id": _SN,
+    "signature": _SN, "signature_delta": _SN, "tool_kind": _SN, "tool_name": _S, "tool_call_id": _S,
+    "args": _ARGS, "args_delta": _ARGS, "tool_name_delta": _SN, "previous_part_kind": _SN, "next_part_kind": _SN,
+    "args_valid": _BN, "index": _I, "item_id": _SN, "message": _S, "type": _SN, "code": _SN,
+    "content_index": _IN, "state_restored": _B, "recoverable": _B, "capability_id": _SN, "enqueue_id": _S,
+    "messages": _L, "parts": _L, "attempt": _IN, "max_retries": _IN, "cause": _S, "file_path": _S, "before": _S,
+    "after": _S, "operation_id": _S, "summary": _S, "files": _L, "process_id": _SN, "phase": _S,
+    "exit_code": _IN, "callback": _B, "input_id": _S, "source": _S, "name": _S, "kind": _S,
+}
+_OPTIONAL_IDS = {"tool_name": _SN, "tool_call_id": _SN}
+
+
+def _types(**overrides: frozenset[type]) -> dict[str, frozenset[type]]:
+    return {**_TYPES, **overrides}
+
+
+_PLAIN = _types()
 _DATETIME = TypeAdapter(datetime)
 _PROVIDER = (("provider_name", None), ("provider_details", None))
 _TOOL_CALL = (("tool_name", _R), ("args", None), ("tool_call_id", _R), ("tool_kind", None), ("id", None))
@@ -88,7 +115,7 @@ _EVENTS: dict[str, Shape] = {
     ),
 }
 CAPABILITY_ENVELOPE = (
-    ("kind", _R), ("capability_id", None), ("tool_call_id", None), ("tool_name", None), ("event_kind", "capability"),
+    ("kind", ""), ("capability_id", None), ("tool_call_id", None), ("tool_name", None), ("event_kind", "capability"),
 )
 _CAPABILITY_PAYLOADS: dict[str, tuple[tuple[str, Any], ...]] = {
     "a13n.input.text": (("input_id", _R), ("source", _R), ("content", _R), ("metadata", None)),
@@ -104,9 +131,31 @@ _CAPABILITIES = {kind: Shape(*CAPABILITY_ENVELOPE, *fields) for kind, fields in 
 _CUSTOM_ENVELOPE = Shape(("name", ""), ("tool_call_id", None), ("tool_name", None), ("event_kind", "custom"))
 _RETRY = Shape(("cause", _R), ("attempt", None), ("max_retries", None))
 _DEFERRED_REQUESTS = Shape(("calls", []), ("approvals", []), ("metadata", {}))
+
+
+def _typed(shape: Shape, **overrides: frozenset[type]) -> None:
+    """Attach the admitted JSON types of the shape's fields."""
+    shape.checks = Shape(*shape.fields, types=_types(**overrides)).checks
+
+
+for _shape in (*_PARTS.values(), *_EVENTS.values(), _RETRY):
+    _typed(_shape)
+_typed(_PARTS["text"], content=_S)
+_typed(_PARTS["thinking"], content=_S)
+_typed(_DELTAS["text"], content_delta=_S)
+_typed(_DELTAS["thinking"], content_delta=_SN)
+_typed(_DELTAS["tool_call"], tool_call_id=_SN)
+_typed(_EVENTS["final_result"], **_OPTIONAL_IDS)
+_typed(_CUSTOM_ENVELOPE, **_OPTIONAL_IDS)
+_typed(_DEFERRED_REQUESTS, calls=_L, approvals=_L, metadata=_D)
+for _kind, _shape in _CAPABILITIES.items():
+    _typed(_shape, **_OPTIONAL_IDS, content=_S if _kind == "a13n.input.text" else _D)
 _TOOL_CALL_KINDS = frozenset({"tool-call", "builtin-tool-call"})
 INPUT_SOURCES = frozenset({"user", "steering", "context", "recovery", "async_subagent", "background_process"})
 _TOOL_CONTENT = "a13n.tool-content"
+_NEIGHBOUR_KINDS = frozenset(
+    {"text", "thinking", "tool-call", "builtin-tool-call", "builtin-tool-return", "compaction", "file", "speech"}
+)
 _OUTCOMES = frozenset({"success", "failed", "denied", "interrupted", "retried"})
 _RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "unavailable_tool"})
 
@@ -171,9 +220,7 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     get_str(part, "tool_name", path)
     get_str(part, "tool_call_id", path)
     metadata = part["metadata"]
-    if metadata is not None and not isinstance(metadata, dict):
-        raise DecodeError(f"{path}.metadata", f"expected an object or null, got {kind_of(metadata)}")
-    if metadata is not None and _TOOL_CONTENT in metadata:
+    if isinstance(metadata, dict) and _TOOL_CONTENT in metadata:
         _check_tool_content(part["content"], metadata[_TOOL_CONTENT], f"{path}.metadata")
     outcome = part["outcome"]
     if not isinstance(outcome, str) or outcome not in _OUTCOMES:
@@ -293,6 +340,9 @@ def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
         return {**event, "delta": d} if (d := _delta(event, path)) is not event["delta"] else event
     if kind in {"part_start", "part_end"}:
         _parts_event(event, path)
+        neighbour = "previous_part_kind" if kind == "part_start" else "next_part_kind"
+        if event[neighbour] is not None and event[neighbour] not in _NEIGHBOUR_KINDS:
+            raise DecodeError(f"{path}.{neighbour}", f"unknown part kind {event[neighbour]!r}")
     elif kind == "final_result":
         get_str_or_none(event, "tool_name", path)
         get_str_or_none(event, "tool_call_id", path)
@@ -326,8 +376,8 @@ _SPECIAL: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 }
 
 
-def _fast_delta(event: dict[str, Any]) -> bool:
-    """True for an already-normalized, well-typed part delta (the bulk of a stream)."""
+def _fast_delta(event: dict[str, Any], path: str) -> bool:
+    """True for an already-normalized part delta (the bulk of a stream), after checking its field types."""
     if tuple(event) != _EVENTS["part_delta"].names or type(event["index"]) is not int:
         return False
     delta = event["delta"]
@@ -337,24 +387,13 @@ def _fast_delta(event: dict[str, Any]) -> bool:
     shape = _DELTAS.get(kind) if type(kind) is str else None
     if shape is None or tuple(delta) != shape.names:
         return False
-    if delta["part_delta_kind"] == "text":
-        return type(delta["content_delta"]) is str
-    if delta["part_delta_kind"] == "thinking":
-        return _str_or_none(delta["content_delta"]) and _str_or_none(delta["signature_delta"])
-    args = delta["args_delta"]
-    return (
-        _str_or_none(delta["tool_name_delta"]) and _str_or_none(delta["tool_call_id"])
-        and (args is None or type(args) is str or type(args) is dict)
-    )
-
-
-def _str_or_none(value: Any) -> bool:
-    return value is None or type(value) is str
+    check_types(delta, shape, f"{path}.delta")
+    return True
 
 
 def decode_agent_event(event: dict[str, Any], path: str) -> AgentEvent:
     """Validate a pydantic-ai stream event and return it in the reference's re-dumped form."""
-    if event.get("event_kind") == "part_delta" and _fast_delta(event):
+    if event.get("event_kind") == "part_delta" and _fast_delta(event, path):
         return AgentEvent("part_delta", event)
     kind = get_str(event, "event_kind", path)
     special = _SPECIAL.get(kind)

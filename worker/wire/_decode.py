@@ -31,8 +31,10 @@ _STATUSES = frozenset({"completed", "suspended", "failed", "cancelled"})
 _RETRY_HINTS = frozenset({"none", "new_run", "dependency_change"})
 _USAGE_INTS = (
     "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens", "input_audio_tokens",
-    "cache_audio_read_tokens", "output_audio_tokens",
+    "cache_audio_read_tokens", "output_audio_tokens", "requests", "tool_calls", "provider_receipts",
+    "unknown_cost_records", "incomplete_requests",
 )
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _MUST_BE_NULL = {
     "completed": ("failure", "suspend_reason", "deferred"),
     "suspended": ("output", "failure"),
@@ -110,6 +112,17 @@ def _usage(result: dict[str, Any], path: str) -> dict[str, Any]:
     for key, count in details.items():
         if not isinstance(count, int) or isinstance(count, bool):
             raise DecodeError(f"{path}.details.{key}", f"expected an integer, got {kind_of(count)}")
+    for name in ("audio_seconds", "cost"):
+        amount = usage.get(name)
+        if amount is None and name == "cost":
+            continue
+        if name in usage and not (
+            type(amount) in (int, float) or (isinstance(amount, str) and _DECIMAL_TEXT.match(amount.strip()))
+        ):
+            raise DecodeError(f"{path}.{name}", f"expected a decimal number, got {amount!r}")
+    coverage = usage.get("model_usage_coverage", "all")
+    if coverage not in ("all", "responses_only"):
+        raise DecodeError(f"{path}.model_usage_coverage", f"expected 'all' or 'responses_only', got {coverage!r}")
     return usage
 
 

@@ -84,18 +84,34 @@ def kind_of(value: Any) -> str:
 
 
 class Shape:
-    """An ordered field list with defaults (REQUIRED for none), as a pydantic-ai dataclass declares it."""
+    """An ordered field list with defaults (REQUIRED for none) and the JSON types each field admits."""
 
-    __slots__ = ("fields", "names")
+    __slots__ = ("checks", "fields", "names")
 
-    def __init__(self, *fields: tuple[str, Any]) -> None:
+    def __init__(self, *fields: tuple[str, Any], types: dict[str, frozenset[type]] | None = None) -> None:
         self.fields = fields
         self.names = tuple(name for name, _ in fields)
+        self.checks = tuple((name, allowed) for name, allowed in (types or {}).items() if name in self.names)
+
+
+def check_types(obj: dict[str, Any], shape: Shape, path: str) -> None:
+    """Every typed field of a normalized object holds one of its admitted JSON types."""
+    for name, allowed in shape.checks:
+        value = obj[name]
+        if type(value) not in allowed:
+            options = sorted((_TYPE_NAMES[t] for t in allowed), key=lambda n: (n == "null", n))
+            names = options[0] if len(options) == 1 else f"{', '.join(options[:-1])} or {options[-1]}"
+            raise DecodeError(f"{path}.{name}", f"expected {names}, got {_kind(value)}")
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
+               dict: "an object", type(None): "null"}
 
 
 def normalize(obj: dict[str, Any], shape: Shape, path: str) -> dict[str, Any]:
-    """`obj` with exactly the shape's fields in declaration order, defaults filled; unknown members dropped."""
+    """`obj` with exactly the shape's fields in declaration order, defaults filled, types checked."""
     if tuple(obj) == shape.names:
+        check_types(obj, shape, path)
         return obj
     out: dict[str, Any] = {}
     for name, default in shape.fields:
@@ -105,4 +121,5 @@ def normalize(obj: dict[str, Any], shape: Shape, path: str) -> dict[str, Any]:
             raise DecodeError(f"{path}.{name}", "required field is missing")
         else:
             out[name] = default
+    check_types(out, shape, path)
     return out
