@@ -110,3 +110,21 @@ def test_restore_mid_run_continues_byte_identically(run: str) -> None:
         text = first.export().model_dump_json()
         restored = HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate_json(text))
         assert head + outputs(restored, items[cut:]) == whole
+
+
+DAMAGED = sorted(p.name.removesuffix(".jsonl") for p in (GOLDEN / "damaged").glob("*.jsonl") if ".agui." not in p.name)
+
+
+@pytest.mark.parametrize("mode", ["stream", "plain"])
+@pytest.mark.parametrize("run", DAMAGED)
+def test_damaged_runs_fail_on_the_same_lines_and_convert_the_rest_identically(run: str, mode: str) -> None:
+    folder = GOLDEN / "damaged"
+    got, _ = convert_lines((folder / f"{run}.jsonl").read_bytes(), observer=mode)
+    expected = _lines(folder / f"{run}.{'stream.agui' if mode == 'stream' else 'agui'}.jsonl")
+
+    def src_only(line: bytes) -> object:
+        value = json.loads(line)
+        return {"error": value["error"]["src"]} if "error" in value else value
+
+    assert [src_only(line) for line in got] == [src_only(line) for line in expected]
+    assert any(line.startswith(b'{"error"') for line in got)
