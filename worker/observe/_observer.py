@@ -1,4 +1,4 @@
-"""HarnessAguiObserver and HarnessAguiStreamObserver: atomic, per-item conversion to AG-UI events (spec §1c)."""
+"""HarnessAguiObserver: atomic per-item conversion of one run to AG-UI events, with resume and export (spec §1c)."""
 
 from __future__ import annotations
 
