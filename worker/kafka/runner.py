@@ -119,8 +119,9 @@ class KafkaRunner:
         interval = self._s.commit_interval_ms / 1000
         ages = [p.checkpoint.age_s for p in self._parts.values()
                 if p.checkpoint and p.checkpoint.is_open and p.commit_task is None]
+        # Capped well below the interval: a transaction opened by a commit task is not in `ages` yet.
         wait = min((interval - a for a in ages), default=interval)
-        return max(0, int(wait * 1000))
+        return max(0, int(min(wait, interval / 4) * 1000))
 
     async def _consume(self, tp: TopicPartition, recs: list[Any]) -> None:
         p = self._parts.get(tp)
@@ -184,9 +185,13 @@ class KafkaRunner:
             p.commit_task = asyncio.create_task(self._commit_then_flush(p), name=f"commit-{p.tp.partition}")
 
     async def _commit_then_flush(self, p: PartitionRun) -> None:
+        """Commit, move what queued meanwhile into a new transaction, and commit again at once if that is due."""
+        interval = self._s.commit_interval_ms / 1000
         try:
-            if await self._commit(p) and p.phase is Phase.LIVE:
-                await self._flush(p)
+            while await self._commit(p) and p.phase is Phase.LIVE and await self._flush(p):
+                ckpt = p.checkpoint
+                if ckpt is None or not ckpt.is_open or ckpt.age_s < interval:
+                    break
         finally:
             if p.commit_task is asyncio.current_task():
                 p.commit_task = None
