@@ -13,8 +13,6 @@ from worker.wire._fields import (
     REQUIRED,
     Shape,
     check_types,
-    get_bool_or_none,
-    get_int,
     get_obj,
     get_str,
     get_str_or_none,
@@ -175,19 +173,8 @@ def _part(
     fields = _PARTS.get(kind)
     if fields is None:
         raise DecodeError(f"{path}.part_kind", f"unknown part kind {kind!r}")
-    part = normalize(part, fields, path)
-    if kind in {"text", "thinking"}:
-        get_str(part, "content", path)
-        get_str_or_none(part, "id", path)
-        if kind == "thinking":
-            get_str_or_none(part, "signature", path)
-    elif kind in {"tool-call", "builtin-tool-call"}:
-        get_str(part, "tool_name", path)
-        get_str(part, "tool_call_id", path)
-        args = part["args"]
-        if args is not None and not isinstance(args, str | dict):
-            raise DecodeError(f"{path}.args", f"expected a string, object or null, got {kind_of(args)}")
-    elif kind in {"tool-return", "builtin-tool-return"}:
+    part = normalize(part, fields, path)  # checks every declared field's JSON type
+    if kind in {"tool-return", "builtin-tool-return"}:
         part = _tool_return(part, path)
         if kind == "builtin-tool-return":
             content = normalize_content(part["content"])
@@ -217,8 +204,6 @@ def _deferred_requests(event: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
-    get_str(part, "tool_name", path)
-    get_str(part, "tool_call_id", path)
     metadata = part["metadata"]
     if isinstance(metadata, dict) and _TOOL_CONTENT in metadata:
         _check_tool_content(part["content"], metadata[_TOOL_CONTENT], f"{path}.metadata")
@@ -263,19 +248,7 @@ def _delta(event: dict[str, Any], path: str) -> dict[str, Any]:
     fields = _DELTAS.get(kind)
     if fields is None:
         raise DecodeError(f"{path}.part_delta_kind", f"unknown part delta kind {kind!r}")
-    delta = normalize(delta, fields, path)
-    if kind == "text":
-        get_str(delta, "content_delta", path)
-    elif kind == "thinking":
-        get_str_or_none(delta, "content_delta", path)
-        get_str_or_none(delta, "signature_delta", path)
-    else:
-        get_str_or_none(delta, "tool_name_delta", path)
-        get_str_or_none(delta, "tool_call_id", path)
-        args = delta["args_delta"]
-        if args is not None and not isinstance(args, str | dict):
-            raise DecodeError(f"{path}.args_delta", f"expected a string, object or null, got {kind_of(args)}")
-    return delta
+    return normalize(delta, fields, path)  # checks every declared field's JSON type
 
 
 def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
@@ -330,30 +303,21 @@ def _custom(event: dict[str, Any], path: str) -> dict[str, Any]:
             "data": extra or None}
 
 
-def _parts_event(event: dict[str, Any], path: str) -> None:
-    get_int(event, "index", path)
-
-
 def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
+    """Kind-specific checks of a normalized event (whose own field types are already checked)."""
     if kind == "part_delta":
-        _parts_event(event, path)
         return {**event, "delta": d} if (d := _delta(event, path)) is not event["delta"] else event
     if kind in {"part_start", "part_end"}:
-        _parts_event(event, path)
         neighbour = "previous_part_kind" if kind == "part_start" else "next_part_kind"
         if event[neighbour] is not None and event[neighbour] not in _NEIGHBOUR_KINDS:
             raise DecodeError(f"{path}.{neighbour}", f"unknown part kind {event[neighbour]!r}")
-    elif kind == "final_result":
-        get_str_or_none(event, "tool_name", path)
-        get_str_or_none(event, "tool_call_id", path)
-        return event
+        part = _part(event, path)
     elif kind in ("function_tool_call", "output_tool_call"):
-        get_bool_or_none(event, "args_valid", path)
         part = _part(event, path, _TOOL_CALL_KINDS)
-        return {**event, "part": part} if part is not event["part"] else event
-    elif kind == "enqueued_messages":
-        get_str(event, "enqueue_id", path)
-        return event
+    elif kind in ("function_tool_result", "output_tool_result"):
+        part = _part(event, path, default_kind="tool-return")
+    elif kind == "tool_availability_delta":
+        part = _part(event, path)
     elif kind == "deferred_tool_results":
         results = get_obj(event, "results", path)
         get_obj(results, "calls", f"{path}.results")
@@ -361,12 +325,8 @@ def _check(kind: str, event: dict[str, Any], path: str) -> dict[str, Any]:
         return event
     elif kind == "deferred_tool_requests":
         return _deferred_requests(event, path)
-    elif kind in ("function_tool_result", "output_tool_result"):
-        part = _part(event, path, default_kind="tool-return")
-        return {**event, "part": part} if part is not event["part"] else event
-    elif kind != "tool_availability_delta":
+    else:
         return event
-    part = _part(event, path)
     return {**event, "part": part} if part is not event["part"] else event
 
 

@@ -1,4 +1,4 @@
-"""Typed Harness wire items: slotted, immutable envelopes around validated JSON-shaped events."""
+"""Typed Harness wire items: slotted envelopes around validated JSON-shaped events (treat them as read-only)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExtensionEvent:
     """A Harness extension event; `payload` is strict JSON, already redacted and within 64 KiB."""
 
@@ -31,7 +31,7 @@ class ExtensionEvent:
         return {"schema_version": self.schema_version, "kind": self.kind, "payload": self.payload}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AgentEvent:
     """A pydantic-ai stream event held as its normalized JSON dump (fields in dataclass order)."""
 
@@ -39,7 +39,7 @@ class AgentEvent:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunResult:
     """A terminal outcome whose status/field combination has been checked (spec §1a.3)."""
 
@@ -51,7 +51,7 @@ class RunResult:
     deferred: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HarnessEvent:
     """One non-terminal source item of a Harness Run; `wire_size` is its record length (0 when unknown)."""
 
@@ -67,11 +67,11 @@ class HarnessEvent:
     def occurred_iso(self) -> str:
         """`occurred_at.isoformat()` (spec §1e.2), computed once."""
         if not self._iso:
-            object.__setattr__(self, "_iso", self.occurred_at.isoformat())
+            self._iso = self.occurred_at.isoformat()
         return self._iso
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HarnessRunResultEvent:
     """The terminal source item of a Harness Run."""
 
@@ -87,7 +87,7 @@ class HarnessRunResultEvent:
     def occurred_iso(self) -> str:
         """`occurred_at.isoformat()` (spec §1e.2), computed once."""
         if not self._iso:
-            object.__setattr__(self, "_iso", self.occurred_at.isoformat())
+            self._iso = self.occurred_at.isoformat()
         return self._iso
 
 
