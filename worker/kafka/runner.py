@@ -1,4 +1,4 @@
-"""The consume → convert → transactional publish loop of one group member."""
+"""One group member: the poll loop, rebalances, rebuilds and failures around the live `Publisher`."""
 
 from __future__ import annotations
 
@@ -12,35 +12,26 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError
 
-from worker.errors import WorkerError
 from worker.kafka._clients import (
     make_admin,
     make_group_consumer,
     make_replay_consumer,
     make_transactional_producer,
 )
-from worker.kafka.checkpoint import Checkpoint, is_fenced
+from worker.kafka.checkpoint import is_fenced
 from worker.kafka.offsets import plan_replay
 from worker.kafka.partition import PartitionRun, Phase
+from worker.kafka.publisher import Publisher, log_fields
 from worker.kafka.rebuild import replay_into
 from worker.kafka.routing import KeyRouter
-from worker.kafka.source import to_source_record
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, Outcome, PartitionState, encode_replay_metadata
+from worker.stream import PartitionState
 
 __all__ = ["KafkaRunner"]
 
 _log = logging.getLogger(__name__)
 StateFactory = Callable[[TopicPartition], PartitionState]
-
-
-def _fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
-    return {"topic": tp.topic, "partition": tp.partition, **more}
-
-
-def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
-    return next((v.decode(errors="replace") for k, v in headers if k == name), "")
 
 
 class KafkaRunner:
@@ -60,7 +51,7 @@ class KafkaRunner:
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._closing = False
-        self._router: KeyRouter | None = None
+        self._pub = Publisher(settings, metrics, self._fail, self._mark_failed)
 
     def _default_state(self, tp: TopicPartition) -> PartitionState:
         s = self._s
@@ -80,11 +71,12 @@ class KafkaRunner:
         try:
             while not stop.is_set():
                 self._health.beat()
-                batches = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms())
+                batches = await self._consumer.getmany(timeout_ms=self._pub.poll_timeout_ms(self._parts.values()))
                 async with self._lock:
                     for tp, recs in batches.items():
-                        await self._consume(tp, recs)
-                    self._commit_due()
+                        if (p := self._parts.get(tp)) is not None:
+                            await self._pub.consume(p, recs)
+                    self._pub.commit_due(self._parts.values())
                     self._observe_lag()
         finally:
             self._health.set_member(False)
@@ -106,136 +98,10 @@ class KafkaRunner:
             self._closing = True
             await self._cancel_rebuilds(list(self._tasks))
             runs = [*self._parts.values(), *self._parked.values()]
-            await asyncio.gather(*(self._commit_now(p) for p in runs))
+            await asyncio.gather(*(self._pub.commit_now(p) for p in runs))
             await asyncio.gather(*(self._close(p) for p in runs))
             self._parts.clear()
             self._parked.clear()
-
-    # ---- live processing -------------------------------------------------------------------------------
-    # A partition sends each outcome into its open transaction at once; while that transaction commits, new
-    # outcomes wait in `pending` and go into the next one, so commits never stop consumption.
-
-    def _poll_timeout_ms(self) -> int:
-        interval = self._s.commit_interval_ms / 1000
-        ages = [p.checkpoint.age_s for p in self._parts.values()
-                if p.checkpoint and p.checkpoint.is_open and p.commit_task is None]
-        # Capped well below the interval: a transaction opened by a commit task is not in `ages` yet.
-        wait = min((interval - a for a in ages), default=interval)
-        return max(0, int(min(wait, interval / 4) * 1000))
-
-    async def _consume(self, tp: TopicPartition, recs: list[Any]) -> None:
-        p = self._parts.get(tp)
-        if p is None or p.phase is not Phase.LIVE or p.checkpoint is None:
-            return  # paused or gone: the position is re-sought when the partition goes live
-        verdicts = self._metrics.source_records_total
-        for rec in recs:
-            if rec.offset < p.next_offset:
-                continue
-            try:
-                outcome = p.state.process(to_source_record(rec))
-            except WorkerError as exc:
-                await self._halt(p, rec.offset, exc)
-                return
-            p.next_offset = rec.offset + 1
-            verdicts.labels(*p.label, outcome.verdict.value).inc()
-            p.pending.append((outcome, rec.timestamp, time.monotonic()))
-            if p.commit_task is None:
-                if not await self._flush(p):
-                    return
-                if p.checkpoint.records >= self._s.max_records_per_transaction:
-                    self._start_commit(p)
-        self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
-
-    async def _flush(self, p: PartitionRun) -> bool:
-        """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
-        ckpt = p.checkpoint
-        assert ckpt is not None
-        try:
-            while p.pending and p.phase is Phase.LIVE:
-                batch, p.pending = p.pending, []
-                await ckpt.begin()
-                for outcome, timestamp, consumed_at in batch:
-                    for out in outcome.records:
-                        await self._send(p, ckpt, out, outcome)
-                    ckpt.note_source(timestamp, consumed_at)
-        except Exception as exc:
-            await self._fail(p, exc)
-            return False
-        return p.phase is Phase.LIVE
-
-    async def _send(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
-        if out.destination is Destination.OUTPUT:
-            partition = self._router(out.key) if self._router is not None and out.key is not None else None
-            await ckpt.send(self._s.output_topic, out.key, out.value, list(out.headers), partition)
-            self._metrics.output_events_total.labels(out.event_type or "").inc()
-            return
-        await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
-        self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
-        _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
-                     extra=_fields(p.tp, offset=_header(out.headers, "dlq-source-offset"), run_id=outcome.run_id))
-
-    def _commit_due(self) -> None:
-        interval = self._s.commit_interval_ms / 1000
-        for p in self._parts.values():
-            if p.phase is Phase.LIVE and p.checkpoint and p.checkpoint.is_open and p.checkpoint.age_s >= interval:
-                self._start_commit(p)
-
-    def _start_commit(self, p: PartitionRun) -> None:
-        if p.commit_task is None and p.checkpoint is not None and p.checkpoint.is_open:
-            p.commit_task = asyncio.create_task(self._commit_then_flush(p), name=f"commit-{p.tp.partition}")
-
-    async def _commit_then_flush(self, p: PartitionRun) -> None:
-        """Commit, move what queued meanwhile into a new transaction, and commit again at once if that is due."""
-        interval = self._s.commit_interval_ms / 1000
-        try:
-            while await self._commit(p) and p.phase is Phase.LIVE and await self._flush(p):
-                ckpt = p.checkpoint
-                if ckpt is None or not ckpt.is_open or ckpt.age_s < interval:
-                    break
-        finally:
-            if p.commit_task is asyncio.current_task():
-                p.commit_task = None
-
-    async def _settle(self, p: PartitionRun) -> None:
-        """Wait for the partition's in-flight commit (and the flush that follows it)."""
-        task = p.commit_task
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-
-    async def _commit_now(self, p: PartitionRun) -> bool:
-        """Settle any in-flight commit, then commit what is open; used on revoke, halt and shutdown."""
-        await self._settle(p)
-        return p.phase is Phase.LIVE and await self._commit(p)
-
-    async def _commit(self, p: PartitionRun) -> bool:
-        """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it."""
-        ckpt = p.checkpoint
-        if ckpt is None or not ckpt.is_open:
-            return True
-        # No commit is in flight and nothing is pending here, so the state is exactly at next_offset.
-        offset = p.next_offset
-        metadata = encode_replay_metadata(p.state.replay_from(offset))
-        started = time.monotonic() - ckpt.age_s
-        try:
-            stamps = await ckpt.commit(offset, metadata)
-        except Exception as exc:
-            await self._fail(p, exc)
-            return False
-        p.committed = offset
-        self._metrics.transactions_total.labels("committed").inc()
-        self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
-        now_ms = time.time() * 1000
-        delay = self._metrics.source_to_commit_delay_seconds
-        for ts in stamps:
-            delay.observe(max(0.0, now_ms - ts) / 1000)
-        return True
-
-    async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
-        """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
-        _log.error("partition halted by policy: %s", exc, extra=_fields(p.tp, offset=offset))
-        if await self._commit_now(p):
-            self._mark_failed(p, f"halted at offset {offset}: {exc}")
 
     async def _fail(self, p: PartitionRun, exc: BaseException) -> None:
         """Abort the open transaction; rebuild from the committed offset, or wait for a rebalance when fenced."""
@@ -249,12 +115,12 @@ class KafkaRunner:
         await self._close(p)
         if fenced:
             self._metrics.producers_fenced_total.inc()
-            _log.warning("producer fenced: another member owns the partition; state dropped", extra=_fields(p.tp))
+            _log.warning("producer fenced: another member owns the partition; state dropped", extra=log_fields(p.tp))
             p.phase = Phase.FENCED
             self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
             self._start_rebuild([p.tp], delay_s=self._s.session_timeout_ms / 1000)
         else:
-            _log.error("transaction failed, rebuilding from the committed offset: %r", exc, extra=_fields(p.tp))
+            _log.error("transaction failed, rebuilding from the committed offset: %r", exc, extra=log_fields(p.tp))
             self._start_rebuild([p.tp])
 
     def _mark_failed(self, p: PartitionRun, reason: str) -> None:
@@ -294,7 +160,7 @@ class KafkaRunner:
                 _log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
             await self._cancel_rebuilds([tp for tp in revoked if tp in self._tasks])
             runs = [self._parts.pop(tp) for tp in revoked]
-            await asyncio.gather(*(self._commit_now(p) for p in runs))
+            await asyncio.gather(*(self._pub.commit_now(p) for p in runs))
             for p in runs:
                 self._health.drop_partition(p.tp.topic, p.tp.partition)
                 if p.phase is Phase.LIVE:
@@ -322,7 +188,7 @@ class KafkaRunner:
                     self._consumer.seek(tp, parked.next_offset)
                     self._health.set_partition(tp.topic, tp.partition, "ready")
                     _log.info("partition kept through rebalance: no replay",
-                              extra=_fields(tp, offset=parked.next_offset))
+                              extra=log_fields(tp, offset=parked.next_offset))
                     continue
                 if parked is not None:
                     await self._close(parked)
@@ -406,9 +272,9 @@ class KafkaRunner:
             # Initialising a transactional id fences any zombie and aborts its open transaction: do it before
             # reading the committed offset, so that offset is final.
             await asyncio.gather(*(producer.start() for producer in producers.values()))
-            if self._router is None and producers:
+            if self._pub.router is None and producers:
                 out_partitions = await next(iter(producers.values())).partitions_for(self._s.output_topic)
-                self._router = KeyRouter(len(out_partitions))
+                self._pub.router = KeyRouter(len(out_partitions))
             await replay.start()
             windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
             states = {tp: self._state_factory(tp) for tp in tps}
@@ -440,7 +306,7 @@ class KafkaRunner:
                 if w.lost_history:
                     m.retention_gaps_total.labels(*p.label).inc()
                 _log.info("partition rebuilt: replayed %d records of [%d, %d) (%s), live from %d",
-                          counts[tp], w.start, w.committed, w.source, w.committed, extra=_fields(tp))
+                          counts[tp], w.start, w.committed, w.source, w.committed, extra=log_fields(tp))
         self._metrics.rebuild_duration_seconds.observe(time.monotonic() - started)
 
     def _progress(self, tp: TopicPartition, done: int, total: int) -> None:

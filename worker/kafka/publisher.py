@@ -1,0 +1,176 @@
+"""Live publishing of one member: outcomes into each partition's open transaction, commits beside consumption.
+
+A partition sends each outcome into its open transaction at once; while that transaction commits, new outcomes
+wait in `pending` and go into the next one, so a commit never stops consumption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from worker.errors import WorkerError
+from worker.kafka.checkpoint import Checkpoint
+from worker.kafka.partition import PartitionRun, Phase
+from worker.kafka.routing import KeyRouter
+from worker.kafka.source import to_source_record
+from worker.ops import Metrics
+from worker.settings import Settings
+from worker.stream import Destination, OutboundRecord, Outcome, encode_replay_metadata
+
+__all__ = ["Publisher", "log_fields"]
+
+_log = logging.getLogger(__name__)
+
+OnFailure = Callable[[PartitionRun, BaseException], Awaitable[None]]
+OnHalt = Callable[[PartitionRun, str], None]
+
+
+def log_fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
+    """The structured log fields naming a partition."""
+    return {"topic": tp.topic, "partition": tp.partition, **more}
+
+
+def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
+    return next((v.decode(errors="replace") for k, v in headers if k == name), "")
+
+
+class Publisher:
+    """Turns consumed records of live partitions into transactional output; failures go to `on_failure`."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, on_failure: OnFailure, on_halt: OnHalt) -> None:
+        self._s = settings
+        self._metrics = metrics
+        self._on_failure = on_failure
+        self._on_halt = on_halt
+        self.router: KeyRouter | None = None
+
+    def poll_timeout_ms(self, parts: Iterable[PartitionRun]) -> int:
+        """How long a poll may wait before the oldest open transaction is due."""
+        interval = self._s.commit_interval_ms / 1000
+        ages = [p.checkpoint.age_s for p in parts
+                if p.checkpoint and p.checkpoint.is_open and p.commit_task is None]
+        # Capped well below the interval: a transaction opened by a commit task is not in `ages` yet.
+        wait = min((interval - a for a in ages), default=interval)
+        return max(0, int(min(wait, interval / 4) * 1000))
+
+    async def consume(self, p: PartitionRun, recs: list[Any]) -> None:
+        """Process consumed records of a live partition in offset order and send their outcomes."""
+        if p.phase is not Phase.LIVE or p.checkpoint is None:
+            return  # paused: the position is re-sought when the partition goes live again
+        verdicts = self._metrics.source_records_total
+        for rec in recs:
+            if rec.offset < p.next_offset:
+                continue
+            try:
+                outcome = p.state.process(to_source_record(rec))
+            except WorkerError as exc:
+                await self._halt(p, rec.offset, exc)
+                return
+            p.next_offset = rec.offset + 1
+            verdicts.labels(*p.label, outcome.verdict.value).inc()
+            p.pending.append((outcome, rec.timestamp, time.monotonic()))
+            if p.commit_task is None:
+                if not await self._flush(p):
+                    return
+                if p.checkpoint.records >= self._s.max_records_per_transaction:
+                    self._start_commit(p)
+        self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
+
+    async def _flush(self, p: PartitionRun) -> bool:
+        """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
+        ckpt = p.checkpoint
+        assert ckpt is not None
+        try:
+            while p.pending and p.phase is Phase.LIVE:
+                batch, p.pending = p.pending, []
+                await ckpt.begin()
+                for outcome, timestamp, consumed_at in batch:
+                    for out in outcome.records:
+                        await self._send(p, ckpt, out, outcome)
+                    ckpt.note_source(timestamp, consumed_at)
+        except Exception as exc:
+            await self._on_failure(p, exc)
+            return False
+        return p.phase is Phase.LIVE
+
+    async def _send(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
+        if out.destination is Destination.OUTPUT:
+            partition = self.router(out.key) if self.router is not None and out.key is not None else None
+            await ckpt.send(self._s.output_topic, out.key, out.value, list(out.headers), partition)
+            self._metrics.output_events_total.labels(out.event_type or "").inc()
+            return
+        await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
+        self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
+        _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
+                     extra=log_fields(p.tp, offset=_header(out.headers, "dlq-source-offset"), run_id=outcome.run_id))
+
+    def commit_due(self, parts: Iterable[PartitionRun]) -> None:
+        """Start the commit of every open transaction older than the commit interval."""
+        interval = self._s.commit_interval_ms / 1000
+        for p in parts:
+            if p.phase is Phase.LIVE and p.checkpoint and p.checkpoint.is_open and p.checkpoint.age_s >= interval:
+                self._start_commit(p)
+
+    def _start_commit(self, p: PartitionRun) -> None:
+        if p.commit_task is None and p.checkpoint is not None and p.checkpoint.is_open:
+            p.commit_task = asyncio.create_task(self._commit_then_flush(p), name=f"commit-{p.tp.partition}")
+
+    async def _commit_then_flush(self, p: PartitionRun) -> None:
+        """Commit, move what queued meanwhile into a new transaction, and commit again at once if that is due."""
+        interval = self._s.commit_interval_ms / 1000
+        try:
+            while await self._commit(p) and p.phase is Phase.LIVE and await self._flush(p):
+                ckpt = p.checkpoint
+                if ckpt is None or not ckpt.is_open or ckpt.age_s < interval:
+                    break
+        finally:
+            if p.commit_task is asyncio.current_task():
+                p.commit_task = None
+
+    async def _settle(self, p: PartitionRun) -> None:
+        """Wait for the partition's in-flight commit (and the flush that follows it)."""
+        task = p.commit_task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def commit_now(self, p: PartitionRun) -> bool:
+        """Settle any in-flight commit, then commit what is open; used on revoke, halt and shutdown."""
+        await self._settle(p)
+        return p.phase is Phase.LIVE and await self._commit(p)
+
+    async def _commit(self, p: PartitionRun) -> bool:
+        """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it."""
+        ckpt = p.checkpoint
+        if ckpt is None or not ckpt.is_open:
+            return True
+        # No commit is in flight and nothing is pending here, so the state is exactly at next_offset.
+        offset = p.next_offset
+        metadata = encode_replay_metadata(p.state.replay_from(offset))
+        started = time.monotonic() - ckpt.age_s
+        try:
+            stamps = await ckpt.commit(offset, metadata)
+        except Exception as exc:
+            await self._on_failure(p, exc)
+            return False
+        p.committed = offset
+        self._metrics.transactions_total.labels("committed").inc()
+        self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
+        now_ms = time.time() * 1000
+        delay = self._metrics.source_to_commit_delay_seconds
+        for ts in stamps:
+            delay.observe(max(0.0, now_ms - ts) / 1000)
+        return True
+
+    async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
+        """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
+        _log.error("partition halted by policy: %s", exc, extra=log_fields(p.tp, offset=offset))
+        if await self.commit_now(p):
+            self._on_halt(p, f"halted at offset {offset}: {exc}")
