@@ -22,7 +22,7 @@ from worker.wire._fields import (
 from worker.wire._items import AgentEvent
 from worker.wire._media import full_media, is_media, normalize_content
 
-__all__ = ["CAPABILITY_ENVELOPE", "INPUT_SOURCES", "decode_agent_event"]
+__all__ = ["CAPABILITY_ENVELOPE", "INPUT_SOURCES", "decode_agent_event", "decode_tool_call"]
 
 _R = REQUIRED
 _N: type = type(None)
@@ -161,8 +161,12 @@ _RETRY_CAUSES = frozenset({"validation_error", "model_retry", "unknown_tool", "u
 def _part(
     event: dict[str, Any], path: str, allowed: frozenset[str] | None = None, default_kind: str | None = None
 ) -> dict[str, Any]:
-    part = get_obj(event, "part", path)
-    path = f"{path}.part"
+    return _normalize_part(get_obj(event, "part", path), f"{path}.part", allowed, default_kind)
+
+
+def _normalize_part(
+    part: dict[str, Any], path: str, allowed: frozenset[str] | None = None, default_kind: str | None = None
+) -> dict[str, Any]:
     if default_kind is not None and "part_kind" not in part:
         part = {**part, "part_kind": default_kind}
     kind = get_str(part, "part_kind", path)
@@ -174,7 +178,9 @@ def _part(
     if fields is None:
         raise DecodeError(f"{path}.part_kind", f"unknown part kind {kind!r}")
     part = normalize(part, fields, path)  # checks every declared field's JSON type
-    if kind in {"tool-return", "builtin-tool-return"}:
+    if kind == "text":
+        _citations(part, "citations", path)
+    elif kind in {"tool-return", "builtin-tool-return"}:
         part = _tool_return(part, path)
         if kind == "builtin-tool-return":
             content = normalize_content(part["content"])
@@ -194,10 +200,7 @@ def _deferred_requests(event: dict[str, Any], path: str) -> dict[str, Any]:
         calls = requests[group]
         if not isinstance(calls, list):
             raise DecodeError(f"{path}.requests.{group}", f"expected an array, got {kind_of(calls)}")
-        out[group] = [
-            _part({"part": call}, f"{path}.requests.{group}[{i}]", _TOOL_CALL_KINDS, "tool-call")
-            for i, call in enumerate(calls)
-        ]
+        out[group] = [decode_tool_call(call, f"{path}.requests.{group}[{i}]") for i, call in enumerate(calls)]
     if not isinstance(requests["metadata"], dict):
         raise DecodeError(f"{path}.requests.metadata", f"expected an object, got {kind_of(requests['metadata'])}")
     return {**event, "requests": out}
@@ -228,6 +231,11 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     return part
 
 
+def decode_tool_call(call: dict[str, Any], path: str) -> dict[str, Any]:
+    """A ToolCallPart in its normalized dump (as inside deferred tool requests)."""
+    return _normalize_part(call, path, _TOOL_CALL_KINDS, "tool-call")
+
+
 def _check_tool_content(content: Any, marker: Any, path: str) -> None:
     """The Harness result marker must point at an element of the part's content list."""
     where = f"{path}.{_TOOL_CONTENT}"
@@ -248,7 +256,17 @@ def _delta(event: dict[str, Any], path: str) -> dict[str, Any]:
     fields = _DELTAS.get(kind)
     if fields is None:
         raise DecodeError(f"{path}.part_delta_kind", f"unknown part delta kind {kind!r}")
-    return normalize(delta, fields, path)  # checks every declared field's JSON type
+    delta = normalize(delta, fields, path)  # checks every declared field's JSON type
+    if kind == "text":
+        _citations(delta, "citations_delta", path)
+    return delta
+
+
+def _citations(obj: dict[str, Any], key: str, path: str) -> None:
+    """Citations are objects (pydantic-ai Citation: sources, anchor)."""
+    for i, citation in enumerate(obj[key] or ()):
+        if not isinstance(citation, dict):
+            raise DecodeError(f"{path}.{key}[{i}]", f"expected an object, got {kind_of(citation)}")
 
 
 def _capability(event: dict[str, Any], path: str) -> dict[str, Any]:
@@ -348,6 +366,8 @@ def _fast_delta(event: dict[str, Any], path: str) -> bool:
     if shape is None or tuple(delta) != shape.names:
         return False
     check_types(delta, shape, f"{path}.delta")
+    if kind == "text" and delta["citations_delta"]:
+        _citations(delta, "citations_delta", f"{path}.delta")
     return True
 
 

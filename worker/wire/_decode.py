@@ -11,7 +11,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from worker.errors import DecodeError
-from worker.wire._agent import decode_agent_event
+from worker.wire._agent import decode_agent_event, decode_tool_call
 from worker.wire._fields import get_int, get_obj, get_str, get_str_or_none, kind_of
 from worker.wire._items import ExtensionEvent, HarnessEvent, HarnessItem, HarnessRunResultEvent, RunResult
 from worker.wire._redact import redact
@@ -34,6 +34,7 @@ _USAGE_INTS = (
     "cache_audio_read_tokens", "output_audio_tokens", "requests", "tool_calls", "provider_receipts",
     "unknown_cost_records", "incomplete_requests",
 )
+_USAGE_FIELDS = frozenset({*_USAGE_INTS, "audio_seconds", "cost", "details", "model_usage_coverage"})
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _MUST_BE_NULL = {
     "completed": ("failure", "suspend_reason", "deferred"),
@@ -103,6 +104,9 @@ def _extension(event: dict[str, Any], path: str) -> ExtensionEvent:
 def _usage(result: dict[str, Any], path: str) -> dict[str, Any]:
     usage = get_obj(result, "usage", path)
     path = f"{path}.usage"
+    unknown = usage.keys() - _USAGE_FIELDS
+    if unknown:
+        raise DecodeError(f"{path}.{min(unknown)}", "unexpected field in a usage summary")
     for name in _USAGE_INTS:
         if name in usage:
             get_int(usage, name, path)
@@ -168,8 +172,8 @@ def _result(result: dict[str, Any], path: str) -> RunResult:
                 if not isinstance(call, dict):
                     raise DecodeError(where, f"expected an object, got {kind_of(call)}")
                 for side in ("model_call", "target_call"):
-                    get_str(get_obj(call, side, where), "tool_call_id", f"{where}.{side}")
-                get_str(call["target_call"], "tool_name", f"{where}.target_call")
+                    call[side] = decode_tool_call(get_obj(call, side, where), f"{where}.{side}")
+                get_str(call, "target_identity", where)
         metadata = deferred.get("metadata", {})
         if not isinstance(metadata, dict):
             raise DecodeError(f"{path}.deferred.metadata", f"expected an object, got {kind_of(metadata)}")
