@@ -22,6 +22,7 @@ Commit = Callable[[], None]
 # A CUSTOM re-serializes its source record: JSON numbers can grow 4.5x ("1e15"), redaction and defaults
 # add little, so a record this short cannot yield a CUSTOM over the 48 KiB fragmentation limit.
 _SURELY_SMALL = (FRAGMENT_LIMIT_BYTES - 4096) // 5
+_ITEM_TYPES = (HarnessEvent, HarnessRunResultEvent)
 
 
 class HarnessAguiObserver:
@@ -58,7 +59,7 @@ class HarnessAguiObserver:
         """Convert one item and commit it atomically; returns its frames."""
         if self._resuming:
             raise AguiObservationError("Cannot observe while observer resumption is in progress")
-        if not isinstance(item, HarnessEvent | HarnessRunResultEvent):
+        if not isinstance(item, _ITEM_TYPES):
             raise TypeError(f"item must be a HarnessEvent or HarnessRunResultEvent, got {type(item).__name__}")
         self._check_correlation(item)
         events, commit = self._convert(item, timestamp_ms(item))
@@ -70,14 +71,16 @@ class HarnessAguiObserver:
                 if candidate is not None:
                     processed.append(validate_replacement(event, candidate))
             events = processed
-        frames: list[BaseEvent] = []
-        small = 0 < item.wire_size <= _SURELY_SMALL
-        for index, event in enumerate(events):
-            if isinstance(event, CustomEvent) and not small:
-                identity = f"{item.thread_id}:{item.run_id}:{item.sequence}:{index}"
-                frames.extend(fragment_custom_event(event, identity=identity))
-            else:
-                frames.append(event)
+        if 0 < item.wire_size <= _SURELY_SMALL:
+            frames = events
+        else:
+            frames = []
+            for index, event in enumerate(events):
+                if isinstance(event, CustomEvent):
+                    identity = f"{item.thread_id}:{item.run_id}:{item.sequence}:{index}"
+                    frames.extend(fragment_custom_event(event, identity=identity))
+                else:
+                    frames.append(event)
         commit()
         if self._thread_id is None:
             self._thread_id = item.thread_id

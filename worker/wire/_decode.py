@@ -64,13 +64,13 @@ def _loads(value: bytes) -> Any:
 
 def parse_datetime(value: Any, path: str) -> datetime:
     """Parse a datetime the way pydantic does (ISO text, `Z`, offsets, unix numbers)."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise DecodeError(path, f"expected a datetime string or number, got {kind_of(value)}")
-    if isinstance(value, str) and _CANONICAL_TIME.match(value):
+    if type(value) is str and _CANONICAL_TIME.match(value):
         try:
             return datetime.fromisoformat(value)
         except ValueError:
             pass  # out-of-range fields: pydantic reports them
+    elif type(value) not in (str, int, float):
+        raise DecodeError(path, f"expected a datetime string or number, got {kind_of(value)}")
     try:
         return _DATETIME.validate_python(value)
     except ValidationError as exc:
