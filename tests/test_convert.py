@@ -74,7 +74,7 @@ def test_clean_files_exit_zero_and_bad_arguments_exit_two(tmp_path: Path) -> Non
 
 
 def test_display_mode_matches_the_display_corpus() -> None:
-    display = ROOT / "tests" / "data" / "display"
+    display = ROOT / "tests" / "data" / "golden"
     proc = _run("--display", str(display / "c01_child_completed.jsonl"))
     expected = (display / "c01_child_completed.display.jsonl").read_bytes().split(b"\n")
     assert proc.returncode == 0, proc.stderr

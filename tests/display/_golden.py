@@ -1,4 +1,4 @@
-"""The golden display corpus (tests/data/display) and the CLI flow that must reproduce it."""
+"""The golden display corpus (tests/data/golden) and the CLI flow that must reproduce it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from worker.display import DisplayFold, DisplaySnapshot
 from worker.errors import AguiObservationError, DecodeError
 from worker.wire import decode_item
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "display"
+DATA = Path(__file__).resolve().parent.parent / "data" / "golden"
 RUNS = sorted(path.name.removesuffix(".display.jsonl") for path in DATA.glob("*.display.jsonl"))
 
 

@@ -12,7 +12,7 @@ from worker.observe import HarnessAguiStreamObserver, ObserverContinuation, enco
 from worker.wire import decode_item
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
-RUNS = sorted(p.name.removesuffix(".jsonl") for p in GOLDEN.glob("*.jsonl") if ".agui." not in p.name)
+RUNS = sorted(p.name.removesuffix(".jsonl") for p in GOLDEN.glob("*.jsonl") if p.name.count(".") == 1)
 EXAMPLES = sorted(p.name.removesuffix(".jsonl") for p in (GOLDEN / "examples").glob("*.jsonl")
                   if ".agui." not in p.name)
 

@@ -19,7 +19,7 @@ from worker.observe import (
 from worker.wire import decode_item
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
-GOLDEN_RUNS = sorted(p.name for p in GOLDEN.glob("*.jsonl") if ".agui." not in p.name)
+GOLDEN_RUNS = sorted(p.name for p in GOLDEN.glob("*.jsonl") if p.name.count(".") == 1)
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OBSERVERS = st.sampled_from([HarnessAguiStreamObserver, HarnessAguiObserver])
 
