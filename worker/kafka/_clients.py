@@ -70,8 +70,10 @@ def make_replay_consumer(settings: Settings) -> AIOKafkaConsumer:
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
-        max_poll_records=max(settings.max_poll_records, 2000),
+        max_poll_records=max(settings.max_poll_records, 5000),
         fetch_max_wait_ms=100,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
         **_connection(settings),
     )
 

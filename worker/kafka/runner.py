@@ -278,7 +278,9 @@ class KafkaRunner:
             await replay.start()
             windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
             states = {tp: self._state_factory(tp) for tp in tps}
+            replay_started = time.monotonic()
             counts = await replay_into(replay, windows, states, progress=self._progress)
+            replay_s = time.monotonic() - replay_started
         except BaseException:
             await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
             raise
@@ -306,7 +308,9 @@ class KafkaRunner:
                 if w.lost_history:
                     m.retention_gaps_total.labels(*p.label).inc()
                 _log.info("partition rebuilt: replayed %d records of [%d, %d) (%s), live from %d",
-                          counts[tp], w.start, w.committed, w.source, w.committed, extra=log_fields(tp))
+                          counts[tp], w.start, w.committed, w.source, w.committed,
+                          extra=log_fields(tp, replay_seconds=round(replay_s, 4),
+                                           rebuild_seconds=round(time.monotonic() - started, 4)))
         self._metrics.rebuild_duration_seconds.observe(time.monotonic() - started)
 
     def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
