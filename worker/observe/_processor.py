@@ -14,7 +14,7 @@ from worker.wire import HarnessItem
 __all__ = ["AguiEventProcessor", "validate_replacement"]
 
 AguiEventProcessor = Callable[[HarnessItem, Any], Any]
-_EVENT: TypeAdapter[Any] = TypeAdapter(Event)  # type: ignore[arg-type]
+_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 _CORRELATION = ("thread_id", "run_id", "sequence", "occurred_at")
 _MUTABLE: dict[Any, frozenset[str]] = {
     EventType.TEXT_MESSAGE_CONTENT: frozenset({"delta"}),
