@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
@@ -41,6 +42,7 @@ class PartitionRun:
     failure: str | None = None
     pending: list[tuple[Outcome, int, float]] = field(default_factory=list)
     commit_task: asyncio.Task[None] | None = None
+    verdict_counters: dict[Any, Any] = field(default_factory=dict)
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
