@@ -16,6 +16,6 @@ bash scripts/install-tools.sh
 echo "== ruff"
 .venv/bin/ruff check worker tests bench devtools
 echo "== mypy --strict worker"
-.venv/bin/mypy worker
+.venv/bin/mypy --no-incremental worker
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

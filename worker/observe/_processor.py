@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ag_ui.core import BaseEvent, CustomEvent, Event, EventType
 from pydantic import TypeAdapter, ValidationError
@@ -14,7 +14,7 @@ from worker.wire import HarnessItem
 __all__ = ["AguiEventProcessor", "validate_replacement"]
 
 AguiEventProcessor = Callable[[HarnessItem, Any], Any]
-_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+_EVENT: TypeAdapter[Any] = TypeAdapter(cast(Any, Event))  # Event is an Annotated union, not a class
 _CORRELATION = ("thread_id", "run_id", "sequence", "occurred_at")
 _MUTABLE: dict[Any, frozenset[str]] = {
     EventType.TEXT_MESSAGE_CONTENT: frozenset({"delta"}),

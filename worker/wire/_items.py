@@ -52,15 +52,14 @@ class RunResult:
 
 
 @dataclass(slots=True)
-class HarnessEvent:
-    """One non-terminal source item of a Harness Run; `wire_size` is its record length (0 when unknown)."""
+class _Envelope:
+    """What every source item carries; `wire_size` is its record length (0 when unknown)."""
 
     thread_id: str
     run_id: str
     sequence: int
     occurred_at: datetime
-    event: AgentEvent | ExtensionEvent
-    wire_size: int = field(default=0, compare=False, repr=False)
+    wire_size: int = field(default=0, compare=False, repr=False, kw_only=True)
     _iso: str = field(default="", init=False, compare=False, repr=False)
 
     @property
@@ -72,23 +71,17 @@ class HarnessEvent:
 
 
 @dataclass(slots=True)
-class HarnessRunResultEvent:
+class HarnessEvent(_Envelope):
+    """One non-terminal source item of a Harness Run."""
+
+    event: AgentEvent | ExtensionEvent
+
+
+@dataclass(slots=True)
+class HarnessRunResultEvent(_Envelope):
     """The terminal source item of a Harness Run."""
 
-    thread_id: str
-    run_id: str
-    sequence: int
-    occurred_at: datetime
     result: RunResult
-    wire_size: int = field(default=0, compare=False, repr=False)
-    _iso: str = field(default="", init=False, compare=False, repr=False)
-
-    @property
-    def occurred_iso(self) -> str:
-        """`occurred_at.isoformat()` (spec §1e.2), computed once."""
-        if not self._iso:
-            self._iso = self.occurred_at.isoformat()
-        return self._iso
 
 
 HarnessItem = HarnessEvent | HarnessRunResultEvent
