@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from worker.errors import ConfigError
-from worker.ops.logging import REDACTED, configure_logging
+from worker.ops.logging import REDACTED, RepeatFilter, configure_logging
 
 
 class Tty(io.StringIO):
@@ -107,3 +107,20 @@ def test_mapping_args_are_redacted_by_key() -> None:
     logging.getLogger("e").info("user %(user)s pass %(password)s", {"user": "bob", "password": "hunter2"})
     [entry] = _lines(buf)
     assert entry["msg"] == f"user bob pass {REDACTED}"
+
+
+def test_repeated_client_lines_are_held_back_and_counted() -> None:
+    now = [0.0]
+    flt = RepeatFilter("aiokafka", window_s=10.0, clock=lambda: now[0])
+
+    def record(name: str, msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, None)
+
+    passed = [flt.filter(record("aiokafka.conn", "Unable connect to node with id %s", 1)) for _ in range(100)]
+    assert passed.count(True) == 1
+    assert all(flt.filter(record("worker.kafka", "partition halted")) for _ in range(3)), "only client lines"
+    assert flt.filter(record("aiokafka.conn", "another template")), "each template has its own window"
+    now[0] = 10.5
+    later = record("aiokafka.conn", "Unable connect to node with id %s", 1)
+    assert flt.filter(later)
+    assert later.repeated == 99

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TextIO
 
@@ -14,7 +15,7 @@ from pydantic import SecretBytes, SecretStr
 
 from worker.errors import ConfigError
 
-__all__ = ["REDACTED", "JsonFormatter", "RedactingFilter", "TextFormatter", "configure_logging"]
+__all__ = ["REDACTED", "JsonFormatter", "RedactingFilter", "RepeatFilter", "TextFormatter", "configure_logging"]
 
 REDACTED: Final = "***"
 _SECRET_WORD: Final = r"(?:password|passwd|secret|token|api[_-]?key|credentials?|private[_-]?key)"
@@ -60,6 +61,34 @@ class RedactingFilter(logging.Filter):
         record.args = None
         for key in [k for k in vars(record) if k not in _STANDARD_ATTRS]:
             setattr(record, key, _redact_value(key, getattr(record, key)))
+        return True
+
+
+class RepeatFilter(logging.Filter):
+    """Lets one record of `prefix` loggers per (logger, level, message template) through every `window_s`; the
+    next one that passes says how many were held back. A broker that is down makes the client repeat itself."""
+
+    def __init__(self, prefix: str, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._prefix = prefix
+        self._window = window_s
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self._prefix):
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        last = self._seen.get(key)
+        if last is not None and now - last[0] < self._window:
+            self._seen[key] = (last[0], last[1] + 1)
+            return False
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        self._seen[key] = (now, 0)
+        if last is not None and last[1]:
+            record.repeated = last[1]
         return True
 
 
@@ -122,6 +151,7 @@ def configure_logging(
         format = "text" if out.isatty() else "json"
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter() if format == "json" else TextFormatter())
+    handler.addFilter(RepeatFilter("aiokafka"))  # before redaction: it keys on the message template
     handler.addFilter(RedactingFilter())
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()
@@ -130,5 +160,6 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(_level(level))
-    # aiokafka logs every coordinator look-up of every transaction at INFO; keep its warnings and errors.
+    # aiokafka logs every coordinator look-up of every transaction at INFO; keep its warnings and errors,
+    # at most one of each kind per 10 s.
     logging.getLogger("aiokafka").setLevel(max(_level(level), logging.WARNING))
