@@ -123,9 +123,9 @@ class KafkaRunner:
             _log.error("transaction failed, rebuilding from the committed offset: %r", exc, extra=log_fields(p.tp))
             self._start_rebuild([p.tp])
 
-    def _mark_failed(self, p: PartitionRun, reason: str) -> None:
+    def _mark_failed(self, p: PartitionRun) -> None:
+        """Hold a partition that cannot go on (its caller logged why): paused, not ready, counted."""
         p.phase = Phase.FAILED
-        p.failure = reason
         self._pause(p.tp)
         self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
         self._metrics.partition_ready.labels(*p.label).set(0)
@@ -259,7 +259,7 @@ class KafkaRunner:
                 async with self._lock:
                     for tp in tps:
                         if tp in self._parts:
-                            self._mark_failed(self._parts[tp], f"rebuild failed: {exc!r}")
+                            self._mark_failed(self._parts[tp])
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
