@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from devtools.kafka_cluster import KafkaCluster, create_topic_on
+from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.kafka_tools import GroupLag
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce
 
@@ -40,11 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---- the worker under test ----------------------------------------------------------------------
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -59,7 +53,7 @@ class Worker:
     logdir: Path
     name: str
     commit_interval_ms: int = 100
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Worker:

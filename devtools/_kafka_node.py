@@ -20,7 +20,7 @@ from pathlib import Path
 from devtools._kafka_jars import LOG_CONFIG
 from worker.errors import KafkaWorkerError
 
-__all__ = ["KafkaNode", "format_storage", "free_ports", "render_properties"]
+__all__ = ["KafkaNode", "format_storage", "free_port", "free_ports", "render_properties"]
 
 _PR_SET_PDEATHSIG = 1
 # Brokers are forked from this one long-lived thread: PR_SET_PDEATHSIG fires when the forking *thread*
@@ -31,6 +31,11 @@ _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-spawner")
 def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):  # not Linux: rely on stop() and atexit only
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port() -> int:
+    """One port that was free on 127.0.0.1 a moment ago."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:

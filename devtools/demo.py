@@ -16,7 +16,6 @@ import ctypes
 import logging
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from typing import TextIO
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from devtools.kafka_cluster import KafkaCluster, create_topic_on
+from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.sample_runs import produce
 
 __all__ = ["format_event", "main", "run_demo"]
@@ -49,11 +48,6 @@ def format_event(headers: list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...
         text = text[: _VALUE_CHARS - 1] + "…"
     return f"{h.get('agui-event-id', '?')}  {h.get('agui-type', '?')}  {text}"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _term_with_parent() -> None:
@@ -145,7 +139,7 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         await _create_topics(bootstrap, topics, args.partitions)
         _say(f"topics {', '.join(topics)} ({args.partitions} partitions)")
 
-        port = _free_port()
+        port = free_port()
         log_path = logdir / "worker.log"
         command = [
             sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,

@@ -38,10 +38,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from devtools._kafka_jars import KAFKA_VERSION, resolve_jars
-from devtools._kafka_node import KafkaNode, format_storage, free_ports, render_properties
+from devtools._kafka_node import KafkaNode, format_storage, free_port, free_ports, render_properties
 from worker.errors import ConfigError, KafkaWorkerError
 
-__all__ = ["KAFKA_VERSION", "KafkaCluster", "create_topic_on", "main", "resolve_jars"]
+__all__ = ["KAFKA_VERSION", "KafkaCluster", "create_topic_on", "free_port", "main", "resolve_jars"]
 
 _T = TypeVar("_T")
 _LIVE: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()

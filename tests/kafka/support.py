@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -229,13 +228,6 @@ class WorkerProcess:
             except ValueError:
                 continue
         return out
-
-
-def free_port() -> int:
-    """A loopback port free right now, for a worker's metrics server."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:

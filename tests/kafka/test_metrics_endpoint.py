@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.kafka_cluster import free_port
 from tests.kafka.support import (
     WorkerProcess,
     collect,
     corpus,
     expected_total,
-    free_port,
     http_get,
     interleave,
     produce,

@@ -13,6 +13,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devtools.kafka_cluster import free_port
 from tests.kafka.support import (
     GOLDEN,
     WorkerProcess,
@@ -22,7 +23,6 @@ from tests.kafka.support import (
     converted,
     corpus,
     expected_total,
-    free_port,
     http_get,
     interleave,
     produce,
