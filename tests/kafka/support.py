@@ -169,7 +169,10 @@ def assert_exactly_once(records: list[Out], runs: list[Run]) -> None:
         ids = [o.headers["agui-event-id"] for o in got]
         dupes = len(ids) - len(set(ids))
         assert dupes == 0, f"{run.key}: {dupes} duplicated event ids"
-        assert ids == [f"{run.key}:{n}" for n in range(len(run.events))], f"{run.key}: ids {ids[:5]}… lost or reordered"
+        want = [f"{run.key}:{n}" for n in range(len(run.events))]
+        missing = sorted(set(want) - set(ids), key=want.index)[:8]
+        first_off = next((i for i, (a, b) in enumerate(zip(ids, want, strict=False)) if a != b), None)
+        assert ids == want, f"{run.key}: {len(ids)} of {len(want)} ids; missing {missing}, first wrong at {first_off}"
         assert [o.value for o in got] == run.events, f"{run.key}: output differs from convert"
 
 

@@ -42,6 +42,7 @@ class PartitionRun:
     pending: list[tuple[Outcome, int, float]] = field(default_factory=list)
     commit_task: asyncio.Task[None] | None = None
     verdict_counters: dict[Any, Any] = field(default_factory=dict)
+    seeks: int = 0  # bumped at every seek: a batch fetched before it belongs to the old position
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +56,7 @@ class PartitionRun:
         self.committed = committed
         self.pending = []
         self.commit_task = None
+        self.seeks += 1
         self.phase = Phase.LIVE
 
     def detach_producer(self) -> AIOKafkaProducer | None:

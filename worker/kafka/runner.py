@@ -71,10 +71,13 @@ class KafkaRunner:
         try:
             while not stop.is_set():
                 self._health.beat()
+                before = {tp: (p, p.seeks) for tp, p in self._parts.items()}
                 batches = await self._consumer.getmany(timeout_ms=self._pub.poll_timeout_ms(self._parts.values()))
                 async with self._lock:
                     for tp, recs in batches.items():
-                        if (p := self._parts.get(tp)) is not None:
+                        p = self._parts.get(tp)
+                        # A batch fetched before a rebalance or rebuild re-sought the partition is stale: drop it.
+                        if p is not None and before.get(tp) == (p, p.seeks):
                             await self._pub.consume(p, recs)
                     self._pub.commit_due(self._parts.values())
                     self._observe_lag()
@@ -186,6 +189,7 @@ class KafkaRunner:
                 if parked is not None and c is not None and c.offset == parked.committed:
                     self._parts[tp] = parked
                     self._consumer.seek(tp, parked.next_offset)
+                    parked.seeks += 1
                     self._health.set_partition(tp.topic, tp.partition, "ready")
                     _log.info("partition kept through rebalance: no replay",
                               extra=log_fields(tp, offset=parked.next_offset))
