@@ -90,12 +90,6 @@ def test_kill_9_mid_stream_then_restart(topics: Topics) -> None:
     assert rebuilt, "the restarted worker never rebuilt its partitions"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="KNOWN DEFECT (issue 3 open): since 2026-12-01 00:19 this scenario loses the record at the handoff "
-    "in most runs; the new owner reports a source gap (expected N, received N+1) for every open stream of a "
-    "moved partition. Under investigation; the assertions are unchanged.",
-)
 @pytest.mark.parametrize("topics", [6], indirect=True)
 def test_three_workers_join_and_leave_under_load(topics: Topics) -> None:
     runs = corpus(copies=3)
