@@ -39,10 +39,10 @@ class PartitionRun:
     checkpoint: Checkpoint | None = None
     next_offset: int = 0
     committed: int = -1
+    failure: str | None = None
     pending: list[tuple[Outcome, int, float]] = field(default_factory=list)
     commit_task: asyncio.Task[None] | None = None
     verdict_counters: dict[Any, Any] = field(default_factory=dict)
-    seeks: int = 0  # bumped at every seek: a batch fetched before it belongs to the old position
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,9 +54,9 @@ class PartitionRun:
         self.checkpoint = Checkpoint(producer, self.tp, group_id)
         self.next_offset = committed
         self.committed = committed
+        self.failure = None
         self.pending = []
         self.commit_task = None
-        self.seeks += 1
         self.phase = Phase.LIVE
 
     def detach_producer(self) -> AIOKafkaProducer | None:

@@ -29,7 +29,7 @@ __all__ = ["Publisher", "log_fields"]
 _log = logging.getLogger(__name__)
 
 OnFailure = Callable[[PartitionRun, BaseException], Awaitable[None]]
-OnHalt = Callable[[PartitionRun], None]
+OnHalt = Callable[[PartitionRun, str], None]
 
 
 def log_fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
@@ -183,4 +183,4 @@ class Publisher:
         """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
         _log.error("partition halted by policy: %s", exc, extra=log_fields(p.tp, offset=offset))
         if await self.commit_now(p):
-            self._on_halt(p)
+            self._on_halt(p, f"halted at offset {offset}: {exc}")

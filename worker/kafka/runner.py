@@ -71,13 +71,10 @@ class KafkaRunner:
         try:
             while not stop.is_set():
                 self._health.beat()
-                before = {tp: (p, p.seeks) for tp, p in self._parts.items()}
                 batches = await self._consumer.getmany(timeout_ms=self._pub.poll_timeout_ms(self._parts.values()))
                 async with self._lock:
                     for tp, recs in batches.items():
-                        p = self._parts.get(tp)
-                        # A batch fetched before a rebalance or rebuild re-sought the partition is stale: drop it.
-                        if p is not None and before.get(tp) == (p, p.seeks):
+                        if (p := self._parts.get(tp)) is not None:
                             await self._pub.consume(p, recs)
                     self._pub.commit_due(self._parts.values())
                     self._observe_lag()
@@ -126,9 +123,9 @@ class KafkaRunner:
             _log.error("transaction failed, rebuilding from the committed offset: %r", exc, extra=log_fields(p.tp))
             self._start_rebuild([p.tp])
 
-    def _mark_failed(self, p: PartitionRun) -> None:
-        """Hold a partition that cannot go on (its caller logged why): paused, not ready, counted."""
+    def _mark_failed(self, p: PartitionRun, reason: str) -> None:
         p.phase = Phase.FAILED
+        p.failure = reason
         self._pause(p.tp)
         self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
         self._metrics.partition_ready.labels(*p.label).set(0)
@@ -189,7 +186,6 @@ class KafkaRunner:
                 if parked is not None and c is not None and c.offset == parked.committed:
                     self._parts[tp] = parked
                     self._consumer.seek(tp, parked.next_offset)
-                    parked.seeks += 1
                     self._health.set_partition(tp.topic, tp.partition, "ready")
                     _log.info("partition kept through rebalance: no replay",
                               extra=log_fields(tp, offset=parked.next_offset))
@@ -263,7 +259,7 @@ class KafkaRunner:
                 async with self._lock:
                     for tp in tps:
                         if tp in self._parts:
-                            self._mark_failed(self._parts[tp])
+                            self._mark_failed(self._parts[tp], f"rebuild failed: {exc!r}")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
