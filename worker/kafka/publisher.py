@@ -157,11 +157,17 @@ class Publisher:
         return p.phase is Phase.LIVE and await self._commit(p)
 
     async def _commit(self, p: PartitionRun) -> bool:
-        """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it."""
+        """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it.
+
+        Outcomes consumed since the commit was started are sent into this transaction first: the offset it
+        commits is `next_offset`, so every record below it must have its output inside.
+        """
+        if p.pending and not await self._flush(p):
+            return False
         ckpt = p.checkpoint
         if ckpt is None or not ckpt.is_open:
             return True
-        # No commit is in flight and nothing is pending here, so the state is exactly at next_offset.
+        # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset = p.next_offset
         metadata = encode_replay_metadata(p.state.replay_from(offset))
         started = time.monotonic() - ckpt.age_s

@@ -106,6 +106,7 @@ class KafkaRunner:
     async def _fail(self, p: PartitionRun, exc: BaseException) -> None:
         """Abort the open transaction; rebuild from the committed offset, or wait for a rebalance when fenced."""
         self._metrics.transactions_total.labels("aborted").inc()
+        p.phase = Phase.FAILED  # never parked or kept as live: its open output is gone
         p.pending = []
         if p.checkpoint is not None:
             with contextlib.suppress(Exception):

@@ -1,0 +1,178 @@
+"""Publisher bookkeeping without a broker: a committed source offset covers exactly the outputs in its transaction.
+
+The producer here is a recording fake whose commit takes a while, so records keep arriving while a transaction
+commits; exactly-once across a real broker is proven by the tests in test_exactly_once.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+
+from tests.stream._fakes import FAKE_CORE
+from tests.stream._support import TOPIC, item
+from worker.kafka.partition import PartitionRun, Phase
+from worker.kafka.publisher import Publisher
+from worker.kafka.runner import KafkaRunner
+from worker.kafka.source import to_source_record
+from worker.ops import Health, Metrics
+from worker.settings import Settings
+from worker.stream import PartitionState, decode_replay_metadata
+
+TP = TopicPartition(TOPIC, 0)
+
+
+@dataclass
+class _Txn:
+    sources: list[int] = field(default_factory=list)  # source offsets of the records sent in it
+    offset: int | None = None
+    metadata: str | None = None
+
+
+class _RecordingProducer:
+    """Keeps each transaction's sent records and committed offset; commit yields to the loop like a broker does."""
+
+    def __init__(self, commit_s: float) -> None:
+        self.commit_s = commit_s
+        self.committed: list[_Txn] = []
+        self._open: _Txn | None = None
+
+    async def begin_transaction(self) -> None:
+        assert self._open is None, "begin inside an open transaction"
+        self._open = _Txn()
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes]],
+                   partition: int | None = None) -> asyncio.Future[object]:
+        assert self._open is not None, "send outside a transaction"
+        self._open.sources.append(int(dict(headers)["source-offset"]))
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, Any], group_id: str) -> None:
+        assert self._open is not None
+        self._open.offset = offsets[TP].offset
+        self._open.metadata = offsets[TP].metadata
+        await asyncio.sleep(self.commit_s / 2)
+
+    async def commit_transaction(self) -> None:
+        assert self._open is not None
+        await asyncio.sleep(self.commit_s / 2)
+        self.committed.append(self._open)
+        self._open = None
+
+
+class _Rec:
+    def __init__(self, offset: int, key: str, value: bytes) -> None:
+        self.topic, self.partition, self.offset = TOPIC, 0, offset
+        self.timestamp = 1_700_000_000_000 + offset
+        self.key, self.value, self.headers = key.encode(), value, ()
+
+
+def _source(streams: int, items: int) -> list[_Rec]:
+    """`streams` runs interleaved round-robin, `items` each, the last one terminal."""
+    out: list[_Rec] = []
+    for seq in range(items):
+        for s in range(streams):
+            run = f"run-{s}"
+            out.append(_Rec(len(out), run, item(run, seq, terminal=seq == items - 1)))
+    return out
+
+
+async def _publish(batches: list[list[_Rec]], *, max_records: int, interval_ms: int, commit_s: float,
+                   pause_s: float) -> tuple[PartitionRun, _RecordingProducer]:
+    settings = Settings(max_records_per_transaction=max_records, commit_interval_ms=interval_ms)
+    failures: list[BaseException] = []
+
+    async def on_failure(p: PartitionRun, exc: BaseException) -> None:
+        failures.append(exc)
+
+    pub = Publisher(settings, Metrics(), on_failure, lambda p, reason: None)
+    p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
+    producer = _RecordingProducer(commit_s)
+    p.go_live(producer, "group", 0)  # type: ignore[arg-type]
+    for batch in batches:
+        await pub.consume(p, batch)
+        pub.commit_due([p])
+        await asyncio.sleep(pause_s)
+    assert await pub.commit_now(p)
+    assert not failures, failures
+    assert p.phase is Phase.LIVE
+    return p, producer
+
+
+def _check_commits(producer: _RecordingProducer, total: int) -> None:
+    """Every commit's offset is one past the last source record whose output it or an earlier one holds."""
+    covered = -1
+    for n, txn in enumerate(producer.committed):
+        assert txn.offset is not None
+        if txn.sources:
+            assert min(txn.sources) > covered, f"transaction {n} repeats records below {covered + 1}"
+            covered = max(txn.sources)
+        assert txn.offset == covered + 1, (
+            f"transaction {n} commits source offset {txn.offset} but holds outputs only up to {covered}"
+        )
+    assert covered == total - 1
+
+
+@pytest.mark.parametrize(
+    ("max_records", "interval_ms", "pause_s"),
+    [(7, 60_000, 0.0), (50, 1, 0.0), (3, 1, 0.002), (1, 1, 0.0)],
+    ids=["by-count-no-yield", "by-age-no-yield", "small-transactions", "one-record-transactions"],
+)
+def test_committed_offset_never_runs_ahead_of_the_transaction(max_records: int, interval_ms: int,
+                                                               pause_s: float) -> None:
+    source = _source(streams=5, items=12)
+    batches = [source[i:i + 9] for i in range(0, len(source), 9)]
+    p, producer = asyncio.run(
+        _publish(batches, max_records=max_records, interval_ms=interval_ms, commit_s=0.004, pause_s=pause_s)
+    )
+    _check_commits(producer, len(source))
+    assert len(producer.committed) >= 2, "the scenario must commit while it consumes"
+    assert p.committed == p.next_offset == len(source)
+
+
+def test_replay_metadata_names_the_oldest_open_stream_at_the_committed_offset() -> None:
+    # Streams end at different times; each commit's replay start must rebuild exactly the state at its offset.
+    source = _source(streams=3, items=4)
+    batches = [source[i:i + 2] for i in range(0, len(source), 2)]
+    _, producer = asyncio.run(_publish(batches, max_records=2, interval_ms=60_000, commit_s=0.003, pause_s=0.0))
+    for txn in producer.committed:
+        assert txn.offset is not None
+        state = PartitionState(TOPIC, 0, core=FAKE_CORE)
+        for rec in source[: txn.offset]:
+            state.process(to_source_record(rec), publish=False)
+        assert decode_replay_metadata(txn.metadata) == state.replay_from(txn.offset)
+
+
+
+class _FailingCommitProducer(_RecordingProducer):
+    async def commit_transaction(self) -> None:
+        raise RuntimeError("broker said no")
+
+    async def abort_transaction(self) -> None:
+        self._open = None
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_partition_whose_revoke_commit_fails_is_not_kept_for_reassignment() -> None:
+    # Its open output was aborted, so keeping its state past that output would lose events: it must rebuild.
+    async def scenario() -> tuple[bool, bool]:
+        runner = KafkaRunner(Settings(), Metrics(), Health())
+        p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
+        producer = _FailingCommitProducer(commit_s=0.0)
+        p.go_live(producer, "group", 0)  # type: ignore[arg-type]
+        runner._parts[TP] = p
+        await runner._pub.consume(p, _source(streams=2, items=2)[:3])
+        await runner.on_revoked({TP})
+        return TP in runner._parked, getattr(producer, "stopped", False)
+
+    parked, stopped = asyncio.run(scenario())
+    assert not parked, "a partition with an aborted transaction was parked as live"
+    assert stopped, "its producer must be closed"
