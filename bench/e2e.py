@@ -120,27 +120,26 @@ class Worker:
 # ---- measurements ----------------------------------------------------------------------
 
 
-async def worker_throughput(worker: Worker, total: int) -> float:
-    """Items/s from the first committed offset to the last: start-up and group join are not counted."""
+async def worker_throughput(worker: Worker, total: int, partitions: int) -> float:
+    """Items/s from the moment every partition is ready (group joined, nothing to rebuild) until the group's
+    committed offsets cover all `total` records."""
     worker.start()
+    await worker.wait_ready(partitions=partitions)
+    began = time.monotonic()
     async with GroupLag(worker.bootstrap, worker.group, worker.source) as probe:
-        first: tuple[float, int] | None = None
-        deadline = time.monotonic() + 600
+        deadline = began + 600
         while True:
             done = sum((await probe.committed()).values())
             now = time.monotonic()
-            if first is None and done > 0:
-                first = (now, done)
-            if done >= total and first is not None:
+            if done >= total:
                 break
             if now > deadline or (worker.proc is not None and worker.proc.poll() is not None):
                 raise RuntimeError(f"worker {worker.name} stuck at {done}/{total}:\n{worker.log_tail()}")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
     status = worker.stop()
     if status != 0:
         raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
-    began, base = first
-    return (total - base) / max(now - began, 1e-6)
+    return total / max(now - began, 1e-6)
 
 
 async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> float:
@@ -255,7 +254,7 @@ async def rebuild(make: Callable[[str], Worker], streams: int, templates: list[S
     cut = [SampleRun(t.name, t.root_run_id, t.lines[: min(12, len(t.lines) - 1)], t.ids) for t in templates]
     live = make("d-live")
     stats = await produce(live.bootstrap, live.source, runs=streams, concurrency=streams, templates=cut, seed=5)
-    live_rate = await worker_throughput(live, stats.items)
+    live_rate = await worker_throughput(live, stats.items, partitions=1)
     again = make("d-restart")
     again.start()
     try:
@@ -314,7 +313,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     filled = await produce(bootstrap, src, runs=None, max_items=args.items, concurrency=200, seed=1)
     print(f"prefilled {filled.items} items of {filled.keys} runs in {filled.seconds:.1f} s", file=sys.stderr)
 
-    eos = await worker_throughput(Worker(bootstrap, src, out, dlq, f"bench-{tag}-a", logdir, "a"), filled.items)
+    eos = await worker_throughput(Worker(bootstrap, src, out, dlq, f"bench-{tag}-a", logdir, "a"), filled.items, 3)
     print(f"(a) worker, exactly-once: {eos:,.0f} items/s", file=sys.stderr)
     plain = await passthrough_throughput(bootstrap, src, topic("plain"), filled.items)
     print(f"(b) plain passthrough: {plain:,.0f} items/s", file=sys.stderr)
@@ -356,10 +355,11 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
             f"live on that partition {rb.live_rate:,.0f} items/s",
         ),
         (
-            "    replay / live (a)",
-            f"{replay_rate / eos:.1f}x",
-            "goal >= 3x " + ("OK" if replay_rate / eos >= 3 else "MISSED"),
+            "    replay / live, same records",
+            f"{replay_rate / rb.live_rate:.1f}x",
+            "goal >= 3x " + ("OK" if replay_rate / rb.live_rate >= 3 else "MISSED"),
         ),
+        ("    replay / live (a)", f"{replay_rate / eos:.1f}x", "against the 3-partition figure (a), for context"),
     ]
 
 

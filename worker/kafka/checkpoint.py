@@ -111,12 +111,17 @@ class Checkpoint:
     async def commit(self, next_offset: int, metadata: str) -> list[int]:
         """Commit records and the source offset `next_offset` atomically; returns the committed source timestamps."""
         self._move(TxnPhase.COMMITTING)
+        # The offsets join the transaction while its records are still being delivered; the commit waits for
+        # both, because aiokafka would commit a transaction that lost a record batch.
+        offsets = asyncio.ensure_future(self._producer.send_offsets_to_transaction(
+            {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
+        ))
+        offsets.add_done_callback(_retrieve)
         try:
-            if self._futures:
-                await asyncio.gather(*self._futures)
-            await self._producer.send_offsets_to_transaction(
-                {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
-            )
+            try:
+                await asyncio.gather(offsets, *self._futures)
+            finally:
+                await asyncio.wait([offsets])  # settled before anyone aborts this transaction
             await self._producer.commit_transaction()
         except BaseException:
             self._phase = TxnPhase.BROKEN
