@@ -48,6 +48,7 @@ class _RecordingProducer:
     async def send(self, topic: str, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes]],
                    partition: int | None = None) -> asyncio.Future[object]:
         assert self._open is not None, "send outside a transaction"
+        assert isinstance(headers, list), "aiokafka's record builder takes headers as a list only"
         self._open.sources.append(int(dict(headers)["source-offset"]))
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         fut.set_result(None)

@@ -97,9 +97,9 @@ class Checkpoint:
         """Append one record to the open transaction; delivery is checked at commit."""
         if self._phase is not TxnPhase.OPEN:
             raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
-        fut = await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
-        fut.add_done_callback(_retrieve)
-        self._futures.append(fut)
+        self._futures.append(
+            await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
+        )
 
     def note_source(self, timestamp_ms: int, consumed_at: float | None = None) -> None:
         """Remember a consumed record's timestamp; the transaction's age counts from its oldest record."""
@@ -119,7 +119,7 @@ class Checkpoint:
         offsets.add_done_callback(_retrieve)
         try:
             try:
-                await asyncio.gather(offsets, *self._futures)
+                await asyncio.gather(offsets, self._delivered())
             finally:
                 await asyncio.wait([offsets])  # settled before anyone aborts this transaction
             await self._producer.commit_transaction()
@@ -130,6 +130,11 @@ class Checkpoint:
         self._reset()
         self._move(TxnPhase.IDLE)
         return stamps
+
+    async def _delivered(self) -> None:
+        """Return when every record is delivered, raising the first failure; most futures are done by now."""
+        for fut in self._futures:
+            await fut  # no suspension for a done future, one per batch still in flight
 
     async def abort(self) -> None:
         """Abort the open transaction, if any; a producer that cannot abort marks the checkpoint broken."""
@@ -149,6 +154,11 @@ class Checkpoint:
         self._move(TxnPhase.IDLE)
 
     def _reset(self) -> None:
+        for fut in self._futures:  # mark failures seen: an abort discards them
+            if fut.done():
+                _retrieve(fut)
+            else:
+                fut.add_done_callback(_retrieve)
         self._futures = []
         self._timestamps = []
         self.records = 0

@@ -22,11 +22,12 @@ from worker.kafka.routing import KeyRouter
 from worker.kafka.source import to_source_record
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, Outcome, encode_replay_metadata
+from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata
 
 __all__ = ["Publisher", "log_fields"]
 
 _log = logging.getLogger(__name__)
+_YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
 
 OnFailure = Callable[[PartitionRun, BaseException], Awaitable[None]]
 OnHalt = Callable[[PartitionRun, str], None]
@@ -65,56 +66,78 @@ class Publisher:
         """Process consumed records of a live partition in offset order and send their outcomes."""
         if p.phase is not Phase.LIVE or p.checkpoint is None:
             return  # paused: the position is re-sought when the partition goes live again
-        verdicts = p.verdict_counters
+        tally: dict[Verdict, int] = {}
+        try:
+            await self._consume(p, recs, tally)
+        finally:
+            # Counted once per batch: a labelled counter's inc() costs more than processing a small record.
+            for verdict, n in tally.items():
+                counter = p.verdict_counters.get(verdict)
+                if counter is None:
+                    counter = p.verdict_counters[verdict] = self._metrics.source_records_total.labels(
+                        *p.label, verdict.value
+                    )
+                counter.inc(n)
+            self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
+
+    async def _consume(self, p: PartitionRun, recs: list[Any], tally: dict[Verdict, int]) -> None:
+        assert p.checkpoint is not None
+        yield_at = time.monotonic() + _YIELD_EVERY_S
         for rec in recs:
             if rec.offset < p.next_offset:
                 continue
+            if time.monotonic() >= yield_at:
+                # Let in-flight commits read their responses; a commit that failed meanwhile ends the batch.
+                await asyncio.sleep(0)
+                yield_at = time.monotonic() + _YIELD_EVERY_S
+                if p.phase is not Phase.LIVE or p.checkpoint is None:
+                    return
             try:
                 outcome = p.state.process(to_source_record(rec))
             except WorkerError as exc:
                 await self._halt(p, rec.offset, exc)
                 return
             p.next_offset = rec.offset + 1
-            counter = verdicts.get(outcome.verdict)
-            if counter is None:
-                counter = verdicts[outcome.verdict] = self._metrics.source_records_total.labels(
-                    *p.label, outcome.verdict.value
-                )
-            counter.inc()
+            tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
             p.pending.append((outcome, rec.timestamp, time.monotonic()))
             if p.commit_task is None:
                 if not await self._flush(p):
                     return
                 if p.checkpoint.records >= self._s.max_records_per_transaction:
                     self._start_commit(p)
-        self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
 
     async def _flush(self, p: PartitionRun) -> bool:
         """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
         ckpt = p.checkpoint
         assert ckpt is not None
+        sent: dict[str, int] = {}
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
                 await ckpt.begin()
                 for outcome, timestamp, consumed_at in batch:
                     for out in outcome.records:
-                        await self._send(p, ckpt, out, outcome)
+                        await self._send(p, ckpt, out, outcome, sent)
                     ckpt.note_source(timestamp, consumed_at)
         except Exception as exc:
             await self._on_failure(p, exc)
             return False
+        finally:
+            for kind, n in sent.items():
+                counter = self._by_type.get(kind)
+                if counter is None:
+                    counter = self._by_type[kind] = self._metrics.output_events_total.labels(kind)
+                counter.inc(n)
         return p.phase is Phase.LIVE
 
-    async def _send(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
+    async def _send(
+        self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome, sent: dict[str, int]
+    ) -> None:
         if out.destination is Destination.OUTPUT:
             partition = self.router(out.key) if self.router is not None and out.key is not None else None
             await ckpt.send(self._s.output_topic, out.key, out.value, list(out.headers), partition)
             kind = out.event_type or ""
-            counter = self._by_type.get(kind)
-            if counter is None:
-                counter = self._by_type[kind] = self._metrics.output_events_total.labels(kind)
-            counter.inc()
+            sent[kind] = sent.get(kind, 0) + 1
             return
         await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
         self._metrics.dead_letter_records_total.labels(out.reason or "").inc()

@@ -32,7 +32,7 @@ class _Stream:
     last: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Step:
     """The record being processed, its decoded key (root run id) and whether to build outbound records."""
 

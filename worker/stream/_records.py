@@ -1,17 +1,20 @@
-"""The values that cross the boundary between the Kafka layer and the per-partition logic."""
+"""The values that cross the boundary between the Kafka layer and the per-partition logic.
+
+They are immutable named tuples: several are made per source record, and a tuple is built several times
+faster than a frozen dataclass.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 __all__ = ["DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "SourceRecord", "Verdict"]
 
 Headers = tuple[tuple[str, bytes], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRecord:
+class SourceRecord(NamedTuple):
     """One source record, copied out of the client's consumer record; offsets of one partition only grow."""
 
     topic: str
@@ -46,8 +49,7 @@ class DeadLetterReason(StrEnum):
     OPEN_STREAM_CAP = "open-stream-cap"
 
 
-@dataclass(frozen=True, slots=True)
-class OutboundRecord:
+class OutboundRecord(NamedTuple):
     """A record to publish: an AG-UI event (`event_type` set) or a dead letter (`reason` set)."""
 
     destination: Destination
@@ -67,8 +69,7 @@ class Verdict(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The verdict on one source record and the records it publishes (always empty during replay)."""
 
     verdict: Verdict
