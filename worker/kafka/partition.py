@@ -39,7 +39,6 @@ class PartitionRun:
     checkpoint: Checkpoint | None = None
     next_offset: int = 0
     committed: int = -1
-    failure: str | None = None
     pending: list[tuple[Outcome, int, float]] = field(default_factory=list)
     commit_task: asyncio.Task[None] | None = None
     verdict_counters: dict[Any, Any] = field(default_factory=dict)
@@ -54,7 +53,6 @@ class PartitionRun:
         self.checkpoint = Checkpoint(producer, self.tp, group_id)
         self.next_offset = committed
         self.committed = committed
-        self.failure = None
         self.pending = []
         self.commit_task = None
         self.phase = Phase.LIVE

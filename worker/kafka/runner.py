@@ -125,8 +125,9 @@ class KafkaRunner:
             self._start_rebuild([p.tp])
 
     def _mark_failed(self, p: PartitionRun, reason: str) -> None:
+        """Hold a partition that cannot go on: paused, not ready, counted and logged with `reason`."""
         p.phase = Phase.FAILED
-        p.failure = reason
+        _log.warning("partition held, not ready: %s", reason, extra=log_fields(p.tp))
         self._pause(p.tp)
         self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
         self._metrics.partition_ready.labels(*p.label).set(0)
