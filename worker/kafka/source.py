@@ -11,12 +11,5 @@ __all__ = ["to_source_record"]
 
 def to_source_record(rec: Any) -> SourceRecord:
     """One consumed record, detached from the client."""
-    return SourceRecord(
-        topic=rec.topic,
-        partition=rec.partition,
-        offset=rec.offset,
-        timestamp_ms=rec.timestamp,
-        key=rec.key,
-        value=rec.value,
-        headers=tuple(rec.headers or ()),
-    )
+    return SourceRecord(rec.topic, rec.partition, rec.offset, rec.timestamp, rec.key, rec.value,
+                        tuple(rec.headers or ()))
