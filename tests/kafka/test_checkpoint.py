@@ -117,3 +117,102 @@ def test_fencing_errors_are_recognised() -> None:
     assert is_fenced(InvalidProducerEpoch())
     assert is_fenced(FencedError("x"))
     assert not is_fenced(KafkaError("transient"))
+
+
+class _Batch:
+    """Stands in for aiokafka's BatchBuilder: full after `capacity` records; a value over 100 bytes never fits."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.values: list[bytes] = []
+        self.closed = False
+
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes, headers: Any) -> object | None:
+        assert not self.closed, "append to a batch already handed over"
+        if len(self.values) >= self.capacity or len(value) > 100:
+            return None
+        self.values.append(value)
+        return object()
+
+    def record_count(self) -> int:
+        return len(self.values)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _BatchingProducer(_Producer):
+    def __init__(self, capacity: int = 3, fail: str | None = None) -> None:
+        super().__init__(fail)
+        self.capacity = capacity
+
+    def create_batch(self) -> _Batch:
+        return _Batch(self.capacity)
+
+    async def send_batch(self, batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        assert batch.closed, "a batch must be closed when handed over, or it lingers"
+        self._call("batch", (topic, partition, list(batch.values)))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.fail == "batch-delivery":
+            fut.set_exception(KafkaError("batch delivery failed"))
+        else:
+            fut.set_result(None)
+        return fut
+
+
+def _shipped(producer: _Producer, partition: int) -> list[bytes]:
+    """Values in the order their batches reached one output partition."""
+    return [value for name, arg in producer.calls if name == "batch" and arg[1] == partition for value in arg[2]]
+
+
+async def test_records_of_a_partition_go_out_in_batches_in_send_order() -> None:
+    producer = _BatchingProducer(capacity=3)
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    for i in range(7):
+        await ckpt.send("out", b"k", f"a{i}".encode(), [], partition=1)
+        if i % 3 == 0:
+            await ckpt.send("out", b"k", f"b{i}".encode(), [], partition=2)
+    await ckpt.ship()
+    await ckpt.send("out", b"k", b"a7", [], partition=1)  # after a ship: a new batch, still in order
+    await ckpt.commit(9, "")
+    names = [c[0] for c in producer.calls]
+    assert names[-1] == "commit", "every batch is handed over before the transaction ends"
+    assert _shipped(producer, 1) == [f"a{i}".encode() for i in range(8)]
+    assert _shipped(producer, 2) == [b"b0", b"b3", b"b6"]
+    assert all(len(arg[2]) <= 3 for name, arg in producer.calls if name == "batch")
+
+
+async def test_a_record_too_large_for_a_batch_goes_alone_after_the_batch_before_it() -> None:
+    producer = _BatchingProducer(capacity=10)
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    big = b"x" * 200
+    for value in (b"a", b"b", big, b"c"):
+        await ckpt.send("out", b"k", value, [], partition=0)
+    await ckpt.commit(4, "")
+    sent = [(name, arg) for name, arg in producer.calls if name in ("batch", "send")]
+    assert sent == [("batch", ("out", 0, [b"a", b"b"])), ("send", ("out", b"k", big)), ("batch", ("out", 0, [b"c"]))]
+
+
+async def test_a_failed_batch_never_commits() -> None:
+    producer = _BatchingProducer(fail="batch-delivery")
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"v", [], partition=0)
+    with pytest.raises(KafkaError, match="batch delivery failed"):
+        await ckpt.commit(1, "")
+    assert "commit" not in [c[0] for c in producer.calls]
+    assert ckpt.phase is TxnPhase.BROKEN
+
+
+async def test_an_abort_drops_the_open_batches() -> None:
+    producer = _BatchingProducer()
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"aborted", [], partition=0)
+    await ckpt.abort()
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"kept", [], partition=0)
+    await ckpt.commit(2, "")
+    assert _shipped(producer, 0) == [b"kept"]

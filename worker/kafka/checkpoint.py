@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from enum import Enum
+from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced, TransactionalIdAuthorizationFailed
@@ -48,7 +49,9 @@ def _retrieve(fut: asyncio.Future[object]) -> None:
 class Checkpoint:
     """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
 
-    __slots__ = ("_futures", "_group_id", "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "records")
+    __slots__ = (
+        "_batches", "_futures", "_group_id", "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "records",
+    )
 
     def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
         self._producer = producer
@@ -56,6 +59,7 @@ class Checkpoint:
         self._group_id = group_id
         self._phase = TxnPhase.IDLE
         self._futures: list[asyncio.Future[object]] = []
+        self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
         self._timestamps: list[int] = []
         self._opened_at = 0.0
         self.records = 0
@@ -94,12 +98,42 @@ class Checkpoint:
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
         partition: int | None = None,
     ) -> None:
-        """Append one record to the open transaction; delivery is checked at commit."""
+        """Append one record to the open transaction; delivery is checked at commit.
+
+        A record with a partition goes into that partition's open batch (one delivery future per batch, not
+        per record); `ship` hands the batches to the producer. Records of one partition keep their order.
+        """
         if self._phase is not TxnPhase.OPEN:
             raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
-        self._futures.append(
-            await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
-        )
+        if partition is None:
+            self._futures.append(
+                await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
+            )
+            return
+        where = (topic, partition)
+        batch = self._batches.get(where)
+        if batch is None:
+            batch = self._batches[where] = self._producer.create_batch()
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is not None:
+            return
+        await self._ship_one(where)  # full: it goes now, and the record starts the next batch
+        batch = self._batches[where] = self._producer.create_batch()
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+            del self._batches[where]  # larger than a batch: the producer sends it on its own
+            self._futures.append(
+                await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
+            )
+
+    async def ship(self) -> None:
+        """Hand every open batch to the producer, closed, so it goes out without lingering."""
+        for where in list(self._batches):
+            await self._ship_one(where)
+
+    async def _ship_one(self, where: tuple[str, int]) -> None:
+        batch = self._batches.pop(where, None)
+        if batch is not None and batch.record_count():
+            batch.close()
+            self._futures.append(await self._producer.send_batch(batch, where[0], partition=where[1]))
 
     def note_source(self, timestamp_ms: int, consumed_at: float | None = None) -> None:
         """Remember a consumed record's timestamp; the transaction's age counts from its oldest record."""
@@ -119,6 +153,7 @@ class Checkpoint:
         offsets.add_done_callback(_retrieve)
         try:
             try:
+                await self.ship()
                 await asyncio.gather(offsets, self._delivered())
             finally:
                 await asyncio.wait([offsets])  # settled before anyone aborts this transaction
@@ -154,6 +189,7 @@ class Checkpoint:
         self._move(TxnPhase.IDLE)
 
     def _reset(self) -> None:
+        self._batches = {}
         for fut in self._futures:  # mark failures seen: an abort discards them
             if fut.done():
                 _retrieve(fut)

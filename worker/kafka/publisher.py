@@ -105,6 +105,11 @@ class Publisher:
                     return
                 if p.checkpoint.records >= self._s.max_records_per_transaction:
                     self._start_commit(p)
+        if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None:
+            try:
+                await p.checkpoint.ship()  # the poll's records go out now; a commit ships whatever is left
+            except Exception as exc:
+                await self._on_failure(p, exc)
 
     async def _flush(self, p: PartitionRun) -> bool:
         """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
