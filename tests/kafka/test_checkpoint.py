@@ -15,6 +15,16 @@ from worker.kafka.checkpoint import Checkpoint, TxnPhase, is_fenced
 TP = TopicPartition("src", 3)
 
 
+def _settled(error: Exception | None) -> asyncio.Future[Any]:
+    """A delivery future already resolved: failed with `error`, else delivered."""
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(None)
+    return fut
+
+
 class _Producer:
     """Records the calls a checkpoint makes; `fail` names a call that raises."""
 
@@ -34,12 +44,7 @@ class _Producer:
         self, topic: str, value: bytes | None, key: bytes | None, headers: Any, partition: int | None = None
     ) -> asyncio.Future[Any]:
         self._call("send", (topic, key, value))
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.fail == "delivery":
-            fut.set_exception(KafkaError("delivery failed"))
-        else:
-            fut.set_result(None)
-        return fut
+        return _settled(KafkaError("delivery failed") if self.fail == "delivery" else None)
 
     async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
         self._call("offsets", ({tp: (o.offset, o.metadata) for tp, o in offsets.items()}, group_id))
@@ -152,12 +157,7 @@ class _BatchingProducer(_Producer):
     async def send_batch(self, batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
         assert batch.closed, "a batch must be closed when handed over, or it lingers"
         self._call("batch", (topic, partition, list(batch.values)))
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.fail == "batch-delivery":
-            fut.set_exception(KafkaError("batch delivery failed"))
-        else:
-            fut.set_result(None)
-        return fut
+        return _settled(KafkaError("batch delivery failed") if self.fail == "batch-delivery" else None)
 
 
 def _shipped(producer: _Producer, partition: int) -> list[bytes]:

@@ -106,9 +106,7 @@ class Checkpoint:
         if self._phase is not TxnPhase.OPEN:
             raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
         if partition is None:
-            self._futures.append(
-                await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
-            )
+            await self._send_alone(topic, key, value, headers, None)
             return
         where = (topic, partition)
         batch = self._batches.get(where)
@@ -120,9 +118,15 @@ class Checkpoint:
         batch = self._batches[where] = self._producer.create_batch()
         if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
             del self._batches[where]  # larger than a batch: the producer sends it on its own
-            self._futures.append(
-                await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
-            )
+            await self._send_alone(topic, key, value, headers, partition)
+
+    async def _send_alone(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+        partition: int | None,
+    ) -> None:
+        self._futures.append(
+            await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
+        )
 
     async def ship(self) -> None:
         """Hand every open batch to the producer, closed, so it goes out without lingering."""

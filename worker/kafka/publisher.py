@@ -38,6 +38,14 @@ def log_fields(tp: TopicPartition, **more: Any) -> dict[str, Any]:
     return {"topic": tp.topic, "partition": tp.partition, **more}
 
 
+def _child(children: dict[Any, Any], key: Any, family: Any, *labels: str) -> Any:
+    """`family.labels(*labels)`, cached in `children` under `key`: labels() costs more than inc()."""
+    child = children.get(key)
+    if child is None:
+        child = children[key] = family.labels(*labels)
+    return child
+
+
 def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
     return next((v.decode(errors="replace") for k, v in headers if k == name), "")
 
@@ -51,7 +59,7 @@ class Publisher:
         self._on_failure = on_failure
         self._on_halt = on_halt
         self.router: KeyRouter | None = None
-        self._by_type: dict[str, Any] = {}  # label children, looked up once: labels() costs more than inc()
+        self._by_type: dict[str, Any] = {}  # output_events_total children by event type
 
     def poll_timeout_ms(self, parts: Iterable[PartitionRun]) -> int:
         """How long a poll may wait before the oldest open transaction is due."""
@@ -72,12 +80,7 @@ class Publisher:
         finally:
             # Counted once per batch: a labelled counter's inc() costs more than processing a small record.
             for verdict, n in tally.items():
-                counter = p.verdict_counters.get(verdict)
-                if counter is None:
-                    counter = p.verdict_counters[verdict] = self._metrics.source_records_total.labels(
-                        *p.label, verdict.value
-                    )
-                counter.inc(n)
+                _child(p.verdict_counters, verdict, self._metrics.source_records_total, *p.label, verdict.value).inc(n)
             self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
 
     async def _consume(self, p: PartitionRun, recs: list[Any], tally: dict[Verdict, int]) -> None:
@@ -86,10 +89,12 @@ class Publisher:
         for rec in recs:
             if rec.offset < p.next_offset:
                 continue
-            if time.monotonic() >= yield_at:
+            now = time.monotonic()
+            if now >= yield_at:
                 # Let in-flight commits read their responses; a commit that failed meanwhile ends the batch.
                 await asyncio.sleep(0)
-                yield_at = time.monotonic() + _YIELD_EVERY_S
+                now = time.monotonic()
+                yield_at = now + _YIELD_EVERY_S
                 if p.phase is not Phase.LIVE or p.checkpoint is None:
                     return
             try:
@@ -99,7 +104,7 @@ class Publisher:
                 return
             p.next_offset = rec.offset + 1
             tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
-            p.pending.append((outcome, rec.timestamp, time.monotonic()))
+            p.pending.append((outcome, rec.timestamp, now))
             if p.commit_task is None:
                 if not await self._flush(p):
                     return
@@ -129,10 +134,7 @@ class Publisher:
             return False
         finally:
             for kind, n in sent.items():
-                counter = self._by_type.get(kind)
-                if counter is None:
-                    counter = self._by_type[kind] = self._metrics.output_events_total.labels(kind)
-                counter.inc(n)
+                _child(self._by_type, kind, self._metrics.output_events_total, kind).inc(n)
         return p.phase is Phase.LIVE
 
     async def _send(
