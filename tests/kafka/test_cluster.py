@@ -35,11 +35,17 @@ async def _read_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 
 async def _isr(bootstrap: str, topic: str) -> list[int]:
+    """The in-sync replicas of partition 0, once the node answering knows the topic (metadata spreads to
+    each node on its own, so a node other than the one that confirmed the creation may lag for a moment)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        (info,) = await admin.describe_topics([topic])
-        return sorted(info["partitions"][0]["isr"])
+        deadline = time.monotonic() + 10
+        while True:
+            (info,) = await admin.describe_topics([topic])
+            if info["partitions"] or time.monotonic() > deadline:
+                return sorted(info["partitions"][0]["isr"])
+            await asyncio.sleep(0.1)
     finally:
         await admin.close()
 
