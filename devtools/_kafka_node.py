@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -20,7 +21,9 @@ from pathlib import Path
 from devtools._kafka_jars import LOG_CONFIG
 from worker.errors import KafkaWorkerError
 
-__all__ = ["KafkaNode", "format_storage", "free_port", "free_ports", "render_properties"]
+__all__ = [
+    "JVM_OPTIONS_ENV", "LIGHT_JVM", "KafkaNode", "format_storage", "free_port", "free_ports", "render_properties",
+]
 
 _PR_SET_PDEATHSIG = 1
 # Brokers are forked from this one long-lived thread: PR_SET_PDEATHSIG fires when the forking *thread*
@@ -91,9 +94,17 @@ def render_properties(
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
+# The C1 compiler only and the serial collector: a tool starts faster, and a broker sharing a small machine
+# with the worker leaves it the cores (with full tiered compilation, C2's compile thread alone kept 0.4 of
+# 2 cores busy through a whole benchmark and tripled the worker's p99 delay).
+LIGHT_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# Set to override a broker's JVM options, e.g. "-XX:+UseG1GC" for a production-like JIT on a large machine.
+JVM_OPTIONS_ENV = "HARNESS_AGUI_KAFKA_JVM_OPTIONS"
+
+
 def _java(libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, brief: bool = False) -> list[str]:
-    # A short-lived tool JVM (brief) only needs the C1 compiler and the serial collector: it starts faster.
-    tuning = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"] if brief else ["-XX:+UseG1GC"]
+    chosen = os.environ.get(JVM_OPTIONS_ENV, "").split()
+    tuning = [*LIGHT_JVM] if brief or not chosen else chosen
     return [
         "java", f"-Xmx{heap}", *tuning, "-Djava.awt.headless=true", "-Dlog4j2.formatMsgNoLookups=true",
         f"-Dlog4j2.configurationFile={LOG_CONFIG}", f"-Dkafka.node.log={node_log}",

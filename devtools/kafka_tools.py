@@ -101,6 +101,7 @@ class GroupLag:
             bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None
         )
         self._parts: list[TopicPartition] = []
+        self._coordinator: int | None = None  # found once: a look-up per poll doubles the broker's work
 
     async def __aenter__(self) -> GroupLag:
         await self._admin.start()
@@ -128,9 +129,14 @@ class GroupLag:
         """The group's committed offset per partition (0 where it has none)."""
         for attempt in itertools.count():
             try:
-                got = await self._admin.list_consumer_group_offsets(self.group, partitions=self._parts)
+                if self._coordinator is None:
+                    self._coordinator = await self._admin.find_coordinator(self.group)
+                got = await self._admin.list_consumer_group_offsets(
+                    self.group, self._coordinator, partitions=self._parts
+                )
                 break
             except KafkaError as exc:  # a fresh cluster creates __consumer_offsets on first use
+                self._coordinator = None  # it may have moved (a node failed)
                 if not exc.retriable or attempt >= 100:
                     raise
                 await asyncio.sleep(0.2)
