@@ -233,6 +233,8 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
 
 def decode_tool_call(call: dict[str, Any], path: str) -> dict[str, Any]:
     """A ToolCallPart in its normalized dump (as inside deferred tool requests)."""
+    if not isinstance(call, dict):
+        raise DecodeError(path, f"expected a tool call object, got {kind_of(call)}")
     return _normalize_part(call, path, _TOOL_CALL_KINDS, "tool-call")
 
 
