@@ -56,6 +56,7 @@ class Worker:
     logdir: Path
     name: str
     commit_interval_ms: int = 100
+    replay_processes: int = 0
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -64,7 +65,7 @@ class Worker:
             sys.executable, "-m", "worker", "run", "--bootstrap-servers", self.bootstrap,
             "--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
             "--group-id", self.group, "--transactional-id-prefix", self.group,
-            "--commit-interval-ms", str(self.commit_interval_ms),
+            "--commit-interval-ms", str(self.commit_interval_ms), "--replay-processes", str(self.replay_processes),
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json",
         ]  # fmt: skip
         with (self.logdir / f"{self.name}.log").open("ab") as log:
@@ -413,7 +414,9 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
 
     src_d, out_d = topic("source-d", 1), topic("agui-d", 1)
     rb = await rebuild(
-        lambda name: Worker(bootstrap, src_d, out_d, dlq, f"bench-{tag}-d", logdir, name, args.commit_interval_ms),
+        lambda name: Worker(
+            bootstrap, src_d, out_d, dlq, f"bench-{tag}-d", logdir, name, args.commit_interval_ms, args.replay_processes
+        ),
         args.open_streams,
         templates,
     )
@@ -429,7 +432,8 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
         (
             "(d) rebuild of one partition",
             f"{rb.seconds:.2f} s",
-            f"{rb.records} records replayed, {rb.open_streams} open streams (fencing and offset look-ups included)",
+            f"{rb.records} records replayed, {rb.open_streams} open streams, {args.replay_processes} replay helper "
+            "processes (fencing and offset look-ups included)",
         ),
         (
             "    replay rate",
@@ -452,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open-streams", type=int, default=1000, help="open streams in the rebuilt partition")
     parser.add_argument("--paced-seconds", type=float, default=15.0, help="length of the paced run (c)")
     parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
+                        help="replay helper processes of the rebuilt worker in (d); 0 replays in the worker process")
     args = parser.parse_args(argv)
     logdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()

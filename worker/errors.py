@@ -5,6 +5,7 @@
     ├── AguiObservationError    an observer refused an item or a call               (also ValueError)
     ├── ConfigError             a setting is missing or inconsistent                 (also ValueError)
     ├── GapError                a run's source history has a hole (halt policy)
+    ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
         ├── RebuildError        a partition could not be rebuilt from its source history
         └── FencedError         another worker now owns a partition's transactional id
@@ -20,6 +21,7 @@ __all__ = [
     "GapError",
     "KafkaWorkerError",
     "RebuildError",
+    "ShardedReplayError",
     "WorkerError",
 ]
 
@@ -47,6 +49,10 @@ class ConfigError(WorkerError, ValueError):
 
 class GapError(WorkerError):
     """A run's source history has a hole and the gap policy says to halt the partition."""
+
+
+class ShardedReplayError(WorkerError):
+    """A replay split by key across processes cannot stand in for the in-process one; replay in-process."""
 
 
 class KafkaWorkerError(WorkerError):

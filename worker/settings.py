@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     rebuild_lookback_ms: int = Field(
         24 * 3_600_000, ge=0, description="Replay window when the committed offset carries no replay metadata."
     )
+    replay_processes: int = Field(
+        0, ge=0, le=64,
+        description="Helper processes a rebuild splits its replay across by key; 0 replays in the worker process.",
+    )  # fmt: skip
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Client security protocol."

@@ -72,7 +72,8 @@ def test_many_interleaved_runs_through_one_worker(topics: Topics) -> None:
     assert w.stop() == 0, w.log()[-3000:]
 
 
-def test_kill_9_mid_stream_then_restart(topics: Topics) -> None:
+@pytest.mark.parametrize("helpers", [0, 2], ids=["replay-in-worker", "replay-in-2-helpers"])
+def test_kill_9_mid_stream_then_restart(topics: Topics, helpers: int) -> None:
     runs = corpus(copies=2)
     records = interleave(runs)
     w1 = topics.worker("w1").start()
@@ -84,17 +85,19 @@ def test_kill_9_mid_stream_then_restart(topics: Topics) -> None:
         await feeder
 
     asyncio.run(scenario())
-    w2 = topics.worker("w2").start()
+    w2 = topics.worker("w2", "--replay-processes", str(helpers)).start()
     _finish(topics, runs, [w2])
     rebuilt = [m for m in _log_messages(w2) if m.startswith("partition rebuilt")]
     assert rebuilt, "the restarted worker never rebuilt its partitions"
+    by_helpers = [m for m in _log_messages(w2) if m.startswith("replayed by helper processes")]
+    assert bool(by_helpers) == bool(helpers), w2.log()[-3000:]
 
 
 @pytest.mark.parametrize("topics", [6], indirect=True)
 def test_three_workers_join_and_leave_under_load(topics: Topics) -> None:
     runs = corpus(copies=3)
     records = interleave(runs)
-    workers = [topics.worker(f"w{i}") for i in range(4)]
+    workers = [topics.worker(f"w{i}", "--replay-processes", str(i % 2)) for i in range(4)]
     workers[0].start()
 
     async def scenario() -> None:

@@ -90,8 +90,8 @@ def test_dead_letter_messages_are_at_most_1000_characters() -> None:
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(worker.stream.__all__) == sorted([
         "SOURCE_GAP_CODE", "DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "PartitionState",
-        "SourceRecord", "StreamCore", "StreamObserver", "Verdict", "WireItem", "convert_partition",
-        "decode_replay_metadata", "default_core", "encode_replay_metadata",
+        "ReplayPool", "ReplaySession", "SourceRecord", "StreamCore", "StreamObserver", "Verdict", "WireItem",
+        "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
     ])
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
     assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter"]

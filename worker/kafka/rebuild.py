@@ -1,24 +1,29 @@
-"""Rebuild by replay: run `[R, C)` of each partition through fresh state, publishing nothing, stopping by position."""
+"""Rebuild by replay: run `[R, C)` of each partition through fresh state, publishing nothing, stopping by position.
+
+With a `ReplayPool` the records go to helper processes by key and the shards are merged; when the merge
+cannot stand in for one replay (or a helper fails) the same windows are read again and replayed in-process.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from worker.errors import GapError, RebuildError, WorkerError
+from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
 from worker.kafka.offsets import ReplayWindow
 from worker.kafka.source import to_source_record
-from worker.stream import PartitionState
+from worker.stream import PartitionState, ReplayPool, SourceRecord
 
 __all__ = ["replay_into"]
 
 _log = logging.getLogger(__name__)
 
 Progress = Callable[[TopicPartition, int, int], None]
+Feed = Callable[[TopicPartition, SourceRecord], None]
 
 
 async def replay_into(
@@ -28,8 +33,9 @@ async def replay_into(
     *,
     progress: Progress,
     stall_timeout_s: float = 30.0,
+    pool: ReplayPool | None = None,
 ) -> dict[TopicPartition, int]:
-    """Feed every record of each window into its state with `publish=False`; returns records replayed per partition.
+    """Feed every record of each window into its fresh state with `publish=False`; returns records per partition.
 
     A window is done when the consumer's position reaches `committed`, not when a record at `committed - 1`
     arrives: transaction markers and aborted records leave offsets without records.
@@ -38,9 +44,61 @@ async def replay_into(
     counts = dict.fromkeys(windows, 0)
     if not todo:
         return counts
+    if pool is not None:
+        async with pool.session({(tp.topic, tp.partition): states[tp] for tp in todo}) as session:
+            if session is not None:
+                try:
+                    counts.update(await _read(consumer, todo, lambda _tp, rec: session.add(rec),
+                                              progress=progress, stall_timeout_s=stall_timeout_s,
+                                              after_fetch=session.flush))
+                    for (topic, partition), gaps in (await session.finish()).items():
+                        for offset, message in gaps:
+                            _passed_gap(TopicPartition(topic, partition), offset, message)
+                    _log.info("replayed by helper processes: %d records in %d processes", sum(counts.values()),
+                              pool.processes, extra={"partitions": [tp.partition for tp in todo]})
+                    return counts
+                except ShardedReplayError as exc:
+                    _log.warning("replay split across %d processes replays in-process instead: %s",
+                                 pool.processes, exc, extra={"partitions": [tp.partition for tp in todo]})
+
+    def feed(tp: TopicPartition, record: SourceRecord) -> None:
+        try:
+            states[tp].process(record, publish=False)
+        except GapError as exc:
+            _passed_gap(tp, record.offset, str(exc))
+        except WorkerError as exc:
+            raise RebuildError(f"{tp.topic}[{tp.partition}] offset {record.offset} halts replay: {exc}") from exc
+
+    counts.update(await _read(consumer, todo, feed, progress=progress, stall_timeout_s=stall_timeout_s))
+    return counts
+
+
+def _passed_gap(tp: TopicPartition, offset: int, message: str) -> None:
+    # Live processing halts before a gap, so C passed it only because an operator moved the offset.
+    _log.warning("replay passes over a gap an operator skipped: %s", message,
+                 extra={"topic": tp.topic, "partition": tp.partition, "offset": offset})
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _read(
+    consumer: AIOKafkaConsumer,
+    windows: dict[TopicPartition, ReplayWindow],
+    feed: Feed,
+    *,
+    progress: Progress,
+    stall_timeout_s: float,
+    after_fetch: Callable[[], Awaitable[None]] = _nothing,
+) -> dict[TopicPartition, int]:
+    """Read each window from its start to its committed offset, in offset order, into `feed`."""
+    todo = dict(windows)
+    counts = dict.fromkeys(windows, 0)
     consumer.assign(list(todo))
     for tp, w in todo.items():
         consumer.seek(tp, w.start)
+    consumer.resume(*todo)
     last_move = time.monotonic()
     while todo:
         batches = await consumer.getmany(*todo, timeout_ms=200, max_records=5000)
@@ -48,21 +106,14 @@ async def replay_into(
             window = todo.get(tp)
             if window is None:
                 continue
-            state = states[tp]
             for rec in recs:
                 if rec.offset >= window.committed:
                     break
-                try:
-                    state.process(to_source_record(rec), publish=False)
-                except GapError as exc:
-                    # Live processing halts before a gap, so C passed it only because an operator moved the offset.
-                    _log.warning("replay passes over a gap an operator skipped: %s", exc,
-                                 extra={"topic": tp.topic, "partition": tp.partition, "offset": rec.offset})
-                except WorkerError as exc:
-                    raise RebuildError(f"{tp.topic}[{tp.partition}] offset {rec.offset} halts replay: {exc}") from exc
+                feed(tp, to_source_record(rec))
                 counts[tp] += 1
             if recs:
                 last_move = time.monotonic()
+        await after_fetch()
         for tp in list(todo):
             w = todo[tp]
             pos = await consumer.position(tp)

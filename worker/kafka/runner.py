@@ -26,7 +26,7 @@ from worker.kafka.rebuild import replay_into
 from worker.kafka.routing import KeyRouter
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState
+from worker.stream import PartitionState, ReplayPool
 
 __all__ = ["KafkaRunner"]
 
@@ -44,6 +44,8 @@ class KafkaRunner:
         self._metrics = metrics
         self._health = health
         self._state_factory = state_factory or self._default_state
+        # Helpers build default states only, so a custom factory (tests) always replays in-process.
+        self._pool = ReplayPool(settings.replay_processes) if settings.replay_processes and not state_factory else None
         self._consumer = make_group_consumer(settings)
         self._admin = make_admin(settings)
         self._parts: dict[TopicPartition, PartitionRun] = {}
@@ -64,6 +66,8 @@ class KafkaRunner:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set, then commit open transactions and leave the group."""
+        # The helpers start beside the group join; a rebuild that comes first waits for them.
+        pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
         await self._admin.start()
         await self._consumer.start()
         self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
@@ -80,6 +84,8 @@ class KafkaRunner:
                     self._observe_lag()
         finally:
             self._health.set_member(False)
+            if pool_start is not None:
+                await pool_start
             await self._shutdown()
 
     async def _shutdown(self) -> None:
@@ -91,6 +97,8 @@ class KafkaRunner:
             await self._consumer.stop()
         with contextlib.suppress(Exception):
             await self._admin.close()
+        if self._pool is not None:
+            await self._pool.close()
 
     async def _drain(self) -> None:
         """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
@@ -280,8 +288,10 @@ class KafkaRunner:
             await replay.start()
             windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
             states = {tp: self._state_factory(tp) for tp in tps}
+            if self._pool is not None:
+                await self._pool.start()  # helpers still starting: the wait counts in the rebuild, not the replay
             replay_started = time.monotonic()
-            counts = await replay_into(replay, windows, states, progress=self._progress)
+            counts = await replay_into(replay, windows, states, progress=self._progress, pool=self._pool)
             replay_s = time.monotonic() - replay_started
         except BaseException:
             await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)

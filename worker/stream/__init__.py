@@ -4,6 +4,7 @@ from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._metadata import decode_replay_metadata, encode_replay_metadata
 from worker.stream._partition import SOURCE_GAP_CODE, PartitionState
+from worker.stream._pool import ReplayPool, ReplaySession
 from worker.stream._records import (
     DeadLetterReason,
     Destination,
@@ -20,6 +21,8 @@ __all__ = [
     "OutboundRecord",
     "Outcome",
     "PartitionState",
+    "ReplayPool",
+    "ReplaySession",
     "SourceRecord",
     "StreamCore",
     "StreamObserver",

@@ -160,7 +160,7 @@ class PartitionState:
 
     def _start(self, step: _Step, item: WireItem) -> Outcome:
         key, run, seq = step.key, item.run_id, item.sequence
-        remembered = self._closed.get(key)
+        remembered = self._recall(key)
         if remembered is not None:
             if run == key and seq <= remembered:
                 return step.dead(Verdict.DUPLICATE, _R.DUPLICATE,
@@ -253,6 +253,9 @@ class PartitionState:
     def _close(self, key: str, last_root_sequence: int) -> None:
         self._streams.pop(key, None)
         self._remember(key, last_root_sequence)
+
+    def _recall(self, key: str) -> int | None:
+        return self._closed.get(key)
 
     def _remember(self, key: str, last_root_sequence: int) -> None:
         if self._closed_memory == 0:

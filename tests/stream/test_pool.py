@@ -1,0 +1,126 @@
+"""Replay helper processes: shards built in other processes merge into the state one replay builds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.stream._cores import REAL_CORE
+from tests.stream._fakes import fake_decode
+from tests.stream._support import TOPIC, golden_source, records
+from worker.errors import ShardedReplayError
+from worker.stream import PartitionState, ReplayPool, SourceRecord
+
+NAMES = ["s01_hello", "s05_failed", "c01_child_completed", "c03_child_nested", "r0038", "r0063", "s07_errors"]
+
+
+def interleaved(partition: int) -> list[SourceRecord]:
+    sources = [golden_source(n) for n in NAMES]
+    pairs = [
+        (fake_decode(lines[0]).run_id, lines[i])
+        for i in range(max(map(len, sources)))
+        for lines in sources
+        if i < len(lines)
+    ]
+    return records([*pairs, ("bad-key-run", b"not json")], partition=partition, step=2)
+
+
+def fresh(partition: int) -> PartitionState:
+    return PartitionState(TOPIC, partition, core=REAL_CORE)
+
+
+def one_replay(recs: list[SourceRecord]) -> PartitionState:
+    state = fresh(recs[0].partition)
+    for rec in recs:
+        state.process(rec, publish=False)
+    return state
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[ReplayPool]:
+    pool = ReplayPool(2)
+    await pool.start()
+    yield pool
+    await pool.close()
+
+
+async def replay_in(pool: ReplayPool, windows: dict[int, list[SourceRecord]]) -> dict[int, PartitionState]:
+    states = {p: fresh(p) for p in windows}
+    async with pool.session({(TOPIC, p): s for p, s in states.items()}) as session:
+        assert session is not None
+        for recs in windows.values():
+            for rec in recs:
+                session.add(rec)
+            await session.flush()
+        await session.finish()
+    return states
+
+
+@pytest.mark.timeout(120)
+async def test_two_partitions_replayed_by_helpers_continue_exactly_as_one_replay_each(pool: ReplayPool) -> None:
+    windows = {p: interleaved(p) for p in (0, 1)}
+    cut = {p: len(recs) * 2 // 3 for p, recs in windows.items()}
+    states = await replay_in(pool, {p: recs[: cut[p]] for p, recs in windows.items()})
+    for p, recs in windows.items():
+        one = one_replay(recs[: cut[p]])
+        nxt = recs[cut[p]].offset
+        assert (states[p].open_streams, states[p].replay_from(nxt)) == (one.open_streams, one.replay_from(nxt))
+        assert states[p].open_streams > 1
+        live, expected = [states[p].process(r) for r in recs[cut[p]:]], [one.process(r) for r in recs[cut[p]:]]
+        assert live == expected
+        assert sum(len(o.records) for o in live) > 0
+
+
+@pytest.mark.timeout(120)
+async def test_a_helper_that_dies_fails_the_session_and_the_next_rebuild_gets_new_helpers(pool: ReplayPool) -> None:
+    recs = interleaved(0)
+    states = {(TOPIC, 0): fresh(0)}
+    with pytest.raises(ShardedReplayError, match="is gone"):
+        async with pool.session(states) as session:
+            assert session is not None
+            for helper in pool._helpers:
+                helper.process.kill()
+            for rec in recs:
+                session.add(rec)
+            await session.flush(everything=True)
+            await session.finish()
+    assert states[(TOPIC, 0)].open_streams == 0
+    again = await replay_in(pool, {0: recs})
+    assert again[0].open_streams == one_replay(recs).open_streams
+
+
+@pytest.mark.timeout(120)
+async def test_the_helpers_serve_one_rebuild_at_a_time_and_none_once_closed(pool: ReplayPool) -> None:
+    async with pool.session({(TOPIC, 0): fresh(0)}) as first:
+        assert first is not None
+        async with pool.session({(TOPIC, 1): fresh(1)}) as second:
+            assert second is None  # that rebuild replays in-process
+        await first.finish()
+    await pool.close()
+    async with pool.session({(TOPIC, 0): fresh(0)}) as late:
+        assert late is None
+
+
+@pytest.mark.timeout(120)
+async def test_a_cancelled_rebuild_discards_the_helpers(pool: ReplayPool) -> None:
+    processes = [h.process for h in pool._helpers]
+
+    async def rebuild() -> None:
+        async with pool.session({(TOPIC, 0): fresh(0)}) as session:
+            assert session is not None
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(rebuild())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for process in processes:
+        process.join(5)
+        assert not process.is_alive()
+    recs = interleaved(0)
+    state, one = (await replay_in(pool, {0: recs}))[0], one_replay(recs)
+    assert (state.open_streams, state.remembered_streams) == (one.open_streams, one.remembered_streams)
+    assert state.remembered_streams == len(NAMES)
