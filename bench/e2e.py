@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from devtools.sample_runs import SampleRun, interleave, load_samples, produce
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 
 ROOT = Path(__file__).resolve().parent.parent
+Placed = tuple[int, bytes, bytes]  # partition, key, value
 
 
 # ---- the worker under test ----------------------------------------------------------------------
@@ -245,9 +246,10 @@ async def commit_delays(
                 interleave(templates, runs=None, concurrency=32, salt=secrets.token_hex(6), seed=11),
                 int(rate * seconds) + 1,
             ))
+            placed = await _placed(producer, worker.source, items)
             assert worker.proc is not None
             cpu_before = _cpu_counters(worker.proc.pid)
-            sent = await _paced(producer, worker.source, items, rate, seconds)
+            sent = await _paced(producer, worker.source, placed, rate, seconds)
             cpu = _cpu_use(cpu_before, _cpu_counters(worker.proc.pid))
             for partition, future, batch_stamps in sent:
                 base = (await future).offset
@@ -268,33 +270,36 @@ async def commit_delays(
     return [_visible_at(visible.get(p, []), o) - ts / 1000 for (p, o), ts in stamps.items()], own, cpu
 
 
+async def _placed(producer: AIOKafkaProducer, topic: str, items: list[tuple[bytes, bytes]]) -> list[Placed]:
+    """Each item with the partition the default partitioner gives its key (murmur2 in Python: done up front)."""
+    partitioner = DefaultPartitioner()
+    partitions = sorted(await producer.partitions_for(topic))
+    return [(partitioner(key, partitions, partitions), key, value) for key, value in items]
+
+
 async def _paced(
-    producer: AIOKafkaProducer, topic: str, items: Iterable[tuple[bytes, bytes]], rate: float, seconds: float
+    producer: AIOKafkaProducer, topic: str, placed: list[Placed], rate: float, seconds: float
 ) -> list[tuple[int, asyncio.Future[Any], list[int]]]:
     """Produce `rate` items/s for `seconds`: every 5 ms the items due go out as one batch per partition, each
     stamped with the time it was handed over (cheap enough to leave the cores to the broker and the worker).
 
-    Keys are placed by the default partitioner, so a run's items stay in one partition and in order.
+    Keys are placed by the default partitioner (`_placed`), so a run's items stay in one partition and in order.
     """
-    partitioner = DefaultPartitioner()
-    partitions = sorted(await producer.partitions_for(topic))
-    source = iter(items)
     sent: list[tuple[int, asyncio.Future[Any], list[int]]] = []
     began = time.monotonic()
     done = 0
     while (elapsed := time.monotonic() - began) < seconds:
-        due = int(elapsed * rate)
+        due = min(int(elapsed * rate), len(placed))
         ts = int(time.time() * 1000)
         open_batches: dict[int, tuple[Any, list[int]]] = {}
-        for key, value in itertools.islice(source, due - done):
-            partition = partitioner(key, partitions, partitions)
+        for partition, key, value in placed[done:due]:
             batch, batch_stamps = open_batches.setdefault(partition, (producer.create_batch(), []))
             if batch.append(timestamp=ts, key=key, value=value) is None:  # full: send it, start another
                 sent.append((partition, await producer.send_batch(batch, topic, partition=partition), batch_stamps))
                 batch, batch_stamps = open_batches[partition] = (producer.create_batch(), [])
                 batch.append(timestamp=ts, key=key, value=value)
             batch_stamps.append(ts)
-            done += 1
+        done = due
         for partition, (batch, batch_stamps) in open_batches.items():
             sent.append((partition, await producer.send_batch(batch, topic, partition=partition), batch_stamps))
         await asyncio.sleep(0.005)

@@ -27,6 +27,10 @@ def interleaved(partition: int) -> list[SourceRecord]:
     return records([*pairs, ("bad-key-run", b"not json")], partition=partition, step=2)
 
 
+def rows(recs: list[SourceRecord]) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    return [(r.offset, r.timestamp_ms, r.key, r.value) for r in recs]
+
+
 def fresh(partition: int) -> PartitionState:
     return PartitionState(TOPIC, partition, core=REAL_CORE)
 
@@ -51,8 +55,7 @@ async def replay_in(pool: ReplayPool, windows: dict[int, list[SourceRecord]]) ->
     async with pool.session({(TOPIC, p): s for p, s in states.items()}) as session:
         assert session is not None
         for recs in windows.values():
-            for rec in recs:
-                session.add(rec)
+            session.add(TOPIC, recs[0].partition, rows(recs))
             await session.flush()
         await session.finish()
     return states
@@ -82,8 +85,7 @@ async def test_a_helper_that_dies_fails_the_session_and_the_next_rebuild_gets_ne
             assert session is not None
             for helper in pool._helpers:
                 helper.process.kill()
-            for rec in recs:
-                session.add(rec)
+            session.add(TOPIC, 0, rows(recs))
             await session.flush(everything=True)
             await session.finish()
     assert states[(TOPIC, 0)].open_streams == 0

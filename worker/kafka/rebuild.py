@@ -10,20 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
 from worker.kafka.offsets import ReplayWindow
 from worker.kafka.source import to_source_record
-from worker.stream import PartitionState, ReplayPool, SourceRecord
+from worker.stream import PartitionState, ReplayPool, ReplaySession
 
 __all__ = ["replay_into"]
 
 _log = logging.getLogger(__name__)
 
 Progress = Callable[[TopicPartition, int, int], None]
-Feed = Callable[[TopicPartition, SourceRecord], None]
+Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order
 
 
 async def replay_into(
@@ -48,9 +49,8 @@ async def replay_into(
         async with pool.session({(tp.topic, tp.partition): states[tp] for tp in todo}) as session:
             if session is not None:
                 try:
-                    counts.update(await _read(consumer, todo, lambda _tp, rec: session.add(rec),
-                                              progress=progress, stall_timeout_s=stall_timeout_s,
-                                              after_fetch=session.flush))
+                    counts.update(await _read(consumer, todo, _to_helpers(session), progress=progress,
+                                              stall_timeout_s=stall_timeout_s, after_fetch=session.flush))
                     for (topic, partition), gaps in (await session.finish()).items():
                         for offset, message in gaps:
                             _passed_gap(TopicPartition(topic, partition), offset, message)
@@ -61,16 +61,25 @@ async def replay_into(
                     _log.warning("replay split across %d processes replays in-process instead: %s",
                                  pool.processes, exc, extra={"partitions": [tp.partition for tp in todo]})
 
-    def feed(tp: TopicPartition, record: SourceRecord) -> None:
-        try:
-            states[tp].process(record, publish=False)
-        except GapError as exc:
-            _passed_gap(tp, record.offset, str(exc))
-        except WorkerError as exc:
-            raise RebuildError(f"{tp.topic}[{tp.partition}] offset {record.offset} halts replay: {exc}") from exc
+    def feed(tp: TopicPartition, recs: list[Any]) -> None:
+        state = states[tp]
+        for rec in recs:
+            try:
+                state.process(to_source_record(rec), publish=False)
+            except GapError as exc:
+                _passed_gap(tp, rec.offset, str(exc))
+            except WorkerError as exc:
+                raise RebuildError(f"{tp.topic}[{tp.partition}] offset {rec.offset} halts replay: {exc}") from exc
 
     counts.update(await _read(consumer, todo, feed, progress=progress, stall_timeout_s=stall_timeout_s))
     return counts
+
+
+def _to_helpers(session: ReplaySession) -> Feed:
+    def feed(tp: TopicPartition, recs: list[Any]) -> None:
+        session.add(tp.topic, tp.partition, [(rec.offset, rec.timestamp, rec.key, rec.value) for rec in recs])
+
+    return feed
 
 
 def _passed_gap(tp: TopicPartition, offset: int, message: str) -> None:
@@ -102,17 +111,15 @@ async def _read(
     last_move = time.monotonic()
     while todo:
         batches = await consumer.getmany(*todo, timeout_ms=200, max_records=5000)
-        for tp, recs in batches.items():
+        for tp, fetched in batches.items():
             window = todo.get(tp)
-            if window is None:
+            if window is None or not fetched:
                 continue
-            for rec in recs:
-                if rec.offset >= window.committed:
-                    break
-                feed(tp, to_source_record(rec))
-                counts[tp] += 1
-            if recs:
-                last_move = time.monotonic()
+            last_move = time.monotonic()
+            recs = fetched if fetched[-1].offset < window.committed else [
+                rec for rec in fetched if rec.offset < window.committed]  # fmt: skip
+            feed(tp, recs)
+            counts[tp] += len(recs)
         await after_fetch()
         for tp in list(todo):
             w = todo[tp]

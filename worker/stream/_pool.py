@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import multiprocessing
 import pickle
@@ -40,6 +41,7 @@ Row = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, val
 def _serve(conn: Connection) -> None:
     """A helper's loop: shard states built from record chunks, their results on "finish"; ends at EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    gc.freeze()  # the fork server's modules: never scanned by a collection, their pages stay shared
     states: dict[Where, ShardState] = {}
     failure: str | None = None
     while True:
@@ -143,12 +145,13 @@ class ReplaySession:
         for helper in self._helpers:
             helper.post(messages)
 
-    def add(self, record: SourceRecord) -> None:
-        """Queue a record for the helper of its key (nothing is sent before `flush`)."""
-        rows = self._rows[shard_of(record.key, len(self._helpers))]
-        rows.setdefault((record.topic, record.partition), []).append(
-            (record.offset, record.timestamp_ms, record.key, record.value)
-        )
+    def add(self, topic: str, partition: int, rows: list[Row]) -> None:
+        """Queue records (offset, timestamp, key, value) of one partition, in offset order, for the helpers of
+        their keys; nothing is sent before `flush`."""
+        where, shards, shard = (topic, partition), len(self._helpers), shard_of
+        queues = [queued.setdefault(where, []) for queued in self._rows]
+        for row in rows:
+            queues[shard(row[2], shards)].append(row)
 
     async def flush(self, *, everything: bool = False) -> None:
         """Hand every full chunk of `_CHUNK` records (all with `everything`) to the helpers' senders; waits only
