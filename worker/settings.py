@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval.")
     max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest allowed gap between two polls.")
     max_poll_records: int = Field(500, ge=1, description="Most records returned by one poll.")
+    fetch_min_bytes: int = Field(
+        1, ge=1, description="A fetch waits for this many bytes: more saves CPU under a trickle, and adds delay."
+    )
+    fetch_max_wait_ms: int = Field(100, ge=1, le=60_000, description="Longest a fetch waits for fetch_min_bytes.")
 
     gap_policy: GapPolicy = Field(
         GapPolicy.CLOSE_RUN, description="`close-run`: RUN_ERROR, later records dead-lettered; `halt`: stop."
