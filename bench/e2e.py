@@ -1,7 +1,7 @@
 """End-to-end figures of the worker on a real broker, from one run: exactly-once throughput against a plain
 aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
 
-    .venv/bin/python -m bench.e2e [--items 20000] [--open-streams 1000]
+    .venv/bin/python -m bench.e2e [--items 20000] [--open-streams 1000] [--replay-processes 2]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.

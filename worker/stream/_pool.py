@@ -175,9 +175,12 @@ class ReplaySession:
         for helper in self._helpers:
             helper.post([finish])
         await asyncio.gather(*(helper.drain() for helper in self._helpers))
-        replies = await asyncio.wait_for(
-            asyncio.gather(*(h.call(h.conn.recv_bytes) for h in self._helpers)), _FINISH_TIMEOUT_S
-        )
+        try:
+            replies = await asyncio.wait_for(
+                asyncio.gather(*(h.call(h.conn.recv_bytes) for h in self._helpers)), _FINISH_TIMEOUT_S
+            )
+        except TimeoutError:
+            raise ShardedReplayError(f"replay helpers sent no shards within {_FINISH_TIMEOUT_S:.0f} s") from None
         shards: dict[Where, list[ShardResult]] = {where: [] for where in self._states}
         for i, raw in enumerate(replies):
             status, body = pickle.loads(raw)
