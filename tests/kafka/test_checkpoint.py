@@ -165,6 +165,30 @@ def _shipped(producer: _Producer, partition: int) -> list[bytes]:
     return [value for name, arg in producer.calls if name == "batch" and arg[1] == partition for value in arg[2]]
 
 
+async def test_ship_new_hands_over_only_partitions_new_to_the_transaction_and_the_commit_the_rest() -> None:
+    producer = _BatchingProducer(capacity=100)
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+
+    def batches() -> list[tuple[int, list[bytes]]]:
+        return [(arg[1], arg[2]) for name, arg in producer.calls if name == "batch"]
+
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"a0", [], partition=1)
+    await ckpt.ship_new()
+    assert batches() == [(1, [b"a0"])]  # partition 1 joins the transaction at once
+    await ckpt.send("out", b"k", b"a1", [], partition=1)
+    await ckpt.send("out", b"k", b"b0", [], partition=2)
+    await ckpt.ship_new()
+    assert batches() == [(1, [b"a0"]), (2, [b"b0"])]  # a1 waits: partition 1 is in already
+    await ckpt.send("out", b"k", b"a2", [], partition=1)
+    await ckpt.commit(5, "")
+    assert batches()[2:] == [(1, [b"a1", b"a2"])]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"a3", [], partition=1)
+    await ckpt.ship_new()
+    assert batches()[3:] == [(1, [b"a3"])]  # a new transaction: partition 1 is new to it again
+
+
 async def test_records_of_a_partition_go_out_in_batches_in_send_order() -> None:
     producer = _BatchingProducer(capacity=3)
     ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]

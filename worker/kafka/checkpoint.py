@@ -50,7 +50,8 @@ class Checkpoint:
     """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
 
     __slots__ = (
-        "_batches", "_futures", "_group_id", "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "records",
+        "_batches", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer", "_timestamps", "_tp",
+        "records",
     )
 
     def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
@@ -60,6 +61,7 @@ class Checkpoint:
         self._phase = TxnPhase.IDLE
         self._futures: list[asyncio.Future[object]] = []
         self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
+        self._joined: set[tuple[str, int]] = set()  # partitions a batch of this transaction went to
         self._timestamps: list[int] = []
         self._opened_at = 0.0
         self.records = 0
@@ -133,11 +135,19 @@ class Checkpoint:
         for where in list(self._batches):
             await self._ship_one(where)
 
+    async def ship_new(self) -> None:
+        """Hand over the batches of partitions new to this transaction, so they join it now and not on the
+        commit path; other batches wait for the commit or until full (one produce request each, not one a poll).
+        """
+        for where in [w for w in self._batches if w not in self._joined]:
+            await self._ship_one(where)
+
     async def _ship_one(self, where: tuple[str, int]) -> None:
         batch = self._batches.pop(where, None)
         if batch is not None and batch.record_count():
             batch.close()
             self._futures.append(await self._producer.send_batch(batch, where[0], partition=where[1]))
+            self._joined.add(where)
 
     def note_source(self, timestamp_ms: int, consumed_at: float | None = None) -> None:
         """Remember a consumed record's timestamp; the transaction's age counts from its oldest record."""
@@ -194,6 +204,7 @@ class Checkpoint:
 
     def _reset(self) -> None:
         self._batches = {}
+        self._joined = set()
         for fut in self._futures:  # mark failures seen: an abort discards them
             if fut.done():
                 _retrieve(fut)

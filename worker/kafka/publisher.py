@@ -112,7 +112,7 @@ class Publisher:
                     self._start_commit(p)
         if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None:
             try:
-                await p.checkpoint.ship()  # the poll's records go out now; a commit ships whatever is left
+                await p.checkpoint.ship_new()  # the commit ships the rest
             except Exception as exc:
                 await self._on_failure(p, exc)
 
