@@ -1,7 +1,7 @@
 """End-to-end figures of the worker on a real broker, from one run: exactly-once throughput against a plain
 aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
 
-    .venv/bin/python -m bench.e2e [--items 20000] [--open-streams 1000] [--replay-processes 2]
+    .venv/bin/python -m bench.e2e [--items 50000] [--open-streams 1000] [--replay-processes 2]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
@@ -433,6 +433,11 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
         ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s",
          f"no transactions, no conversion, best of {_rates(plain_runs)}"),
         ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
+        (
+            "    ratio of each round",
+            " / ".join(f"{a / b:.2f}" for a, b in zip(eos_runs, plain_runs, strict=True)),
+            "(a) against the (b) that ran right after it",
+        ),
         *(row for rate, delays, own, cpu in paced for row in _delay_rows(rate, delays, own, cpu, goal_p99)),
         (
             "(d) rebuild of one partition",
@@ -456,7 +461,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=int, default=20000, help="source items for (a) and (b)")
+    parser.add_argument("--items", type=int, default=50000, help="source items for (a) and (b)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (a) and (b)")
     parser.add_argument("--open-streams", type=int, default=1000, help="open streams in the rebuilt partition")
     parser.add_argument("--paced-seconds", type=float, default=15.0, help="length of the paced run (c)")
