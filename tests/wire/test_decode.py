@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker.errors import DecodeError
 from worker.wire import (
@@ -266,3 +268,24 @@ def test_lone_surrogates_are_not_json_text() -> None:
     assert (escaped.path, escaped.reason.startswith("not valid JSON")) == ("$", True)
     raw = _error('{"thread_id": "\ud800"}')
     assert (raw.path, raw.reason.startswith("not valid UTF-8 text")) == ("$", True)
+
+
+@st.composite
+def _canonical_times(draw: st.DrawFn) -> str:
+    stamp = draw(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)))
+    fraction = draw(st.sampled_from(["", ".000000", ".100000", f".{stamp.microsecond:06d}"]))
+    offset = draw(st.one_of(
+        st.sampled_from(["Z", "+00:00", "-00:00"]),
+        st.builds(lambda sign, h, m: f"{sign}{h:02d}:{m:02d}", st.sampled_from("+-"), st.integers(0, 23),
+                  st.integers(0, 59)),
+    ))  # fmt: skip
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + fraction + offset
+
+
+@given(text=_canonical_times())
+def test_an_item_carries_the_isoformat_of_its_time_exactly_as_the_datetime_would_print_it(text: str) -> None:
+    item = decode_item(line(occurred_at=text))
+    read_off = item._iso  # set by the decoder when the text round-trips, else computed on first use
+    assert item.occurred_iso == datetime.fromisoformat(text).isoformat()
+    assert item.occurred_at == datetime.fromisoformat(text)
+    assert bool(read_off) == (".000000" not in text and not text.endswith("-00:00"))

@@ -64,15 +64,30 @@ def _loads(value: bytes) -> Any:
 
 def parse_datetime(value: Any, path: str) -> datetime:
     """Parse a datetime the way pydantic does (ISO text, `Z`, offsets, unix numbers)."""
+    return _parse_datetime(value, path)[0]
+
+
+def _parse_datetime(value: Any, path: str) -> tuple[datetime, str]:
+    """The datetime, and its isoformat() when it can be read off canonical text (else ""): isoformat costs 1.6 us.
+
+    Canonical text round-trips as written except a zero fraction (dropped), `Z` and -00:00 (both +00:00).
+    """
     if type(value) is str and _CANONICAL_TIME.match(value):
         try:
-            return datetime.fromisoformat(value)
+            parsed = datetime.fromisoformat(value)
         except ValueError:
             pass  # out-of-range fields: pydantic reports them
+        else:
+            text: str = value
+            if text[-1] == "Z":
+                text = text[:-1] + "+00:00"
+            if text.endswith("-00:00") or ".000000" in text:
+                text = ""
+            return parsed, text
     elif type(value) not in (str, int, float):
         raise DecodeError(path, f"expected a datetime string or number, got {kind_of(value)}")
     try:
-        return _DATETIME.validate_python(value)
+        return _DATETIME.validate_python(value), ""
     except ValidationError as exc:
         raise DecodeError(path, f"invalid datetime {value!r}") from exc
 
@@ -209,13 +224,17 @@ def decode_item(value: bytes | str) -> HarnessItem:
             raise DecodeError("$.sequence", f"must be >= 0, got {sequence}")
     if "occurred_at" not in data:
         raise DecodeError("$.occurred_at", "required field is missing")
-    occurred_at = parse_datetime(data["occurred_at"], "$.occurred_at")
+    occurred_at, iso = _parse_datetime(data["occurred_at"], "$.occurred_at")
     has_event, has_result = "event" in data, "result" in data
     if has_event == has_result:
         raise DecodeError("$", "exactly one of 'event' and 'result' must be present")
+    item: HarnessItem
     if has_result:
         result = _result(get_obj(data, "result", "$"), "$.result")
-        return HarnessRunResultEvent(thread_id, run_id, sequence, occurred_at, result, wire_size=size)
-    event = get_obj(data, "event", "$")
-    inner = decode_agent_event(event, "$.event") if "event_kind" in event else _extension(event, "$.event")
-    return HarnessEvent(thread_id, run_id, sequence, occurred_at, inner, wire_size=size)
+        item = HarnessRunResultEvent(thread_id, run_id, sequence, occurred_at, result, wire_size=size)
+    else:
+        event = get_obj(data, "event", "$")
+        inner = decode_agent_event(event, "$.event") if "event_kind" in event else _extension(event, "$.event")
+        item = HarnessEvent(thread_id, run_id, sequence, occurred_at, inner, wire_size=size)
+    item._iso = iso  # "" leaves it to isoformat() when first needed
+    return item
