@@ -38,6 +38,8 @@ def fake_decode(value: bytes) -> FakeItem:
     seq = data.get("sequence")
     if type(seq) is not int or seq < 0:
         raise DecodeError("$.sequence", f"must be an int >= 0, got {seq!r}")
+    if data.get("decoder") == "crash":
+        raise KeyError("a decoder bug")
     if ("event" in data) == ("result" in data):
         raise DecodeError("$", "exactly one of event and result must be present")
     try:
@@ -75,6 +77,8 @@ class FakeObserver:
             raise TypeError("fake type refusal")
         if item.refuse == "validation":
             _Payload.model_validate({})
+        if item.refuse == "crash":
+            raise RuntimeError("an observer bug")
         if self.threads.get(item.run_id, item.thread_id) != item.thread_id:
             raise AguiObservationError("Harness Thread correlation changed for a Run")
         events: list[BaseEvent] = []

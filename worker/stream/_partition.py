@@ -120,7 +120,8 @@ class PartitionState:
 
         Raises WorkerError for a record of another partition or a non-increasing offset, GapError for a gap
         under the halt policy, WorkerError at the open-stream cap under the halt policy; none of these
-        changes the state. Any other exception leaves the state undefined: rebuild it.
+        changes the state. A record that fails to decode or that its observer refuses, for whatever reason, is
+        dead-lettered. Any other exception leaves the state undefined: rebuild it.
         """
         if record.topic != self.topic or record.partition != self.partition:
             raise WorkerError(
@@ -151,6 +152,9 @@ class PartitionState:
         except DecodeError as exc:
             return step.dead(Verdict.DEAD_LETTERED, _R.DECODE_ERROR,
                              f"value under key {key!r} is not a Harness wire item: {exc}")
+        except Exception as exc:  # a decoder bug: decoding changes no state, so the record goes, not the partition
+            return step.dead(Verdict.DEAD_LETTERED, _R.DECODE_ERROR,
+                             f"value under key {key!r} failed to decode: {type(exc).__name__}: {exc}")
         stream = self._streams.get(key)
         if stream is None:
             return self._start(step, item)
@@ -201,6 +205,8 @@ class PartitionState:
             return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         except TypeError as exc:
             return _refused(step, item, stream, _R.TYPE_ERROR, exc)
+        except Exception as exc:  # an observer bug: observe is atomic, so the stream's state is unchanged
+            return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         stream.last[run] = seq
         records = self._outputs(step, item, stream.n, events) if step.publish else ()
         stream.n += len(events)
