@@ -189,6 +189,20 @@ async def test_ship_new_hands_over_only_partitions_new_to_the_transaction_and_th
     assert batches()[3:] == [(1, [b"a3"])]  # a new transaction: partition 1 is new to it again
 
 
+async def test_append_fills_an_open_batch_without_waiting_and_hands_the_rest_to_send() -> None:
+    producer = _BatchingProducer(capacity=2)
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    assert not ckpt.append("out", b"k", b"x", [], 1), "no transaction: nothing appended"
+    await ckpt.begin()
+    assert not ckpt.append("out", b"k", b"a0", [], 1), "no open batch yet: send opens one"
+    await ckpt.send("out", b"k", b"a0", [], partition=1)
+    assert ckpt.append("out", b"k", b"a1", [], 1)
+    assert not ckpt.append("out", b"k", b"a2", [], 1), "full: send ships it and starts the next"
+    await ckpt.send("out", b"k", b"a2", [], partition=1)
+    await ckpt.commit(3, "")
+    assert _shipped(producer, 1) == [b"a0", b"a1", b"a2"]
+
+
 async def test_records_of_a_partition_go_out_in_batches_in_send_order() -> None:
     producer = _BatchingProducer(capacity=3)
     ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]

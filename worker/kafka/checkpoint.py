@@ -122,6 +122,16 @@ class Checkpoint:
             del self._batches[where]  # larger than a batch: the producer sends it on its own
             await self._send_alone(topic, key, value, headers, partition)
 
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], partition: int
+    ) -> bool:
+        """`send` without waiting, when the partition's open batch has room; False: nothing done, use `send`."""
+        batch = self._batches.get((topic, partition))
+        return (
+            batch is not None and self._phase is TxnPhase.OPEN
+            and batch.append(timestamp=None, key=key, value=value, headers=headers) is not None
+        )  # fmt: skip
+
     async def _send_alone(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
         partition: int | None,

@@ -105,12 +105,12 @@ class Publisher:
             p.next_offset = rec.offset + 1
             tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
             p.pending.append((outcome, rec.timestamp, now))
-            if p.commit_task is None:
+            if p.commit_task is None and len(p.pending) + p.checkpoint.records >= self._s.max_records_per_transaction:
                 if not await self._flush(p):
                     return
-                if p.checkpoint.records >= self._s.max_records_per_transaction:
-                    self._start_commit(p)
-        if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None:
+                self._start_commit(p)
+        # Outcomes go into the transaction once a poll, not once a record; a running commit takes them itself.
+        if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None and await self._flush(p):
             try:
                 await p.checkpoint.ship_new()  # the commit ships the rest
             except Exception as exc:
@@ -121,13 +121,22 @@ class Publisher:
         ckpt = p.checkpoint
         assert ckpt is not None
         sent: dict[str, int] = {}
+        topic, route = self._s.output_topic, self.router
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
                 await ckpt.begin()
                 for outcome, timestamp, consumed_at in batch:
                     for out in outcome.records:
-                        await self._send(p, ckpt, out, outcome, sent)
+                        if out.destination is not Destination.OUTPUT:
+                            await self._dead_letter(p, ckpt, out, outcome)
+                            continue
+                        headers = list(out.headers)
+                        partition = route(out.key) if route is not None and out.key is not None else None
+                        if partition is None or not ckpt.append(topic, out.key, out.value, headers, partition):
+                            await ckpt.send(topic, out.key, out.value, headers, partition)
+                        kind = out.event_type or ""
+                        sent[kind] = sent.get(kind, 0) + 1
                     ckpt.note_source(timestamp, consumed_at)
         except Exception as exc:
             await self._on_failure(p, exc)
@@ -137,15 +146,7 @@ class Publisher:
                 _child(self._by_type, kind, self._metrics.output_events_total, kind).inc(n)
         return p.phase is Phase.LIVE
 
-    async def _send(
-        self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome, sent: dict[str, int]
-    ) -> None:
-        if out.destination is Destination.OUTPUT:
-            partition = self.router(out.key) if self.router is not None and out.key is not None else None
-            await ckpt.send(self._s.output_topic, out.key, out.value, list(out.headers), partition)
-            kind = out.event_type or ""
-            sent[kind] = sent.get(kind, 0) + 1
-            return
+    async def _dead_letter(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
         await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
         self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
         _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
