@@ -3,6 +3,7 @@ standard Kafka tool, run the worker again into a fresh output topic; the output 
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections import defaultdict
@@ -45,16 +46,22 @@ async def _read_committed(bootstrap: str, topic: str) -> dict[str, list[Event]]:
             parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
-        ends = await consumer.end_offsets(parts)
         out: dict[str, list[Event]] = defaultdict(list)
-        while [tp for tp in parts if await consumer.position(tp) < ends[tp]]:
-            for recs in (await consumer.getmany(timeout_ms=500)).values():
-                for r in recs:
-                    headers = {k: v.decode() for k, v in r.headers}
-                    out[r.key.decode()].append(Event(
-                        headers["agui-event-id"], r.value,
-                        int(headers["source-partition"]), int(headers["source-offset"]),
-                    ))  # fmt: skip
+        # The read_committed end (the last stable offset) of each partition moves when the coordinator writes
+        # that partition's commit marker, which can land after the group's offsets already show the commit:
+        # read until the ends stay put.
+        ends: dict[TopicPartition, int] = {}
+        while ends != (latest := await consumer.end_offsets(parts)):
+            ends = latest
+            while [tp for tp in parts if await consumer.position(tp) < ends[tp]]:
+                for recs in (await consumer.getmany(timeout_ms=500)).values():
+                    for r in recs:
+                        headers = {k: v.decode() for k, v in r.headers}
+                        out[r.key.decode()].append(Event(
+                            headers["agui-event-id"], r.value,
+                            int(headers["source-partition"]), int(headers["source-offset"]),
+                        ))  # fmt: skip
+            await asyncio.sleep(0.5)
         return dict(out)
     finally:
         await consumer.stop()
