@@ -110,13 +110,10 @@ class Checkpoint:
         if partition is None:
             await self._send_alone(topic, key, value, headers, None)
             return
-        where = (topic, partition)
-        batch = self._batches.get(where)
-        if batch is None:
-            batch = self._batches[where] = self._producer.create_batch()
-        if batch.append(timestamp=None, key=key, value=value, headers=headers) is not None:
+        if self.append(topic, key, value, headers, partition):
             return
-        await self._ship_one(where)  # full: it goes now, and the record starts the next batch
+        where = (topic, partition)
+        await self._ship_one(where)  # none open, or full: a full one goes now, the record starts the next
         batch = self._batches[where] = self._producer.create_batch()
         if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
             del self._batches[where]  # larger than a batch: the producer sends it on its own
