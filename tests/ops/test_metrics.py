@@ -21,6 +21,7 @@ EXPECTED = {
     "rebuild_duration_seconds": ("histogram", set()),
     "rebuild_progress_ratio": ("gauge", {"topic", "partition"}),
     "retention_gaps_total": ("counter", {"topic", "partition"}),
+    "replay_fallbacks_total": ("counter", set()),
     "open_streams": ("gauge", {"topic", "partition"}),
     "assigned_partitions": ("gauge", set()),
     "partition_ready": ("gauge", {"topic", "partition"}),
@@ -46,6 +47,7 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.rebuild_duration_seconds.observe(1.5)
     m.rebuild_progress_ratio.labels(**tp).set(0.5)
     m.retention_gaps_total.labels(**tp).inc()
+    m.replay_fallbacks_total.inc()
     m.open_streams.labels(**tp).set(4)
     m.assigned_partitions.set(1)
     m.partition_ready.labels(**tp).set(1)

@@ -25,6 +25,11 @@ _log = logging.getLogger(__name__)
 
 Progress = Callable[[TopicPartition, int, int], None]
 Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order
+Fallback = Callable[[ShardedReplayError], None]
+
+
+def _ignore(exc: ShardedReplayError) -> None:
+    return None
 
 
 async def replay_into(
@@ -35,8 +40,12 @@ async def replay_into(
     progress: Progress,
     stall_timeout_s: float = 30.0,
     pool: ReplayPool | None = None,
+    on_fallback: Fallback = _ignore,
 ) -> dict[TopicPartition, int]:
     """Feed every record of each window into its fresh state with `publish=False`; returns records per partition.
+
+    Shards that cannot stand in for one replay are dropped, `on_fallback` hears why, and the windows are read
+    again in-process.
 
     A window is done when the consumer's position reaches `committed`, not when a record at `committed - 1`
     arrives: transaction markers and aborted records leave offsets without records.
@@ -58,6 +67,7 @@ async def replay_into(
                               pool.processes, extra={"partitions": [tp.partition for tp in todo]})
                     return counts
                 except ShardedReplayError as exc:
+                    on_fallback(exc)
                     _log.warning("replay split across %d processes replays in-process instead: %s",
                                  pool.processes, exc, extra={"partitions": [tp.partition for tp in todo]})
 

@@ -291,7 +291,8 @@ class KafkaRunner:
             if self._pool is not None:
                 await self._pool.start()  # helpers still starting: the wait counts in the rebuild, not the replay
             replay_started = time.monotonic()
-            counts = await replay_into(replay, windows, states, progress=self._progress, pool=self._pool)
+            counts = await replay_into(replay, windows, states, progress=self._progress, pool=self._pool,
+                                       on_fallback=lambda _: self._metrics.replay_fallbacks_total.inc())
             replay_s = time.monotonic() - replay_started
         except BaseException:
             await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)

@@ -90,6 +90,11 @@ class Metrics:
         self.rebuild_progress_ratio = Gauge(
             f"{p}rebuild_progress_ratio", "Progress of the running rebuild, 0 to 1.", _TP, registry=r
         )
+        self.replay_fallbacks_total = Counter(
+            f"{p}replay_fallbacks_total",
+            "Rebuilds whose replay on helper processes could not be used and ran again in the worker process.",
+            registry=r,
+        )
         self.retention_gaps_total = Counter(
             f"{p}retention_gaps_total", "Rebuilds whose history started below the log start offset.",
             _TP, registry=r,
