@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
@@ -34,6 +34,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.kafka_tools import GroupLag
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce
+from worker.stream import PartitionState, SourceRecord
 
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 
@@ -124,11 +125,20 @@ class Worker:
 # ---- measurements ----------------------------------------------------------------------
 
 
-async def worker_throughput(worker: Worker, total: int, partitions: int) -> float:
+class Rate(NamedTuple):
+    """Items per second over a measured stretch, and the CPU the measured process spent per item in it."""
+
+    items_per_s: float
+    cpu_us_per_item: float
+
+
+async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate:
     """Items/s from the moment every partition is ready (group joined, nothing to rebuild) until the group's
-    committed offsets cover all `total` records."""
+    committed offsets cover all `total` records, and the worker process's CPU per item meanwhile."""
     worker.start()
     await worker.wait_ready(partitions=partitions)
+    assert worker.proc is not None
+    cpu_before = _cpu_counters(worker.proc.pid)
     began = time.monotonic()
     async with GroupLag(worker.bootstrap, worker.group, worker.source) as probe:
         deadline = began + 600
@@ -140,14 +150,16 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> floa
             if now > deadline or (worker.proc is not None and worker.proc.poll() is not None):
                 raise RuntimeError(f"worker {worker.name} stuck at {done}/{total}:\n{worker.log_tail()}")
             await asyncio.sleep(0.02)
+    cpu_s = _cpu_counters(worker.proc.pid)[2] - cpu_before[2]
     status = worker.stop()
     if status != 0:
         raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
-    return total / max(now - began, 1e-6)
+    return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6)
 
 
-async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> float:
-    """Items/s of consume → produce with plain aiokafka: no transactions, no conversion, acks=all."""
+async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> Rate:
+    """Items/s of consume → produce with plain aiokafka (no transactions, no conversion, acks=all), and this
+    process's CPU per item meanwhile."""
     consumer = AIOKafkaConsumer(
         source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
         enable_auto_commit=False, max_poll_records=500,
@@ -158,11 +170,12 @@ async def passthrough_throughput(bootstrap: str, source: str, output: str, total
     try:
         seen = 0
         began: float | None = None
+        cpu_began = 0.0
         futures: list[asyncio.Future[object]] = []
         while seen < total:
             batches = await consumer.getmany(timeout_ms=1000, max_records=500)
             if began is None and batches:
-                began = time.monotonic()
+                began, cpu_began = time.monotonic(), time.process_time()
             for recs in batches.values():
                 for r in recs:
                     futures.append(await producer.send(output, r.value, key=r.key, headers=r.headers))
@@ -171,10 +184,34 @@ async def passthrough_throughput(bootstrap: str, source: str, output: str, total
                 await asyncio.gather(*futures)
                 futures.clear()
         await asyncio.gather(*futures)
-        return total / max(time.monotonic() - (began or 0.0), 1e-6)
+        cpu_us = (time.process_time() - cpu_began) / total * 1e6
+        return Rate(total / max(time.monotonic() - (began or 0.0), 1e-6), cpu_us)
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+async def conversion_cost(bootstrap: str, source: str, total: int) -> float:
+    """CPU microseconds per item of the conversion alone (decode, verdicts, observe, encode, output records) on
+    the source's records, read into memory first (best of 3 passes): the worker's work beyond the client's."""
+    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    try:
+        recs: list[SourceRecord] = []
+        while len(recs) < total:
+            for part in (await consumer.getmany(timeout_ms=1000, max_records=5000)).values():
+                recs.extend(SourceRecord(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in part)
+    finally:
+        await consumer.stop()
+    best = float("inf")
+    for _ in range(3):  # fresh states each pass; the best pass, as for the rounds of (a) and (b)
+        states = {p: PartitionState(source, p) for p in {r.partition for r in recs}}
+        began = time.process_time()
+        for rec in recs:
+            states[rec.partition].process(rec)
+        best = min(best, time.process_time() - began)
+    return best / len(recs) * 1e6
 
 
 @dataclass(frozen=True)
@@ -326,7 +363,7 @@ async def rebuild(make: Callable[[str], Worker], streams: int, templates: list[S
     cut = [SampleRun(t.name, t.root_run_id, t.lines[: min(12, len(t.lines) - 1)], t.ids) for t in templates]
     live = make("d-live")
     stats = await produce(live.bootstrap, live.source, runs=streams, concurrency=streams, templates=cut, seed=5)
-    live_rate = await worker_throughput(live, stats.items, partitions=1)
+    live_rate = (await worker_throughput(live, stats.items, partitions=1)).items_per_s
     again = make("d-restart")
     again.start()
     try:
@@ -394,15 +431,17 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
 
     # (a) and (b) alternate over the same records, each with a fresh group and output; the first round also
     # warms the broker's JIT, so each figure is the best of its rounds.
-    eos_runs: list[float] = []
-    plain_runs: list[float] = []
+    eos_runs: list[Rate] = []
+    plain_runs: list[Rate] = []
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
         plain_runs.append(await passthrough_throughput(bootstrap, src, topic("plain"), filled.items))
-        print(f"round {round_}: (a) worker, exactly-once {eos_runs[-1]:,.0f} items/s; "
-              f"(b) plain passthrough {plain_runs[-1]:,.0f} items/s", file=sys.stderr)
-    eos, plain = max(eos_runs), max(plain_runs)
+        print(f"round {round_}: (a) worker, exactly-once {eos_runs[-1].items_per_s:,.0f} items/s; "
+              f"(b) plain passthrough {plain_runs[-1].items_per_s:,.0f} items/s", file=sys.stderr)
+    best_eos, best_plain = max(eos_runs), max(plain_runs)
+    eos, plain = best_eos.items_per_s, best_plain.items_per_s
+    core_us = await conversion_cost(bootstrap, src, filled.items)
 
     paced: list[tuple[float, list[float], float, CpuUse]] = []
     for share in (2, 4):  # half the measured maximum (the goal), then a quarter for context
@@ -429,14 +468,19 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     goal_p99 = args.commit_interval_ms + 100
     return [
         ("(a) worker exactly-once throughput", f"{eos:,.0f} items/s",
-         f"{filled.items} items, 3 partitions, best of {_rates(eos_runs)}"),
+         f"{filled.items} items, 3 partitions, best of {_rates([r.items_per_s for r in eos_runs])}"),
         ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s",
-         f"no transactions, no conversion, best of {_rates(plain_runs)}"),
+         f"no transactions, no conversion, best of {_rates([r.items_per_s for r in plain_runs])}"),
         ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
         (
             "    ratio of each round",
-            " / ".join(f"{a / b:.2f}" for a, b in zip(eos_runs, plain_runs, strict=True)),
+            " / ".join(f"{a.items_per_s / b.items_per_s:.2f}" for a, b in zip(eos_runs, plain_runs, strict=True)),
             "(a) against the (b) that ran right after it",
+        ),
+        (
+            "    CPU per item",
+            f"{best_eos.cpu_us_per_item:.0f} / {best_plain.cpu_us_per_item:.0f} µs",
+            f"worker / passthrough process, best rounds; conversion alone (no Kafka, same records) {core_us:.0f} µs",
         ),
         *(row for rate, delays, own, cpu in paced for row in _delay_rows(rate, delays, own, cpu, goal_p99)),
         (
