@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ag_ui.core import BaseEvent, CustomEvent, RunFinishedEvent, TextMessageContentEvent
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    SubagentFinishedEvent,
+    TextMessageContentEvent,
+    ToolCallResultEvent,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,3 +51,50 @@ def test_tricky_floats_and_big_integers() -> None:
     event = CustomEvent(timestamp=1, name="n", value={"v": values})
     assert encode_event(event) == _expected(event)
     assert b"1e+16" in encode_event(event) and b"1e-7" in encode_event(event)
+
+
+TEXT = st.text(max_size=6)
+OPT_TEXT = st.none() | TEXT
+USAGE = st.lists(
+    st.fixed_dictionaries({}, optional={"provider": OPT_TEXT, "inputTokens": st.none() | st.integers(0, 10**6),
+                                        "model": OPT_TEXT, "totalTokens": st.integers(0, 10**6)}),
+    max_size=2,
+)  # fmt: skip
+INTERRUPT = st.fixed_dictionaries(
+    {"id": TEXT, "reason": TEXT},
+    optional={"message": OPT_TEXT, "toolCallId": OPT_TEXT, "metadata": st.none() | st.dictionaries(TEXT, JSON)},
+)
+RUN_OUTCOME = st.none() | st.sampled_from([{"type": "cancelled"}, {"type": "success"}]) | st.fixed_dictionaries(
+    {"type": st.just("success"), "pendingToolCallIds": st.none() | st.lists(TEXT, max_size=2)}
+) | st.fixed_dictionaries({"type": st.just("interrupt"), "interrupts": st.lists(INTERRUPT, min_size=1, max_size=2)})
+SUBAGENT_OUTCOME = st.none() | st.just({"type": "success"}) | st.fixed_dictionaries(
+    {"type": st.just("suspended")}, optional={"interruptIds": st.none() | st.lists(TEXT, max_size=2)}
+)
+SOURCE = st.fixed_dictionaries({"type": st.just("data"), "value": TEXT, "mimeType": TEXT}) | st.fixed_dictionaries(
+    {"type": st.just("url"), "value": TEXT}, optional={"mimeType": OPT_TEXT}
+)
+MEDIA = st.sampled_from(["image", "audio", "video", "document"])
+PART = st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}, optional={"id": OPT_TEXT, "metadata": JSON}) | (
+    st.fixed_dictionaries({"type": MEDIA, "source": SOURCE}, optional={"id": OPT_TEXT})
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    outcome=RUN_OUTCOME, usage=st.none() | USAGE, sub_outcome=SUBAGENT_OUTCOME, result=JSON,
+    content=TEXT | st.lists(PART, max_size=3), extra=st.none() | st.dictionaries(st.sampled_from(["zz", "x"]), JSON),
+)  # fmt: skip
+def test_events_holding_ag_ui_models(
+    outcome: Any, usage: Any, sub_outcome: Any, result: Any, content: Any, extra: dict[str, Any] | None
+) -> None:
+    """Nested models (outcomes, token usage, content parts) are written as pydantic writes them, extras too."""
+    events = [
+        RunFinishedEvent.model_validate(
+            {"threadId": "t", "runId": "r", "result": result, "outcome": outcome, "usage": usage, **(extra or {})}
+        ),
+        RunErrorEvent.model_validate({"message": "m", "usage": usage}),
+        SubagentFinishedEvent.model_validate({"subagentRunId": "s", "outcome": sub_outcome, "result": result}),
+        ToolCallResultEvent.model_validate({"messageId": "m", "toolCallId": "c", "content": content}),
+    ]
+    for event in events:
+        assert encode_event(event) == _expected(event)

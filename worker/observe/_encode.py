@@ -19,11 +19,11 @@ _FLOAT_PROBES = [
 ]
 _ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
 _Layout = tuple[tuple[str, str, bool, bool], ...]
-_LAYOUTS: dict[type[BaseEvent], _Layout] = {}
+_LAYOUTS: dict[type[BaseModel], _Layout] = {}
 
 
-def _layout(cls: type[BaseEvent]) -> _Layout:
-    """Per field: name, alias, omitted-when-None, may-hold-an-ag-ui-model (those take pydantic's path)."""
+def _layout(cls: type[BaseModel]) -> _Layout:
+    """Per field: name, alias, omitted-when-None, may-hold-an-ag-ui-model (those are written field by field)."""
     layout = _LAYOUTS.get(cls)
     if layout is None:
         layout = tuple(
@@ -39,20 +39,37 @@ def _layout(cls: type[BaseEvent]) -> _Layout:
     return layout
 
 
-def encode_event(event: BaseEvent) -> bytes:
-    """Bytes equal to `event.model_dump_json(by_alias=True, exclude_none=True)`, without the wrap serializer."""
-    if event.__pydantic_extra__:
-        return _slow(event)
+def _fields(model: BaseModel) -> dict[str, Any] | None:
+    """The model as a JSON object keyed by alias, nested ag-ui models likewise; None where only pydantic can
+    write it (extra fields, or a model field holding something other than models)."""
+    if model.__pydantic_extra__:
+        return None
     out: dict[str, Any] = {}
-    values = event.__dict__
-    for name, alias, omittable, modelled in _layout(type(event)):
+    values = model.__dict__
+    for name, alias, omittable, modelled in _layout(type(model)):
         value = values[name]
         if value is None:
             if omittable:
                 continue
-        elif modelled and (isinstance(value, BaseModel) or (type(value) is list and value)):
-            return _slow(event)
+        elif modelled:
+            if isinstance(value, BaseModel):
+                value = _fields(value)
+                if value is None:
+                    return None
+            elif type(value) is list:
+                items = [_fields(element) if isinstance(element, BaseModel) else None for element in value]
+                if None in items:
+                    return None
+                value = items
         out[alias] = value
+    return out
+
+
+def encode_event(event: BaseEvent) -> bytes:
+    """Bytes equal to `event.model_dump_json(by_alias=True, exclude_none=True)`, without the wrap serializer."""
+    out = _fields(event)
+    if out is None:
+        return _slow(event)
     if _ORJSON_AGREES:
         try:
             return orjson.dumps(out)
