@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.ops.metrics import PREFIX, TRANSACTION_RESULTS, VERDICTS, Metrics
+from worker.ops.metrics import PREFIX, TRANSACTION_RESULTS, VERDICTS, BatchHistogram, Metrics
 
 # The contract the Kafka layer codes against: attribute -> (type, label names).
 EXPECTED = {
@@ -141,3 +144,25 @@ def test_delay_buckets_cover_one_millisecond_to_thirty_seconds() -> None:
     text = m.render().decode()
     assert f'{PREFIX}source_to_commit_delay_seconds_bucket{{le="0.001"}} 1.0' in text
     assert f'{PREFIX}source_to_commit_delay_seconds_bucket{{le="30.0"}} 2.0' in text
+
+
+@settings(max_examples=100, deadline=None)
+@example(batches=[[1.0, 2.0, 0.5], [2.0]], bounds=[2.0, 1.0])  # values on a bound count in that bucket (le)
+@given(batches=st.lists(st.lists(st.floats(min_value=0, max_value=100, allow_nan=False), max_size=20), max_size=5),
+       bounds=st.lists(st.floats(min_value=0.0001, max_value=50), min_size=1, max_size=6, unique=True))  # fmt: skip
+def test_a_batch_histogram_exposes_what_a_histogram_fed_one_value_at_a_time_exposes(
+    batches: list[list[float]], bounds: list[float]
+) -> None:
+    batched, single = CollectorRegistry(), CollectorRegistry()
+    ours = BatchHistogram("d_seconds", "d", bounds, batched)
+    theirs = Histogram("d_seconds", "d", buckets=sorted(bounds), registry=single)
+    for batch in batches:
+        ours.observe_many(batch)
+        for value in batch:
+            theirs.observe(value)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, list[tuple[str, str]], float]]:
+        found = [s for family in registry.collect() for s in family.samples if not s.name.endswith("_created")]
+        return sorted((s.name, sorted(s.labels.items()), round(s.value, 6)) for s in found)
+
+    assert samples(batched) == samples(single)

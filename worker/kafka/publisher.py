@@ -211,9 +211,7 @@ class Publisher:
         self._metrics.transactions_total.labels("committed").inc()
         self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
         now_ms = time.time() * 1000
-        delay = self._metrics.source_to_commit_delay_seconds
-        for ts in stamps:
-            delay.observe(max(0.0, now_ms - ts) / 1000)
+        self._metrics.source_to_commit_delay_seconds.observe_many([max(0.0, now_ms - ts) / 1000 for ts in stamps])
         return True
 
     async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import bisect
 import copy
-from collections.abc import Iterator
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
-from typing import Final
+from typing import Final, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = [
     "CONTENT_TYPE",
     "PREFIX",
     "TRANSACTION_RESULTS",
     "VERDICTS",
+    "BatchHistogram",
     "Metrics",
 ]
 
@@ -25,6 +30,7 @@ VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
 TRANSACTION_RESULTS: Final = ("committed", "aborted")
 
 _TP: Final = ("topic", "partition")
+_le_text = cast(Callable[[float], str], floatToGoString)  # how the client writes a bucket's `le` (untyped there)
 _TRANSACTION_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _REBUILD_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 _DELAY_BUCKETS: Final = (
@@ -50,6 +56,40 @@ class _WithoutCreated(Collector):
             clone = copy.copy(family)
             clone.samples = [s for s in family.samples if not s.name.endswith("_created")]
             yield clone
+
+
+class BatchHistogram(Collector):
+    """A histogram without labels filled a batch of values at a time: one bucket search per value and no lock
+    (a scrape reads a snapshot that each batch replaces whole, so it never sees half a batch)."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = (*sorted(buckets), math.inf)
+        self._les = tuple(_le_text(bound) for bound in self._bounds)
+        self._snapshot: tuple[tuple[int, ...], float] = ((0,) * len(self._bounds), 0.0)
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        """Count one value."""
+        self.observe_many((value,))
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        """Count every value of `values` (each into the first bucket whose bound is at least the value)."""
+        counts, total = self._snapshot
+        updated = list(counts)
+        find, bounds = bisect.bisect_left, self._bounds
+        for value in values:
+            updated[find(bounds, value)] += 1
+            total += value
+        self._snapshot = (tuple(updated), total)
+
+    def collect(self) -> Iterator[Metric]:
+        counts, total = self._snapshot
+        cumulative = itertools.accumulate(counts)
+        yield HistogramMetricFamily(
+            self._name, self._documentation, buckets=list(zip(self._les, cumulative, strict=True)), sum_value=total
+        )
 
 
 class Metrics:
@@ -116,9 +156,9 @@ class Metrics:
         self.consumer_lag_records = Gauge(
             f"{p}consumer_lag_records", "High watermark minus the consumer position.", _TP, registry=r
         )
-        self.source_to_commit_delay_seconds = Histogram(
+        self.source_to_commit_delay_seconds = BatchHistogram(
             f"{p}source_to_commit_delay_seconds", "Source record timestamp to its transaction commit.",
-            registry=r, buckets=_DELAY_BUCKETS,
+            _DELAY_BUCKETS, r,
         )
         self.worker_info = Gauge(
             f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
