@@ -286,6 +286,10 @@ class KafkaRunner:
                 out_partitions = await next(iter(producers.values())).partitions_for(self._s.output_topic)
                 self._pub.router = KeyRouter(len(out_partitions))
             await replay.start()
+            # Assigned (and paused), the topic joins the client's metadata now: the offset look-ups of the plan
+            # find their leaders at once instead of failing, refreshing and retrying after the 100 ms back-off.
+            replay.assign(tps)
+            replay.pause(*tps)
             windows = await plan_replay(self._admin, replay, self._s.group_id, tps, self._s.rebuild_lookback_ms)
             states = {tp: self._state_factory(tp) for tp in tps}
             if self._pool is not None:
