@@ -34,6 +34,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.kafka_tools import GroupLag
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce
+from worker.kafka.source import to_source_record
 from worker.stream import PartitionState, SourceRecord
 
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
@@ -202,7 +203,7 @@ async def conversion_cost(bootstrap: str, source: str, total: int, *, publish: b
         recs: list[SourceRecord] = []
         while len(recs) < total:
             for part in (await consumer.getmany(timeout_ms=1000, max_records=5000)).values():
-                recs.extend(SourceRecord(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in part)
+                recs.extend(map(to_source_record, part))
     finally:
         await consumer.stop()
     best = float("inf")
@@ -537,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paced-seconds", type=float, default=15.0, help="length of the paced run (c)")
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
-                        help="replay helper processes of the rebuilt worker in (d); 0 replays in the worker process")
+                        help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
     args = parser.parse_args(argv)
     logdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
