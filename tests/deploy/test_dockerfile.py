@@ -78,19 +78,31 @@ def test_every_copy_source_exists_and_reaches_the_build_context() -> None:
             assert (ROOT / source).exists(), f"COPY source {source} is missing"
             assert not ignored(source), f"COPY source {source} is excluded by .dockerignore"
     assert ignored(".venv") and ignored("tests") and ignored(".git")
+    # a checkout's own compiled modules never reach the image, which compiles its own
+    assert ignored("worker/wire/_decode.cpython-311-x86_64-linux-gnu.so") and ignored("worker/_compiled.json")
 
 
 def test_the_wheel_build_inputs_are_all_copied() -> None:
     copied = {p for w, a in instructions() if w == "COPY" and "--from=" not in a for p in a.split()[:-1]}
-    # pyproject names README.md as the long description; the wheel build fails without it.
-    assert {"pyproject.toml", "README.md", "worker"} <= copied
+    # pyproject names README.md as the long description; setup.py lists the compiled modules.
+    assert {"pyproject.toml", "setup.py", "README.md", "worker"} <= copied
 
 
 def test_base_image_is_slim_bookworm_pinned_to_a_patch_release() -> None:
     [arg] = [a for w, a in instructions() if w == "ARG" and a.startswith("PYTHON_IMAGE=")]
     assert re.fullmatch(r"PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", arg), arg
     froms = [a for w, a in instructions() if w == "FROM"]
-    assert len(froms) == 2 and all(f.startswith("${PYTHON_IMAGE}") for f in froms)
+    assert len(froms) == 2 and froms[0].startswith("${BUILDER_IMAGE}") and froms[1] == "${PYTHON_IMAGE}"
+
+
+def test_the_builder_compiles_for_the_same_python_release_it_ships() -> None:
+    """Compiled modules are bound to one CPython build: the builder's full image and the slim one must agree."""
+    args = dict(a.split("=", 1) for w, a in instructions() if w == "ARG")
+    builder, runtime = args["BUILDER_IMAGE"], args["PYTHON_IMAGE"]
+    assert re.fullmatch(r"python:3\.11\.\d+-bookworm(@sha256:[0-9a-f]{64})?", builder), builder
+    assert builder.split("-")[0] == runtime.split("-")[0]
+    runs = " ".join(a for w, a in stages()[0] if w == "RUN")
+    assert "HARNESS_AGUI_COMPILE=1" in runs and "n.compiled()" in runs
 
 
 def test_final_stage_ships_only_the_venv_and_runs_unprivileged() -> None:

@@ -13,6 +13,8 @@ import pytest
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_dockerfile import stages
 
+GOLDEN = ROOT / "tests" / "data" / "golden"
+
 
 def _run(*cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, timeout=900)
@@ -30,7 +32,8 @@ def _builder_context(dest: Path) -> Path:
             src = ROOT / source
             out = dest / (source if target in ("./", ".") else target.removeprefix("./"))
             if src.is_dir():
-                shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so",
+                                                                         "_compiled.json"))
             else:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, out)
@@ -41,8 +44,9 @@ def _builder_context(dest: Path) -> Path:
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     context = _builder_context(tmp_path / "context")
     wheels = tmp_path / "wheels"
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-         "--wheel-dir", str(wheels), ".", cwd=context)
+    # As the builder stage does: compiled with mypyc against the dependencies installed here.
+    _run("env", "HARNESS_AGUI_COMPILE=1", sys.executable, "-m", "pip", "wheel", "--no-deps",
+         "--no-build-isolation", "--disable-pip-version-check", "-q", "--wheel-dir", str(wheels), ".", cwd=context)
     [wheel] = wheels.glob("harness_agui_worker-*.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -51,6 +55,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     # Run from tmp_path so the repository's own worker/ is not on sys.path.
     probe = _run(str(python), "-c", "import worker, worker.ops.health; print(worker.__file__)", cwd=tmp_path)
     assert str(env_dir) in probe.stdout
+    native = _run(str(python), "-W", "error", "-c",
+                  "import worker._native as n; print(n.compiled(), n.fallback_reason)", cwd=tmp_path)
+    assert native.stdout.split() == ["True", "None"], native.stdout + native.stderr
+    converted = _run(str(python), "-m", "worker", "convert", str(GOLDEN / "c01_child_completed.jsonl"), cwd=tmp_path)
+    assert converted.stdout == (GOLDEN / "c01_child_completed.stream.agui.jsonl").read_text()
     if (ROOT / "worker" / "__main__.py").exists():
         shown = _run(str(python), "-m", "worker", "--help", cwd=tmp_path)
         assert "run" in shown.stdout

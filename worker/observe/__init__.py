@@ -2,11 +2,11 @@
 
 from worker.errors import AguiObservationError
 from worker.observe._content import execution_value, public_value, tool_result_content
+from worker.observe._continuation import CursorModel, ObserverContinuation, StateModel
 from worker.observe._encode import encode_event
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
 from worker.observe._observer import HarnessAguiObserver
 from worker.observe._processor import AguiEventProcessor
-from worker.observe._state import CursorModel, ObserverContinuation, StateModel
 from worker.observe._stream import HarnessAguiStreamObserver
 
 __all__ = [

@@ -107,7 +107,7 @@ def _request_index(event: ExtensionEvent, draft: Draft) -> None:
     if event.kind == "lifecycle" and isinstance(payload, dict) and payload.get("type") == "model_request_started":
         index = payload.get("request_index")
         if isinstance(index, int) and index >= 0:
-            draft.request_index = index
+            draft.request_index = payload["request_index"]  # as sent, not the narrowed int: `true` stays True
 
 
 def convert_event(item: HarnessEvent, ts: int, draft: Draft) -> list[BaseEvent]:

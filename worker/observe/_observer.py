@@ -8,11 +8,12 @@ from typing import Self
 from ag_ui.core import BaseEvent, CustomEvent
 
 from worker.errors import AguiObservationError
+from worker.observe._continuation import ObserverContinuation, StateModel
 from worker.observe._convert import convert_event
 from worker.observe._fragments import FRAGMENT_LIMIT_BYTES, fragment_custom_event
 from worker.observe._parts import close_parts
 from worker.observe._processor import AguiEventProcessor, validate_replacement
-from worker.observe._state import Draft, ObserverContinuation, RunState, StateModel
+from worker.observe._state import Draft, RunState
 from worker.observe._terminal import terminal_event
 from worker.wire import HarnessEvent, HarnessItem, HarnessRunResultEvent, timestamp_ms
 
@@ -55,8 +56,8 @@ class HarnessAguiObserver:
         """Frames in the journal; always 0 with retain_events=False."""
         return len(self._events)
 
-    def observe(self, item: HarnessItem) -> tuple[BaseEvent, ...]:
-        """Convert one item and commit it atomically; returns its frames."""
+    def observe(self, item: object) -> tuple[BaseEvent, ...]:
+        """Convert one Harness item and commit it atomically; returns its frames (TypeError for anything else)."""
         if self._resuming:
             raise AguiObservationError("Cannot observe while observer resumption is in progress")
         if not isinstance(item, _ITEM_TYPES):

@@ -1,15 +1,16 @@
-"""Per-run conversion state: immutable part cursors, mutable run state, and the exportable continuation."""
+"""Per-run conversion state: immutable part cursors, mutable run state and the draft of one item's changes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-__all__ = ["CursorModel", "Draft", "ObserverContinuation", "PartCursor", "RunState", "StateModel"]
+__all__ = ["CursorKind", "Draft", "PartCursor", "RunState"]
 
 CursorKind = Literal["text", "reasoning", "tool_call"]
+# A JSON `true` request index stays a bool, as upstream formats it into part ids ("request-True"); typed
+# `object` so that compiled code keeps the value as it is instead of storing the integer 1.
+RequestIndex = object
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,12 +23,15 @@ class PartCursor:
     emitted_content: bool = False
     emitted_signature: bool = False
 
+    def __reduce__(self) -> tuple[type[PartCursor], tuple[str, str, str | None, bool, bool]]:
+        return PartCursor, (self.kind, self.part_id, self.tool_name, self.emitted_content, self.emitted_signature)
+
 
 @dataclass(slots=True)
 class RunState:
     """One run's cursors; the root state also holds child states and run → thread bindings."""
 
-    request_index: int = 0
+    request_index: RequestIndex = 0
     parts: dict[int, PartCursor] = field(default_factory=dict)
     children: dict[str, RunState] = field(default_factory=dict)
     threads: dict[str, str] = field(default_factory=dict)
@@ -40,7 +44,7 @@ class Draft:
 
     def __init__(self, base: RunState) -> None:
         self.base = base
-        self.request_index = base.request_index
+        self.request_index: RequestIndex = base.request_index
         self.parts = base.parts
         self.written = False
 
@@ -54,59 +58,3 @@ class Draft:
         self.base.request_index = self.request_index
         if self.written:
             self.base.parts = self.parts
-
-
-class CursorModel(BaseModel):
-    """Exported form of a PartCursor."""
-
-    model_config = ConfigDict(extra="forbid")
-    kind: CursorKind
-    part_id: str
-    tool_name: str | None = None
-    emitted_content: bool = False
-    emitted_signature: bool = False
-
-
-class StateModel(BaseModel):
-    """Exported form of a RunState (integer part indices become JSON object keys)."""
-
-    model_config = ConfigDict(extra="forbid")
-    request_index: int = 0
-    parts: dict[int, CursorModel] = Field(default_factory=dict)
-    children: dict[str, StateModel] = Field(default_factory=dict)
-    threads: dict[str, str] = Field(default_factory=dict)
-
-    @classmethod
-    def of(cls, state: RunState) -> StateModel:
-        return cls(
-            request_index=state.request_index,
-            parts={
-                i: CursorModel(
-                    kind=c.kind, part_id=c.part_id, tool_name=c.tool_name,
-                    emitted_content=c.emitted_content, emitted_signature=c.emitted_signature,
-                )
-                for i, c in state.parts.items()
-            },
-            children={run: cls.of(child) for run, child in state.children.items()},
-            threads=dict(state.threads),
-        )
-
-    def to_state(self) -> RunState:
-        return RunState(
-            request_index=self.request_index,
-            parts={
-                i: PartCursor(c.kind, c.part_id, c.tool_name, c.emitted_content, c.emitted_signature)
-                for i, c in self.parts.items()
-            },
-            children={run: child.to_state() for run, child in self.children.items()},
-            threads=dict(self.threads),
-        )
-
-
-class ObserverContinuation(BaseModel):
-    """Everything an observer needs to continue mid-run, without its event journal."""
-
-    model_config = ConfigDict(extra="forbid")
-    thread_id: str | None = None
-    run_id: str | None = None
-    state: StateModel = Field(default_factory=StateModel)

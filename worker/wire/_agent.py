@@ -231,7 +231,7 @@ def _tool_return(part: dict[str, Any], path: str) -> dict[str, Any]:
     return part
 
 
-def decode_tool_call(call: dict[str, Any], path: str) -> dict[str, Any]:
+def decode_tool_call(call: object, path: str) -> dict[str, Any]:
     """A ToolCallPart in its normalized dump (as inside deferred tool requests)."""
     if not isinstance(call, dict):
         raise DecodeError(path, f"expected a tool call object, got {kind_of(call)}")

@@ -1,0 +1,71 @@
+"""The compiled conversion core is used only while it matches its sources; otherwise the sources run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import worker._native as native
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = "import worker._native as n; print(n.compiled()); print(n.fallback_reason)"
+
+
+def _compiled_tree(dest: Path) -> Path:
+    """A copy of the package with its compiled modules, the manifest and mypyc's shared library."""
+    if not native.compiled():
+        pytest.skip("the conversion core is not compiled here: run scripts/compile.sh (scripts/test.sh does)")
+    shutil.copytree(ROOT / "worker", dest / "worker", ignore=shutil.ignore_patterns("__pycache__"))
+    for shared in ROOT.glob("*__mypyc.*"):
+        shutil.copy2(shared, dest / shared.name)
+    return dest
+
+
+def _probe(cwd: Path, **env: str) -> tuple[list[str], str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=cwd, capture_output=True, text=True, check=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(cwd), **env},
+    )
+    return done.stdout.splitlines(), done.stderr
+
+
+def test_the_suite_runs_the_compiled_core_when_the_build_promised_it() -> None:
+    if os.environ.get("HARNESS_AGUI_EXPECT_COMPILED") != "1":
+        pytest.skip("HARNESS_AGUI_EXPECT_COMPILED is not set (scripts/test.sh sets it after compiling)")
+    assert native.fallback_reason is None
+    assert native.compiled()
+
+
+def test_an_unchanged_copy_runs_compiled(tmp_path: Path) -> None:
+    tree = _compiled_tree(tmp_path)
+    assert _probe(tree, HARNESS_AGUI_PURE="") == (["True", "None"], "")
+
+
+def test_a_source_changed_after_compiling_runs_every_module_from_source(tmp_path: Path) -> None:
+    tree = _compiled_tree(tmp_path)
+    source = tree / "worker" / "observe" / "_parts.py"
+    source.write_text(source.read_text() + "\n# edited after the build\n")
+    lines, stderr = _probe(tree, HARNESS_AGUI_PURE="")
+    assert lines == ["False", "worker/observe/_parts.py changed since it was compiled (rebuild: scripts/compile.sh)"]
+    assert "RuntimeWarning: running the pure-Python conversion core" in stderr
+    modules = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c",
+         "import worker, sys; print(sorted(m for m, v in sys.modules.items() if m.startswith('worker.')"
+         " and str(getattr(v, '__file__', '')).endswith('.so')))"],
+        cwd=tree, capture_output=True, text=True, check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    assert modules.stdout.strip() == "[]"  # not even the unchanged modules: compiled code calls itself directly
+
+
+def test_a_missing_manifest_and_the_pure_switch_both_run_the_sources(tmp_path: Path) -> None:
+    tree = _compiled_tree(tmp_path)
+    assert _probe(tree, HARNESS_AGUI_PURE="1") == (["False", "HARNESS_AGUI_PURE=1"], "")
+    (tree / "worker" / "_compiled.json").unlink()
+    lines, stderr = _probe(tree, HARNESS_AGUI_PURE="")
+    assert lines[0] == "False" and lines[1].endswith("_compiled.json is missing or unreadable")
+    assert "RuntimeWarning" in stderr
