@@ -1,5 +1,6 @@
-"""Throughput of decode + stream observer + encode_event on the golden corpus, memory per open stream,
-and (when /root/refvenv has a13n-stream-protocol) the same throughput for the reference, with the ratio.
+"""Throughput of decode + stream observer + encode_event on the golden corpus, memory per open stream, the
+same throughput from the uncompiled sources when the core is compiled, and (when /root/refvenv has
+a13n-stream-protocol) the same throughput for the reference, with the ratios.
 
 Usage: .venv/bin/python bench/convert.py [--corpus DIR] [--repeat N] [--streams N]
 Passes alternate between the two pipelines; each side reports its best pass in CPU time.
@@ -11,6 +12,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,10 +22,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from worker._native import compiled, describe  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
 from worker.wire import decode_item  # noqa: E402
 
 REFERENCE_PYTHON = Path("/root/refvenv/bin/python")
+
+# The sidecar protocol: after the corpus line, one warm-up pass and "ready", then one timed pass per "go" line,
+# so the caller can interleave the sidecar's passes with its own.
+_SERVE = r'''
+once(runs)
+print("ready", flush=True)
+for command in sys.stdin:
+    start = time.process_time()
+    once(runs)
+    print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": time.process_time() - start}), flush=True)
+'''
+# This bench's own pipeline from the pure-Python sources (HARNESS_AGUI_PURE=1), beside the compiled one.
+PURE_SCRIPT = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import worker._native
+from bench.convert import once
+if worker._native.compiled():
+    raise SystemExit("the pure sidecar runs compiled modules")
+runs = [[line.encode() for line in lines] for lines in json.loads(sys.stdin.readline())]
+''' + _SERVE
 
 # Runs inside the reference venv: decode each golden line into the reference's HarnessEvent /
 # HarnessRunResultEvent (conversion-spec §1a), observe with HarnessAguiStreamObserver(retain_events=False),
@@ -81,13 +105,7 @@ def once(runs):
 
 
 runs = json.loads(sys.stdin.readline())
-once(runs)
-print("ready", flush=True)
-for command in sys.stdin:  # one timed pass per "go", so the caller can interleave with its own passes
-    start = time.process_time()
-    once(runs)
-    print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": time.process_time() - start}), flush=True)
-'''
+''' + _SERVE
 
 
 def load_runs(corpus: Path) -> list[list[bytes]]:
@@ -137,13 +155,13 @@ def memory_per_stream(runs: list[list[bytes]], streams: int) -> float:
     return (after - before) / streams
 
 
-class Reference:
-    """The reference pipeline in a long-lived subprocess, timed one pass at a time."""
+class Sidecar:
+    """A pipeline in a long-lived subprocess, timed one pass at a time."""
 
-    def __init__(self, runs: list[list[bytes]]) -> None:
+    def __init__(self, runs: list[list[bytes]], command: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [str(REFERENCE_PYTHON), "-c", REFERENCE_SCRIPT],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=None if env is None else {**os.environ, **env},
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps([[line.decode() for line in lines] for lines in runs]) + "\n")
@@ -151,7 +169,7 @@ class Reference:
         ready = self.proc.stdout.readline().strip()
         if ready != "ready":
             detail = self.proc.stderr.read()[-500:] if self.proc.stderr else ""
-            raise RuntimeError(f"reference did not start: {ready!r} {detail}")
+            raise RuntimeError(f"{command[0]} did not start: {ready!r} {detail}")
 
     def one_pass(self) -> float:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -175,22 +193,33 @@ def main() -> None:
     total = sum(len(lines) for lines in runs)
     size = sum(len(line) for lines in runs for line in lines)
     print(f"corpus: {len(runs)} runs, {total} items, {size} bytes")
-    reference = None
+    print(f"core:      {describe()}")
+    reference = pure = None
     if REFERENCE_PYTHON.exists():
         try:
-            reference = Reference(runs)
+            reference = Sidecar(runs, [str(REFERENCE_PYTHON), "-c", REFERENCE_SCRIPT])
         except (OSError, RuntimeError) as exc:
             print(f"reference unavailable: {exc}")
+    if compiled():
+        pure = Sidecar(runs, [sys.executable, "-c", PURE_SCRIPT, str(ROOT)], {"HARNESS_AGUI_PURE": "1"})
     once(runs)
     ours: list[float] = []
     theirs: list[float] = []
-    for _ in range(args.repeat):  # interleaved, so load from other processes hits both sides alike
+    sources: list[float] = []
+    for _ in range(args.repeat):  # interleaved, so load from other processes hits every side alike
         ours.append(one_pass(runs))
         if reference is not None:
             theirs.append(reference.one_pass())
+        if pure is not None:
+            sources.append(pure.one_pass())
     rate = total / min(ours)
     what = f"decode + stream observer + encode_event, best of {args.repeat} passes, CPU time"
     print(f"worker:    {rate:,.0f} items/s ({what})")
+    if pure is not None:
+        pure.close()
+        pure_rate = total / min(sources)
+        print(f"pure:      {pure_rate:,.0f} items/s, the same sources uncompiled (same passes, interleaved): "
+              f"compiled runs {rate / pure_rate:.2f}x")
     per_stream = memory_per_stream(runs, args.streams)
     print(f"memory:    {per_stream:,.0f} bytes per open stream observer ({args.streams} streams, mid-run)")
     if reference is None:

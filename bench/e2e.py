@@ -34,6 +34,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.kafka_tools import GroupLag
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce
+from worker._native import describe
 from worker.kafka.source import to_source_record
 from worker.stream import PartitionState, SourceRecord
 
@@ -554,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nend-to-end on {'external Kafka' if external else 'a local single-node Kafka'}, load average {load}, "
           f"{time.monotonic() - began:.0f} s total; worker logs in {logdir}")  # fmt: skip
+    print(f"conversion core: {describe()}")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
     return 0

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["compiled", "fallback_reason"]
+__all__ = ["compiled", "describe", "fallback_reason"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _ROOT = _PACKAGE.parent
@@ -81,3 +81,8 @@ def compiled() -> bool:
     """True when the conversion core runs from mypyc-compiled modules."""
     module = importlib.import_module("worker.wire._decode")
     return str(getattr(module, "__file__", "")).endswith(_EXTENSIONS)
+
+
+def describe() -> str:
+    """Which build runs, for logs and benchmarks: "compiled (mypyc)" or "pure Python (<why>)"."""
+    return "compiled (mypyc)" if compiled() else f"pure Python ({fallback_reason or 'not compiled'})"

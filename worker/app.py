@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from worker._native import describe
 from worker.errors import ConfigError
 from worker.settings import Settings
 
@@ -78,7 +79,7 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     # conversion core and the Kafka client loaded, one took 30 ms, a stall of every partition).
     gc.collect()
     gc.freeze()
-    _log.info("worker starting", extra={"settings": _safe(settings)})
+    _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
         await runner.run(stop)
     finally:
