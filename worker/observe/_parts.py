@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ag_ui.core import (
@@ -91,7 +90,7 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
             raise AguiObservationError(_KIND_CHANGED)
         out.append(TextMessageContentEvent(timestamp=ts, message_id=existing.part_id, delta=text))
         if not existing.emitted_content:
-            draft.writable_parts()[index] = _with(existing, emitted_content=True)
+            draft.writable_parts()[index] = _content_emitted(existing)
         return out
     if kind == "thinking":
         out = []
@@ -104,10 +103,10 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         cursor = existing
         if text:
             out.append(ReasoningMessageContentEvent(timestamp=ts, message_id=cursor.part_id, delta=text))
-            cursor = _with(cursor, emitted_content=True)
+            cursor = _content_emitted(cursor)
         if signature:
             out.append(_signature(ts, cursor.part_id, signature))
-            cursor = _with(cursor, emitted_signature=True)
+            cursor = PartCursor(cursor.kind, cursor.part_id, cursor.tool_name, cursor.emitted_content, True)
         if cursor is not existing:
             draft.writable_parts()[index] = cursor
         return out
@@ -121,12 +120,15 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
             raise AguiObservationError(_TOOL_CHANGED)
         name = delta["tool_name_delta"]
         if name:
-            draft.writable_parts()[index] = _with(existing, tool_name=f"{existing.tool_name or ''}{name}")
+            draft.writable_parts()[index] = PartCursor(
+                existing.kind, existing.part_id, f"{existing.tool_name or ''}{name}", existing.emitted_content,
+                existing.emitted_signature,
+            )
     return []
 
 
-def _with(cursor: PartCursor, **changes: Any) -> PartCursor:
-    return replace(cursor, **changes)
+def _content_emitted(cursor: PartCursor) -> PartCursor:
+    return PartCursor(cursor.kind, cursor.part_id, cursor.tool_name, True, cursor.emitted_signature)
 
 
 def _ending(existing: PartCursor | None, kind: CursorKind, part_id: str) -> PartCursor | None:

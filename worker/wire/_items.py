@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "AgentEvent",
@@ -18,25 +18,46 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class ExtensionEvent:
+class _Value:
+    """Equality and repr over `_FIELDS`, like a dataclass's; plain `__init__`s stay cheap (and compile natively)."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]  # compared by value and mutable, so unhashable (as dataclasses)
+    _FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
+        return f"{type(self).__name__}({shown})"
+
+
+class ExtensionEvent(_Value):
     """A Harness extension event; `payload` is strict JSON, already redacted and within 64 KiB."""
 
-    kind: str
-    payload: Any
-    schema_version: str = "1"
+    __slots__ = ("kind", "payload", "schema_version")
+    _FIELDS = ("kind", "payload", "schema_version")
+
+    def __init__(self, kind: str, payload: Any, schema_version: str = "1") -> None:
+        self.kind = kind
+        self.payload = payload
+        self.schema_version = schema_version
 
     def dump(self) -> dict[str, Any]:
         """The JSON form in declaration order (schema_version, kind, payload)."""
         return {"schema_version": self.schema_version, "kind": self.kind, "payload": self.payload}
 
 
-@dataclass(slots=True)
-class AgentEvent:
+class AgentEvent(_Value):
     """A pydantic-ai stream event held as its normalized JSON dump (fields in dataclass order)."""
 
-    event_kind: str
-    data: dict[str, Any]
+    __slots__ = ("data", "event_kind")
+    _FIELDS = ("event_kind", "data")
+
+    def __init__(self, event_kind: str, data: dict[str, Any]) -> None:
+        self.event_kind = event_kind
+        self.data = data
 
 
 @dataclass(slots=True)
@@ -51,16 +72,18 @@ class RunResult:
     deferred: dict[str, Any] | None = None
 
 
-@dataclass(slots=True)
-class _Envelope:
-    """What every source item carries; `wire_size` is its record length (0 when unknown)."""
+class _Envelope(_Value):
+    """What every source item carries; `wire_size` is its record length (0 when unknown), left out of equality."""
 
-    thread_id: str
-    run_id: str
-    sequence: int
-    occurred_at: datetime
-    wire_size: int = field(default=0, compare=False, repr=False, kw_only=True)
-    _iso: str = field(default="", init=False, compare=False, repr=False)
+    __slots__ = ("_iso", "occurred_at", "run_id", "sequence", "thread_id", "wire_size")
+
+    def __init__(self, thread_id: str, run_id: str, sequence: int, occurred_at: datetime, wire_size: int) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.sequence = sequence
+        self.occurred_at = occurred_at
+        self.wire_size = wire_size
+        self._iso = ""
 
     @property
     def occurred_iso(self) -> str:
@@ -70,18 +93,32 @@ class _Envelope:
         return self._iso
 
 
-@dataclass(slots=True)
 class HarnessEvent(_Envelope):
     """One non-terminal source item of a Harness Run."""
 
-    event: AgentEvent | ExtensionEvent
+    __slots__ = ("event",)
+    _FIELDS = ("thread_id", "run_id", "sequence", "occurred_at", "event")
+
+    def __init__(
+        self, thread_id: str, run_id: str, sequence: int, occurred_at: datetime, event: AgentEvent | ExtensionEvent,
+        *, wire_size: int = 0,
+    ) -> None:  # fmt: skip
+        super().__init__(thread_id, run_id, sequence, occurred_at, wire_size)
+        self.event = event
 
 
-@dataclass(slots=True)
 class HarnessRunResultEvent(_Envelope):
     """The terminal source item of a Harness Run."""
 
-    result: RunResult
+    __slots__ = ("result",)
+    _FIELDS = ("thread_id", "run_id", "sequence", "occurred_at", "result")
+
+    def __init__(
+        self, thread_id: str, run_id: str, sequence: int, occurred_at: datetime, result: RunResult,
+        *, wire_size: int = 0,
+    ) -> None:  # fmt: skip
+        super().__init__(thread_id, run_id, sequence, occurred_at, wire_size)
+        self.result = result
 
 
 HarnessItem = HarnessEvent | HarnessRunResultEvent
