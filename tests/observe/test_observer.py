@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from collections.abc import AsyncIterator
 
 import pytest
@@ -223,3 +224,18 @@ def test_request_index_sets_ids_of_parts_started_afterwards() -> None:
     assert observer.observe(text_delta(3, index=0))[0].message_id == "run-t:request-0:part-0:text"  # type: ignore[attr-defined]
     assert observer.observe(text_delta(4, index=1))[0].message_id == "run-t:request-4:part-1:text"  # type: ignore[attr-defined]
     assert EventType.TEXT_MESSAGE_START.value == "TEXT_MESSAGE_START"
+
+
+@pytest.mark.parametrize("cls", [HarnessAguiObserver, HarnessAguiStreamObserver])
+def test_a_pickled_observer_keeps_its_kind_journal_and_state_and_goes_on_alike(cls: type[HarnessAguiObserver]) -> None:
+    """Replay helpers hand observers back pickled: the copy must be the same observer, not a lookalike."""
+    observer = cls(retain_events=True)
+    for one in (started(), text_start(1), text_delta(2)):
+        observer.observe(one)
+    copy = pickle.loads(pickle.dumps(observer, pickle.HIGHEST_PROTOCOL))
+    assert type(copy) is cls
+    assert (copy.thread_id, copy.run_id, copy.event_count) == (observer.thread_id, observer.run_id, 3)
+    assert copy.export() == observer.export()
+    assert copy.snapshot() == observer.snapshot()
+    assert copy.observe(terminal(3)) == observer.observe(terminal(3))
+    assert copy.export() == observer.export()

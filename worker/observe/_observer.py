@@ -41,6 +41,11 @@ class HarnessAguiObserver:
         self._resuming = False
         self._resumed = False
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Positional state pickles faster than the attribute dict a compiled class would otherwise use.
+        return _unpickle, (type(self), (self._processor, self._retain, self._thread_id, self._run_id, self._state,
+                                         self._events, self._resuming, self._resumed))
+
     @property
     def thread_id(self) -> str | None:
         """The bound thread id, or None before the first item."""
@@ -148,6 +153,17 @@ class HarnessAguiObserver:
             self._resumed = True
         finally:
             self._resuming = False
+
+
+_Pickled = tuple[AguiEventProcessor | None, bool, str | None, str | None, RunState, list[BaseEvent], bool, bool]
+
+
+def _unpickle(cls: type[HarnessAguiObserver], fields: _Pickled) -> HarnessAguiObserver:
+    processor, retain, thread_id, run_id, state, events, resuming, resumed = fields
+    observer = cls(processor=processor, retain_events=retain)
+    observer._thread_id, observer._run_id, observer._state, observer._events = thread_id, run_id, state, events
+    observer._resuming, observer._resumed = resuming, resumed
+    return observer
 
 
 def convert_run_item(item: HarnessItem, ts: int, draft: Draft) -> list[BaseEvent]:

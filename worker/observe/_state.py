@@ -36,6 +36,10 @@ class RunState:
     children: dict[str, RunState] = field(default_factory=dict)
     threads: dict[str, str] = field(default_factory=dict)
 
+    def __reduce__(self) -> tuple[type[RunState], tuple[object, ...]]:
+        # Positional arguments pickle faster than the attribute dict a compiled class would otherwise use.
+        return RunState, (self.request_index, self.parts, self.children, self.threads)
+
 
 class Draft:
     """Staged changes to one RunState (request index and a copy-on-write parts map), applied by `commit`."""

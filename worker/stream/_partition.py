@@ -31,6 +31,9 @@ class _Stream:
     n: int = 0
     last: dict[str, int] = field(default_factory=dict)
 
+    def __reduce__(self) -> tuple[type[_Stream], tuple[object, ...]]:
+        return _Stream, (self.observer, self.first_offset, self.thread_id, self.n, self.last)
+
 
 @dataclass(slots=True)
 class _Step:
