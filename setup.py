@@ -61,7 +61,9 @@ def _extensions() -> dict[str, Any]:
         return {}
     from mypyc.build import mypycify  # noqa: PLC0415  (only a compiling build needs mypy)
 
-    return {"ext_modules": mypycify(COMPILED, opt_level="3", debug_level="0"),
+    # The group name puts mypyc's shared library inside the package (worker/_runtime__mypyc.*.so), so it
+    # travels with it; at the top level an editable install could not find it from another directory.
+    return {"ext_modules": mypycify(COMPILED, opt_level="3", debug_level="0", group_name="worker._runtime"),
             "cmdclass": {"build_ext": _BuildWithManifest}}
 
 

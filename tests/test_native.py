@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,10 @@ PROBE = "import worker._native as n; print(n.compiled()); print(n.fallback_reaso
 
 
 def _compiled_tree(dest: Path) -> Path:
-    """A copy of the package with its compiled modules, the manifest and mypyc's shared library."""
+    """A copy of the package with its compiled modules, mypyc's shared library and the manifest."""
     if not native.compiled():
         pytest.skip("the conversion core is not compiled here: run scripts/compile.sh (scripts/test.sh does)")
     shutil.copytree(ROOT / "worker", dest / "worker", ignore=shutil.ignore_patterns("__pycache__"))
-    for shared in ROOT.glob("*__mypyc.*"):
-        shutil.copy2(shared, dest / shared.name)
     return dest
 
 
@@ -39,6 +38,12 @@ def test_the_suite_runs_the_compiled_core_when_the_build_promised_it() -> None:
         pytest.skip("HARNESS_AGUI_EXPECT_COMPILED is not set (scripts/test.sh sets it after compiling)")
     assert native.fallback_reason is None
     assert native.compiled()
+    # the installed package, from a directory that is not the checkout: every part of the build travels with it
+    elsewhere = Path(tempfile.mkdtemp())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=elsewhere, capture_output=True, text=True,
+                          check=False, timeout=120, env={**env, "HARNESS_AGUI_PURE": ""})
+    assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
 
 
 def test_an_unchanged_copy_runs_compiled(tmp_path: Path) -> None:
@@ -69,6 +74,10 @@ def test_a_missing_manifest_and_the_pure_switch_both_run_the_sources(tmp_path: P
     lines, stderr = _probe(tree, HARNESS_AGUI_PURE="")
     assert lines[0] == "False" and lines[1].endswith("_compiled.json is missing or unreadable")
     assert "RuntimeWarning" in stderr
+    for shared in (tree / "worker").glob("_runtime__mypyc.*"):
+        shared.unlink()
+    lines, _ = _probe(tree, HARNESS_AGUI_PURE="")
+    assert lines == ["False", "mypyc's shared library _runtime__mypyc is missing"]
 
 
 def _convert_corpus(out: Path, **env: str) -> dict[str, bytes]:

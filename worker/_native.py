@@ -24,6 +24,7 @@ __all__ = ["compiled", "describe", "fallback_reason"]
 _PACKAGE = Path(__file__).resolve().parent
 _ROOT = _PACKAGE.parent
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+_RUNTIME = "_runtime__mypyc"  # the shared library of setup.py's group "worker._runtime", which every module imports
 
 
 class _SourcesOnly:
@@ -50,10 +51,13 @@ def _compiled_modules() -> list[Path]:
 
 def _reason() -> str | None:
     """Why the compiled modules must not be used, or None when they match their sources (or there are none)."""
-    if not _compiled_modules():
+    compiled_modules = _compiled_modules()
+    if not compiled_modules:
         return None
     if os.environ.get("HARNESS_AGUI_PURE", "") == "1":
         return "HARNESS_AGUI_PURE=1"
+    if not any(path.name.startswith(f"{_RUNTIME}.") for path in compiled_modules):
+        return f"mypyc's shared library {_RUNTIME} is missing"
     manifest = _PACKAGE / "_compiled.json"
     try:
         sources: dict[str, str] = json.loads(manifest.read_text())["sources"]
