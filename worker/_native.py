@@ -3,7 +3,7 @@
 A build with HARNESS_AGUI_COMPILE=1 leaves compiled modules next to their sources and `_compiled.json` with
 the sources' digests. Imported before any other `worker` module, this falls back to the sources for the whole
 package (compiled modules call each other directly, so a mix is never safe) when HARNESS_AGUI_PURE=1, when the
-manifest is missing, or when a source changed since it was compiled.
+shared library or the manifest is missing, or when a source changed since it was compiled.
 """
 
 from __future__ import annotations
