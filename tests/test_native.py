@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,24 +24,28 @@ def _compiled_tree(dest: Path) -> Path:
     return dest
 
 
-def _probe(cwd: Path, **env: str) -> tuple[list[str], str]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=cwd, capture_output=True, text=True, check=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(cwd), **env},
-    )
+def _python(code: str, cwd: Path, path: Path | None, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in `cwd` with `path` (or nothing) as PYTHONPATH."""
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if path is not None:
+        base["PYTHONPATH"] = str(path)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=False,
+                          timeout=120, env={**base, **env})
+
+
+def _probe(tree: Path, **env: str) -> tuple[list[str], str]:
+    done = _python(PROBE, tree, tree, **env)
+    assert done.returncode == 0, done.stderr
     return done.stdout.splitlines(), done.stderr
 
 
-def test_the_suite_runs_the_compiled_core_when_the_build_promised_it() -> None:
+def test_the_suite_runs_the_compiled_core_when_the_build_promised_it(tmp_path: Path) -> None:
     if os.environ.get("HARNESS_AGUI_EXPECT_COMPILED") != "1":
         pytest.skip("HARNESS_AGUI_EXPECT_COMPILED is not set (scripts/test.sh sets it after compiling)")
     assert native.fallback_reason is None
     assert native.compiled()
     # the installed package, from a directory that is not the checkout: every part of the build travels with it
-    elsewhere = Path(tempfile.mkdtemp())
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=elsewhere, capture_output=True, text=True,
-                          check=False, timeout=120, env={**env, "HARNESS_AGUI_PURE": ""})
+    done = _python(PROBE, tmp_path, None, HARNESS_AGUI_PURE="")
     assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
 
 
@@ -58,12 +61,11 @@ def test_a_source_changed_after_compiling_runs_every_module_from_source(tmp_path
     lines, stderr = _probe(tree, HARNESS_AGUI_PURE="")
     assert lines == ["False", "worker/observe/_parts.py changed since it was compiled (rebuild: scripts/compile.sh)"]
     assert "RuntimeWarning: running the pure-Python conversion core" in stderr
-    modules = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c",
-         "import worker, sys; print(sorted(m for m, v in sys.modules.items() if m.startswith('worker.')"
-         " and str(getattr(v, '__file__', '')).endswith('.so')))"],
-        cwd=tree, capture_output=True, text=True, check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tree)},
+    modules = _python(
+        "import worker, sys; print(sorted(m for m, v in sys.modules.items() if m.startswith('worker.')"
+        " and str(getattr(v, '__file__', '')).endswith('.so')))", tree, tree, HARNESS_AGUI_PURE="",
     )
+    assert modules.returncode == 0, modules.stderr
     assert modules.stdout.strip() == "[]"  # not even the unchanged modules: compiled code calls itself directly
 
 
