@@ -90,7 +90,7 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
             raise AguiObservationError(_KIND_CHANGED)
         out.append(TextMessageContentEvent(timestamp=ts, message_id=existing.part_id, delta=text))
         if not existing.emitted_content:
-            draft.writable_parts()[index] = _content_emitted(existing)
+            draft.writable_parts()[index] = _with(existing, content=True)
         return out
     if kind == "thinking":
         out = []
@@ -103,10 +103,10 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         cursor = existing
         if text:
             out.append(ReasoningMessageContentEvent(timestamp=ts, message_id=cursor.part_id, delta=text))
-            cursor = _content_emitted(cursor)
+            cursor = _with(cursor, content=True)
         if signature:
             out.append(_signature(ts, cursor.part_id, signature))
-            cursor = PartCursor(cursor.kind, cursor.part_id, cursor.tool_name, cursor.emitted_content, True)
+            cursor = _with(cursor, signature=True)
         if cursor is not existing:
             draft.writable_parts()[index] = cursor
         return out
@@ -120,15 +120,17 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
             raise AguiObservationError(_TOOL_CHANGED)
         name = delta["tool_name_delta"]
         if name:
-            draft.writable_parts()[index] = PartCursor(
-                existing.kind, existing.part_id, f"{existing.tool_name or ''}{name}", existing.emitted_content,
-                existing.emitted_signature,
-            )
+            draft.writable_parts()[index] = _with(existing, tool_name=f"{existing.tool_name or ''}{name}")
     return []
 
 
-def _content_emitted(cursor: PartCursor) -> PartCursor:
-    return PartCursor(cursor.kind, cursor.part_id, cursor.tool_name, True, cursor.emitted_signature)
+def _with(
+    cursor: PartCursor, *, tool_name: str | None = None, content: bool = False, signature: bool = False
+) -> PartCursor:
+    """`cursor` with a new tool name and/or content or signature now emitted (flags only ever turn on); built
+    directly, since `dataclasses.replace` stays interpreted under mypyc."""
+    return PartCursor(cursor.kind, cursor.part_id, cursor.tool_name if tool_name is None else tool_name,
+                      cursor.emitted_content or content, cursor.emitted_signature or signature)
 
 
 def _ending(existing: PartCursor | None, kind: CursorKind, part_id: str) -> PartCursor | None:

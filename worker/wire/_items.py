@@ -26,10 +26,13 @@ class _Value:
     _FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
+        return type(other) is type(self) and self._values() == other._values()  # tuples, as a dataclass compares
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._FIELDS)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(self._FIELDS, self._values(), strict=True))
         return f"{type(self).__name__}({shown})"
 
 
