@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent
 # The per-record path: decode, observe, encode and the partition state. Modules defining pydantic models
 # stay interpreted (mypyc cannot compile their classes); so does everything that talks to Kafka.
 COMPILED = [
+    "worker/_value.py",
     "worker/wire/_agent.py",
     "worker/wire/_decode.py",
     "worker/wire/_fields.py",

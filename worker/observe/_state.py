@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
+
+from worker._value import FrozenValue, Value
 
 __all__ = ["CursorKind", "Draft", "PartCursor", "RunState"]
 
@@ -13,28 +14,40 @@ CursorKind = Literal["text", "reasoning", "tool_call"]
 RequestIndex = object
 
 
-@dataclass(frozen=True, slots=True)
-class PartCursor:
+class PartCursor(FrozenValue):
     """An open part; replaced, never mutated, so a failed observe cannot leak a change."""
 
-    kind: CursorKind
-    part_id: str
-    tool_name: str | None = None
-    emitted_content: bool = False
-    emitted_signature: bool = False
+    __slots__ = ("emitted_content", "emitted_signature", "kind", "part_id", "tool_name")
+    _FIELDS = ("kind", "part_id", "tool_name", "emitted_content", "emitted_signature")
+
+    def __init__(
+        self, kind: CursorKind, part_id: str, tool_name: str | None = None, emitted_content: bool = False,
+        emitted_signature: bool = False,
+    ) -> None:  # fmt: skip
+        self.kind: Final = kind
+        self.part_id: Final = part_id
+        self.tool_name: Final = tool_name
+        self.emitted_content: Final = emitted_content
+        self.emitted_signature: Final = emitted_signature
 
     def __reduce__(self) -> tuple[type[PartCursor], tuple[str, str, str | None, bool, bool]]:
         return PartCursor, (self.kind, self.part_id, self.tool_name, self.emitted_content, self.emitted_signature)
 
 
-@dataclass(slots=True)
-class RunState:
+class RunState(Value):
     """One run's cursors; the root state also holds child states and run → thread bindings."""
 
-    request_index: RequestIndex = 0
-    parts: dict[int, PartCursor] = field(default_factory=dict)
-    children: dict[str, RunState] = field(default_factory=dict)
-    threads: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("children", "parts", "request_index", "threads")
+    _FIELDS = ("request_index", "parts", "children", "threads")
+
+    def __init__(
+        self, request_index: RequestIndex = 0, parts: dict[int, PartCursor] | None = None,
+        children: dict[str, RunState] | None = None, threads: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        self.request_index = request_index
+        self.parts: dict[int, PartCursor] = {} if parts is None else parts
+        self.children: dict[str, RunState] = {} if children is None else children
+        self.threads: dict[str, str] = {} if threads is None else threads
 
     def __reduce__(self) -> tuple[type[RunState], tuple[object, ...]]:
         # Positional arguments pickle faster than the attribute dict a compiled class would otherwise use.

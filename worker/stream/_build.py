@@ -33,7 +33,6 @@ def output_record(
         ("source-offset", str(source.offset).encode()),
         ("source-sequence", str(source_sequence).encode()),
     )
-    # Positional: a named tuple built from keywords costs twice as much, and this runs once per event.
     return OutboundRecord(Destination.OUTPUT, _utf8(root_run_id), value, headers, event_type, None)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
@@ -21,27 +20,34 @@ SOURCE_GAP_CODE = "source_gap"
 _R = DeadLetterReason
 
 
-@dataclass(slots=True)
 class _Stream:
     """One open root stream; `observer is None` once a gap closed it (it then waits for its terminal)."""
 
-    observer: StreamObserver | None
-    first_offset: int
-    thread_id: str
-    n: int = 0
-    last: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("first_offset", "last", "n", "observer", "thread_id")
+
+    def __init__(
+        self, observer: StreamObserver | None, first_offset: int, thread_id: str, n: int = 0,
+        last: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
+        self.observer = observer
+        self.first_offset = first_offset
+        self.thread_id = thread_id
+        self.n = n
+        self.last: dict[str, int] = {} if last is None else last  # run id -> last accepted sequence
 
     def __reduce__(self) -> tuple[type[_Stream], tuple[object, ...]]:
         return _Stream, (self.observer, self.first_offset, self.thread_id, self.n, self.last)
 
 
-@dataclass(slots=True)
 class _Step:
     """The record being processed, its decoded key (root run id) and whether to build outbound records."""
 
-    record: SourceRecord
-    key: str
-    publish: bool
+    __slots__ = ("key", "publish", "record")
+
+    def __init__(self, record: SourceRecord, key: str, publish: bool) -> None:
+        self.record = record
+        self.key = key
+        self.publish = publish
 
     def dead(self, verdict: Verdict, reason: DeadLetterReason, message: str) -> Outcome:
         records = (dead_letter_record(self.record, reason, message),) if self.publish else ()

@@ -1,29 +1,38 @@
 """The values that cross the boundary between the Kafka layer and the per-partition logic.
 
-They are immutable named tuples: several are made per source record, and a tuple is built several times
-faster than a frozen dataclass.
+They are never changed once built (`Final`, checked by mypy) and have plain constructors: several are made per
+source record, and compiled, such a constructor is cheaper than a named tuple's.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Final
+
+from worker._value import FrozenValue
 
 __all__ = ["DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "SourceRecord", "Verdict"]
 
 Headers = tuple[tuple[str, bytes], ...]
 
 
-class SourceRecord(NamedTuple):
+class SourceRecord(FrozenValue):
     """One source record, copied out of the client's consumer record; offsets of one partition only grow."""
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = ()
+    __slots__ = ("headers", "key", "offset", "partition", "timestamp_ms", "topic", "value")
+    _FIELDS = ("topic", "partition", "offset", "timestamp_ms", "key", "value", "headers")
+
+    def __init__(  # noqa: PLR0917  # positional, as the named tuple it replaced was built
+        self, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None,
+        headers: Headers = (),
+    ) -> None:  # fmt: skip
+        self.topic: Final = topic
+        self.partition: Final = partition
+        self.offset: Final = offset
+        self.timestamp_ms: Final = timestamp_ms
+        self.key: Final = key
+        self.value: Final = value
+        self.headers: Final = headers
 
 
 class Destination(StrEnum):
@@ -49,15 +58,22 @@ class DeadLetterReason(StrEnum):
     OPEN_STREAM_CAP = "open-stream-cap"
 
 
-class OutboundRecord(NamedTuple):
+class OutboundRecord(FrozenValue):
     """A record to publish: an AG-UI event (`event_type` set) or a dead letter (`reason` set)."""
 
-    destination: Destination
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    event_type: str | None
-    reason: str | None
+    __slots__ = ("destination", "event_type", "headers", "key", "reason", "value")
+    _FIELDS = ("destination", "key", "value", "headers", "event_type", "reason")
+
+    def __init__(  # noqa: PLR0917  # positional, as the named tuple it replaced was built
+        self, destination: Destination, key: bytes | None, value: bytes | None, headers: Headers,
+        event_type: str | None, reason: str | None,
+    ) -> None:  # fmt: skip
+        self.destination: Final = destination
+        self.key: Final = key
+        self.value: Final = value
+        self.headers: Final = headers
+        self.event_type: Final = event_type
+        self.reason: Final = reason
 
 
 class Verdict(StrEnum):
@@ -69,10 +85,16 @@ class Verdict(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
-class Outcome(NamedTuple):
+class Outcome(FrozenValue):
     """The verdict on one source record and the records it publishes (always empty during replay)."""
 
-    verdict: Verdict
-    records: tuple[OutboundRecord, ...]
-    run_id: str | None
-    reason: str | None
+    __slots__ = ("reason", "records", "run_id", "verdict")
+    _FIELDS = ("verdict", "records", "run_id", "reason")
+
+    def __init__(
+        self, verdict: Verdict, records: tuple[OutboundRecord, ...], run_id: str | None, reason: str | None
+    ) -> None:
+        self.verdict: Final = verdict
+        self.records: Final = records
+        self.run_id: Final = run_id
+        self.reason: Final = reason

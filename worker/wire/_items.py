@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
+
+from worker._value import Value
 
 __all__ = [
     "AgentEvent",
@@ -18,25 +20,7 @@ __all__ = [
 ]
 
 
-class _Value:
-    """Equality and repr over `_FIELDS`, like a dataclass's; plain `__init__`s stay cheap (and compile natively)."""
-
-    __slots__ = ()
-    __hash__ = None  # type: ignore[assignment]  # compared by value and mutable, so unhashable (as dataclasses)
-    _FIELDS: ClassVar[tuple[str, ...]] = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # tuples, as a dataclass compares
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._FIELDS)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={value!r}" for name, value in zip(self._FIELDS, self._values(), strict=True))
-        return f"{type(self).__name__}({shown})"
-
-
-class ExtensionEvent(_Value):
+class ExtensionEvent(Value):
     """A Harness extension event; `payload` is strict JSON, already redacted and within 64 KiB."""
 
     __slots__ = ("kind", "payload", "schema_version")
@@ -52,7 +36,7 @@ class ExtensionEvent(_Value):
         return {"schema_version": self.schema_version, "kind": self.kind, "payload": self.payload}
 
 
-class AgentEvent(_Value):
+class AgentEvent(Value):
     """A pydantic-ai stream event held as its normalized JSON dump (fields in dataclass order)."""
 
     __slots__ = ("data", "event_kind")
@@ -75,7 +59,7 @@ class RunResult:
     deferred: dict[str, Any] | None = None
 
 
-class _Envelope(_Value):
+class _Envelope(Value):
     """What every source item carries; `wire_size` is its record length (0 when unknown), left out of equality."""
 
     __slots__ = ("_iso", "occurred_at", "run_id", "sequence", "thread_id", "wire_size")

@@ -1,0 +1,47 @@
+"""The base of the core's small value classes: a dataclass's equality and repr without its `__init__`.
+
+mypyc leaves a dataclass's generated `__init__` interpreted; a plain `__init__` on these classes compiles to
+a native constructor, which matters for the values built once or more per source record.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = ["FrozenValue", "Value"]
+
+
+class _Fields:
+    """Equality and repr over `_FIELDS`, in that order."""
+
+    __slots__ = ()
+    _FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # tuples, as a dataclass compares
+
+    def __ne__(self, other: object) -> bool:  # explicit: mypyc cannot derive it for subclasses in other modules
+        return not self.__eq__(other)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(self._FIELDS, self._values(), strict=True))
+        return f"{type(self).__name__}({shown})"
+
+
+class Value(_Fields):
+    """A value compared by its fields; unhashable, as a mutable dataclass is."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]
+
+
+class FrozenValue(_Fields):
+    """A Value never changed after `__init__` (its attributes are `Final`), so hashable like a frozen dataclass."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
