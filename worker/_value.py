@@ -11,7 +11,7 @@ from typing import ClassVar
 __all__ = ["FrozenValue", "Value"]
 
 
-class _Fields:
+class _Fields:  # noqa: PLW1641  # each subclass decides: Value is unhashable, FrozenValue hashes its fields
     """Equality and repr over `_FIELDS`, in that order."""
 
     __slots__ = ()

@@ -8,6 +8,7 @@ from typing import Any
 from ag_ui.core import BaseEvent, CustomEvent, RunStartedEvent, ToolCallResultEvent
 
 from worker.observe._content import execution_value, public_value, tool_result_content
+from worker.observe._events import new_event
 from worker.observe._parts import part_delta, part_end, part_start
 from worker.observe._state import Draft
 from worker.wire import AgentEvent, ExtensionEvent, HarnessEvent, HarnessItem
@@ -56,18 +57,19 @@ def harness_custom(item: HarnessItem, ts: int, event: ExtensionEvent) -> CustomE
         tool_name = _tool_extra_name(event.payload)
         if tool_name is not None:
             name = f"{name}.{tool_name}"
-    return CustomEvent(timestamp=ts, name=name, value=source_value(item, event.dump()))
+    return new_event(CustomEvent, timestamp=ts, name=name, value=source_value(item, event.dump()))
 
 
 def _fallback(item: HarnessItem, ts: int, kind: str, event: dict[str, Any]) -> CustomEvent:
-    return CustomEvent(timestamp=ts, name=f"a13n.pydantic_ai.{kind}", value=source_value(item, event))
+    return new_event(CustomEvent, timestamp=ts, name=f"a13n.pydantic_ai.{kind}", value=source_value(item, event))
 
 
 def _tool_result(item: HarnessEvent, ts: int, kind: str, event: dict[str, Any]) -> BaseEvent:
     part = event["part"]
     if part["part_kind"] == "tool-return" and part["outcome"] == "success":
         call_id = part["tool_call_id"]
-        return ToolCallResultEvent(
+        return new_event(
+            ToolCallResultEvent,
             timestamp=ts,
             message_id=f"{call_id}:result",
             tool_call_id=call_id,
@@ -85,7 +87,8 @@ def _tool_result(item: HarnessEvent, ts: int, kind: str, event: dict[str, Any]) 
 def _input(item: HarnessEvent, ts: int, event: dict[str, Any]) -> CustomEvent:
     source = event["source"]
     media = event["kind"] == "a13n.input.media"
-    return CustomEvent(
+    return new_event(
+        CustomEvent,
         timestamp=ts,
         name="a13n.input.media" if media else f"a13n.input.{source}",
         metadata=event["metadata"],
@@ -116,7 +119,8 @@ def convert_event(item: HarnessEvent, ts: int, draft: Draft) -> list[BaseEvent]:
     if isinstance(source, ExtensionEvent):
         payload = source.payload
         if source.kind == "lifecycle" and isinstance(payload, dict) and payload.get("type") == "run_started":
-            return [RunStartedEvent(timestamp=ts, thread_id=item.thread_id, run_id=item.run_id, protocol_version="1.0")]
+            return [new_event(RunStartedEvent, timestamp=ts, thread_id=item.thread_id, run_id=item.run_id,
+                              protocol_version="1.0")]
         _request_index(source, draft)
         return [harness_custom(item, ts, source)]
     assert isinstance(source, AgentEvent)
@@ -127,7 +131,7 @@ def convert_event(item: HarnessEvent, ts: int, draft: Draft) -> list[BaseEvent]:
     if kind == "capability":
         if data["kind"] in ("a13n.input.text", "a13n.input.media"):
             return [_input(item, ts, data)]
-        return [CustomEvent(timestamp=ts, name=data["kind"], value=source_value(item, data))]
+        return [new_event(CustomEvent, timestamp=ts, name=data["kind"], value=source_value(item, data))]
     if kind in {"function_tool_result", "output_tool_result"}:
         return [_tool_result(item, ts, kind, data)]
     if kind == "enqueued_messages":

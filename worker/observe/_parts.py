@@ -19,6 +19,7 @@ from ag_ui.core import (
 )
 
 from worker.errors import AguiObservationError
+from worker.observe._events import new_event
 from worker.observe._json import sorted_json
 from worker.observe._state import CursorKind, Draft, PartCursor
 
@@ -35,7 +36,8 @@ def _part_id(run_id: str, draft: Draft, index: int, kind: str) -> str:
 
 
 def _signature(ts: int, message_id: str, value: str) -> ReasoningEncryptedValueEvent:
-    return ReasoningEncryptedValueEvent(timestamp=ts, subtype="message", entity_id=message_id, encrypted_value=value)
+    return new_event(ReasoningEncryptedValueEvent, timestamp=ts, subtype="message", entity_id=message_id,
+                     encrypted_value=value)
 
 
 def part_start(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> list[BaseEvent]:
@@ -46,9 +48,9 @@ def part_start(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         message_id = part["id"] or _part_id(run_id, draft, index, "text")
         content = part["content"]
         draft.writable_parts()[index] = PartCursor("text", message_id, emitted_content=bool(content))
-        out: list[BaseEvent] = [TextMessageStartEvent(timestamp=ts, message_id=message_id, role="assistant")]
+        out: list[BaseEvent] = [new_event(TextMessageStartEvent, timestamp=ts, message_id=message_id, role="assistant")]
         if content:
-            out.append(TextMessageContentEvent(timestamp=ts, message_id=message_id, delta=content))
+            out.append(new_event(TextMessageContentEvent, timestamp=ts, message_id=message_id, delta=content))
         return out
     if kind == "thinking":
         message_id = _part_id(run_id, draft, index, "reasoning")
@@ -56,9 +58,9 @@ def part_start(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         draft.writable_parts()[index] = PartCursor(
             "reasoning", message_id, emitted_content=bool(content), emitted_signature=bool(signature)
         )
-        out = [ReasoningMessageStartEvent(timestamp=ts, message_id=message_id, role="reasoning")]
+        out = [new_event(ReasoningMessageStartEvent, timestamp=ts, message_id=message_id, role="reasoning")]
         if content:
-            out.append(ReasoningMessageContentEvent(timestamp=ts, message_id=message_id, delta=content))
+            out.append(new_event(ReasoningMessageContentEvent, timestamp=ts, message_id=message_id, delta=content))
         if signature:
             out.append(_signature(ts, message_id, signature))
         return out
@@ -85,10 +87,10 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         out: list[BaseEvent] = []
         if existing is None:
             existing = _open(run_id, draft, index, "text")
-            out.append(TextMessageStartEvent(timestamp=ts, message_id=existing.part_id, role="assistant"))
+            out.append(new_event(TextMessageStartEvent, timestamp=ts, message_id=existing.part_id, role="assistant"))
         elif existing.kind != "text":
             raise AguiObservationError(_KIND_CHANGED)
-        out.append(TextMessageContentEvent(timestamp=ts, message_id=existing.part_id, delta=text))
+        out.append(new_event(TextMessageContentEvent, timestamp=ts, message_id=existing.part_id, delta=text))
         if not existing.emitted_content:
             draft.writable_parts()[index] = _with(existing, content=True)
         return out
@@ -96,13 +98,15 @@ def part_delta(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> lis
         out = []
         if existing is None:
             existing = _open(run_id, draft, index, "reasoning")
-            out.append(ReasoningMessageStartEvent(timestamp=ts, message_id=existing.part_id, role="reasoning"))
+            out.append(
+                new_event(ReasoningMessageStartEvent, timestamp=ts, message_id=existing.part_id, role="reasoning")
+            )
         elif existing.kind != "reasoning":
             raise AguiObservationError(_KIND_CHANGED)
         text, signature = delta["content_delta"], delta["signature_delta"]
         cursor = existing
         if text:
-            out.append(ReasoningMessageContentEvent(timestamp=ts, message_id=cursor.part_id, delta=text))
+            out.append(new_event(ReasoningMessageContentEvent, timestamp=ts, message_id=cursor.part_id, delta=text))
             cursor = _with(cursor, content=True)
         if signature:
             out.append(_signature(ts, cursor.part_id, signature))
@@ -156,34 +160,34 @@ def part_end(run_id: str, ts: int, event: dict[str, Any], draft: Draft) -> list[
         cursor = _ending(existing, "text", message_id)
         out: list[BaseEvent] = []
         if cursor is None:
-            out.append(TextMessageStartEvent(timestamp=ts, message_id=message_id, role="assistant"))
+            out.append(new_event(TextMessageStartEvent, timestamp=ts, message_id=message_id, role="assistant"))
         content = part["content"]
         if content and (cursor is None or not cursor.emitted_content):
-            out.append(TextMessageContentEvent(timestamp=ts, message_id=message_id, delta=content))
-        out.append(TextMessageEndEvent(timestamp=ts, message_id=message_id))
+            out.append(new_event(TextMessageContentEvent, timestamp=ts, message_id=message_id, delta=content))
+        out.append(new_event(TextMessageEndEvent, timestamp=ts, message_id=message_id))
         return out
     if kind == "thinking":
         message_id = existing.part_id if existing is not None else _part_id(run_id, draft, index, "reasoning")
         cursor = _ending(existing, "reasoning", message_id)
         out = []
         if cursor is None:
-            out.append(ReasoningMessageStartEvent(timestamp=ts, message_id=message_id, role="reasoning"))
+            out.append(new_event(ReasoningMessageStartEvent, timestamp=ts, message_id=message_id, role="reasoning"))
         content, signature = part["content"], part["signature"]
         if content and (cursor is None or not cursor.emitted_content):
-            out.append(ReasoningMessageContentEvent(timestamp=ts, message_id=message_id, delta=content))
+            out.append(new_event(ReasoningMessageContentEvent, timestamp=ts, message_id=message_id, delta=content))
         if signature and (cursor is None or not cursor.emitted_signature):
             out.append(_signature(ts, message_id, signature))
-        out.append(ReasoningMessageEndEvent(timestamp=ts, message_id=message_id))
+        out.append(new_event(ReasoningMessageEndEvent, timestamp=ts, message_id=message_id))
         return out
     if kind == "tool-call":
         call_id = existing.part_id if existing is not None else part["tool_call_id"]
         _ending(existing, "tool_call", call_id)
-        out = [ToolCallStartEvent(timestamp=ts, tool_call_id=call_id, tool_call_name=part["tool_name"])]
+        out = [new_event(ToolCallStartEvent, timestamp=ts, tool_call_id=call_id, tool_call_name=part["tool_name"])]
         args = part["args"]
         if args is not None:
             text = args if isinstance(args, str) else sorted_json(args)
-            out.append(ToolCallArgsEvent(timestamp=ts, tool_call_id=call_id, delta=text))
-        out.append(ToolCallEndEvent(timestamp=ts, tool_call_id=call_id))
+            out.append(new_event(ToolCallArgsEvent, timestamp=ts, tool_call_id=call_id, delta=text))
+        out.append(new_event(ToolCallEndEvent, timestamp=ts, tool_call_id=call_id))
         return out
     return []
 
@@ -193,9 +197,9 @@ def close_parts(ts: int, draft: Draft) -> list[BaseEvent]:
     out: list[BaseEvent] = []
     for cursor in draft.parts.values():
         if cursor.kind == "text":
-            out.append(TextMessageEndEvent(timestamp=ts, message_id=cursor.part_id))
+            out.append(new_event(TextMessageEndEvent, timestamp=ts, message_id=cursor.part_id))
         elif cursor.kind == "reasoning":
-            out.append(ReasoningMessageEndEvent(timestamp=ts, message_id=cursor.part_id))
+            out.append(new_event(ReasoningMessageEndEvent, timestamp=ts, message_id=cursor.part_id))
     if draft.parts:
         draft.parts = {}
         draft.written = True
