@@ -94,6 +94,22 @@ async def test_a_helper_that_dies_fails_the_session_and_the_next_rebuild_gets_ne
 
 
 @pytest.mark.timeout(120)
+async def test_a_record_a_helper_cannot_replay_fails_the_session_naming_its_offset(pool: ReplayPool) -> None:
+    recs = interleaved(0)
+    states = {(TOPIC, 0): fresh(0)}
+    backwards = [*rows(recs), (recs[1].offset, 0, recs[1].key, recs[1].value)]  # an offset that does not grow
+    with pytest.raises(ShardedReplayError, match=rf"stopped: offset {recs[1].offset} of {TOPIC}\[0\]: WorkerError"):
+        async with pool.session(states) as session:
+            assert session is not None
+            session.add(TOPIC, 0, backwards)
+            await session.flush(everything=True)
+            await session.finish()
+    assert states[(TOPIC, 0)].open_streams == 0
+    again = await replay_in(pool, {0: recs})
+    assert again[0].open_streams == one_replay(recs).open_streams
+
+
+@pytest.mark.timeout(120)
 async def test_the_helpers_serve_one_rebuild_at_a_time_and_none_once_closed(pool: ReplayPool) -> None:
     async with pool.session({(TOPIC, 0): fresh(0)}) as first:
         assert first is not None

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 from worker.errors import ConfigError, ShardedReplayError
 from worker.stream._partition import PartitionState
-from worker.stream._records import SourceRecord
 from worker.stream._shards import ShardResult, ShardState, merge_shards, shard_of
 
 __all__ = ["ReplayPool", "ReplaySession"]
@@ -54,12 +53,10 @@ def _serve(conn: Connection) -> None:
             states[where] = ShardState(where[0], where[1], **options)
         elif kind == "rows" and failure is None:
             where, rows = body
-            state, at = states[where], -1
             try:
-                for at, timestamp, key, value in rows:
-                    state.replay(SourceRecord(where[0], where[1], at, timestamp, key, value))
-            except Exception as exc:  # reported at "finish"; the parent replays in-process and meets it there
-                failure = f"offset {at} of {where[0]}[{where[1]}]: {type(exc).__name__}: {exc}"
+                states[where].replay_rows(rows)
+            except ShardedReplayError as exc:  # reported at "finish"; the parent replays in-process and meets it
+                failure = str(exc)
         elif kind == "finish":
             reply: tuple[str, Any] = (
                 ("failed", failure) if failure is not None else ("done", {w: s.result() for w, s in states.items()})

@@ -71,6 +71,17 @@ class ShardState(PartitionState):
             self._gaps.append((record.offset, str(exc)))
         self._peak = max(self._peak, len(self._streams))
 
+    def replay_rows(self, rows: list[tuple[int, int, bytes | None, bytes | None]]) -> None:
+        """`replay` each (offset, timestamp, key, value) of this partition in order; a failure names its offset."""
+        topic, partition = self.topic, self.partition
+        for offset, timestamp, key, value in rows:
+            try:
+                self.replay(SourceRecord(topic, partition, offset, timestamp, key, value))
+            except Exception as exc:
+                raise ShardedReplayError(
+                    f"offset {offset} of {topic}[{partition}]: {type(exc).__name__}: {exc}"
+                ) from exc
+
     def _recall(self, key: str) -> int | None:
         found = super()._recall(key)
         self._log.append((self._at, key, found, True))
