@@ -7,6 +7,7 @@ from collections import OrderedDict
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
+from worker._value import Value
 from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, output_record
@@ -20,10 +21,11 @@ SOURCE_GAP_CODE = "source_gap"
 _R = DeadLetterReason
 
 
-class _Stream:
+class _Stream(Value):
     """One open root stream; `observer is None` once a gap closed it (it then waits for its terminal)."""
 
     __slots__ = ("first_offset", "last", "n", "observer", "thread_id")
+    _FIELDS = ("observer", "first_offset", "thread_id", "n", "last")
 
     def __init__(
         self, observer: StreamObserver | None, first_offset: int, thread_id: str, n: int = 0,
