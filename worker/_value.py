@@ -39,7 +39,7 @@ class Value(_Fields):
 
 
 class FrozenValue(_Fields):
-    """A Value never changed after `__init__` (its attributes are `Final`), so hashable like a frozen dataclass."""
+    """A value never changed after `__init__` (its attributes are `Final`), so hashable like a frozen dataclass."""
 
     __slots__ = ()
 
