@@ -170,6 +170,26 @@ async def test_send_offsets_commits_group_offset_and_metadata_with_the_output(
     assert [v for _, v in seen] == [f"IN-{i}".encode() for i in range(5)]
 
 
+async def test_the_offsets_sent_last_in_a_transaction_are_the_ones_committed(
+    kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames
+) -> None:
+    """The checkpoint sends an early offset when a transaction opens and the final one at its commit; the
+    broker must keep the last one sent, whether it is higher or lower (not the first, not the highest)."""
+    source = TopicPartition(topic_factory("in"), 0)
+    group, transactional_id = unique_names("group"), unique_names("txn")
+    for early, final in ((3, 5), (9, 4)):
+        producer = await _txn_producer(kafka_bootstrap, transactional_id)
+        try:
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction({source: OffsetAndMetadata(early, "early")}, group)
+            await producer.send_offsets_to_transaction({source: OffsetAndMetadata(final, "final")}, group)
+            await producer.commit_transaction()
+        finally:
+            await producer.stop()
+        await _settle(kafka_bootstrap, transactional_id)
+        assert await _group_offsets(kafka_bootstrap, group, source) == (final, "final")
+
+
 async def test_oversized_offset_metadata_fails_the_transaction_and_the_producer(
     kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames
 ) -> None:

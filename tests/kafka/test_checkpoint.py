@@ -31,6 +31,7 @@ class _Producer:
     def __init__(self, fail: str | None = None) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.fail = fail
+        self.offsets_gate: asyncio.Event | None = None  # when set, sending offsets waits for it
 
     def _call(self, name: str, arg: Any = None) -> None:
         self.calls.append((name, arg))
@@ -47,7 +48,9 @@ class _Producer:
         return _settled(KafkaError("delivery failed") if self.fail == "delivery" else None)
 
     async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
-        self._call("offsets", ({tp: (o.offset, o.metadata) for tp, o in offsets.items()}, group_id))
+        self._call("offsets", ({tp: (o.offset, o.metadata) for tp, o in offsets.items()}, group_id))  # queued
+        if self.offsets_gate is not None:
+            await self.offsets_gate.wait()  # the broker's answer
 
     async def commit_transaction(self) -> None:
         self._call("commit")
@@ -114,6 +117,57 @@ async def test_a_failed_commit_call_breaks_the_checkpoint() -> None:
     await ckpt.begin()
     with pytest.raises(KafkaError):
         await ckpt.commit(1, "")
+    assert ckpt.phase is TxnPhase.BROKEN
+
+
+def _offsets(producer: _Producer) -> list[int]:
+    return [arg[0][TP][0] for name, arg in producer.calls if name == "offsets"]
+
+
+async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commit_sends_the_final_ones() -> None:
+    producer = _Producer()
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    ckpt.join_group(1, "")  # no transaction open: nothing to join
+    await ckpt.begin()
+    ckpt.join_group(10, '{"v":1,"replay_from":7}')
+    ckpt.join_group(11, "")  # joined already
+    await ckpt.send("out", b"k", b"v", [])
+    await ckpt.commit(12, '{"v":1,"replay_from":9}')
+    assert _offsets(producer) == [10, 12]
+    assert producer.calls[-2] == ("offsets", ({TP: (12, '{"v":1,"replay_from":9}')}, "group"))
+    assert producer.calls[-1][0] == "commit"
+    await ckpt.begin()
+    ckpt.join_group(12, "")  # a new transaction joins again
+    producer.offsets_gate = asyncio.Event()
+    committing = asyncio.create_task(ckpt.commit(13, ""))
+    await asyncio.sleep(0.01)
+    assert _offsets(producer) == [10, 12, 12], "the final offsets are queued only once the early ones settled"
+    producer.offsets_gate.set()
+    await committing
+    assert _offsets(producer) == [10, 12, 12, 13]
+
+
+async def test_an_abort_waits_for_the_early_offsets_and_a_failed_one_fails_the_commit() -> None:
+    producer = _Producer()
+    producer.offsets_gate = asyncio.Event()
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    ckpt.join_group(3, "")
+    aborting = asyncio.create_task(ckpt.abort())
+    await asyncio.sleep(0.01)
+    assert [c[0] for c in producer.calls] == ["begin", "offsets"], "the abort must wait for the offsets in flight"
+    producer.offsets_gate.set()
+    await aborting
+    assert [c[0] for c in producer.calls] == ["begin", "offsets", "abort"]
+    assert ckpt.phase is TxnPhase.IDLE
+
+    failing = _Producer(fail="offsets")
+    ckpt = Checkpoint(failing, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    ckpt.join_group(3, "")
+    with pytest.raises(KafkaError, match="offsets failed"):
+        await ckpt.commit(4, "")
+    assert "commit" not in [c[0] for c in failing.calls]
     assert ckpt.phase is TxnPhase.BROKEN
 
 

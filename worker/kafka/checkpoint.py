@@ -40,7 +40,7 @@ def is_fenced(exc: BaseException) -> bool:
     return isinstance(exc, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed | FencedError)
 
 
-def _retrieve(fut: asyncio.Future[object]) -> None:
+def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Mark a delivery failure as seen; commit() re-raises it, an abort discards it."""
     if not fut.cancelled():
         fut.exception()
@@ -50,8 +50,8 @@ class Checkpoint:
     """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
 
     __slots__ = (
-        "_batches", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer", "_timestamps", "_tp",
-        "records",
+        "_batches", "_early", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer", "_timestamps",
+        "_tp", "records",
     )
 
     def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
@@ -63,6 +63,7 @@ class Checkpoint:
         self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
         self._joined: set[tuple[str, int]] = set()  # partitions a batch of this transaction went to
         self._timestamps: list[int] = []
+        self._early: asyncio.Future[None] | None = None  # the offsets `join_group` sent
         self._opened_at = 0.0
         self.records = 0
 
@@ -95,6 +96,21 @@ class Checkpoint:
             self._phase = TxnPhase.BROKEN
             raise
         self._opened_at = time.monotonic()
+
+    def join_group(self, next_offset: int, metadata: str) -> None:
+        """Send the partition's offset into the open transaction now, so adding the group to it (AddOffsetsToTxn)
+        is off the commit path; `commit` sends the final offset, which replaces this one (the last sent wins).
+        """
+        if self._phase is TxnPhase.OPEN and self._early is None:
+            self._early = asyncio.ensure_future(self._send_offsets(next_offset, metadata))
+            self._early.add_done_callback(_retrieve)
+
+    async def _send_offsets(self, next_offset: int, metadata: str, after: asyncio.Future[None] | None = None) -> None:
+        if after is not None:
+            await after  # queued after the early offsets settle: the last offset sent is the one committed
+        await self._producer.send_offsets_to_transaction(
+            {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
+        )
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
@@ -168,9 +184,7 @@ class Checkpoint:
         self._move(TxnPhase.COMMITTING)
         # The offsets join the transaction while its records are still being delivered; the commit waits for
         # both, because aiokafka would commit a transaction that lost a record batch.
-        offsets = asyncio.ensure_future(self._producer.send_offsets_to_transaction(
-            {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
-        ))
+        offsets = asyncio.ensure_future(self._send_offsets(next_offset, metadata, self._early))
         offsets.add_done_callback(_retrieve)
         try:
             try:
@@ -201,6 +215,8 @@ class Checkpoint:
             return
         self._move(TxnPhase.ABORTING)
         try:
+            if self._early is not None:
+                await asyncio.wait([self._early])  # it checks for an open transaction: not after the abort began
             await self._producer.abort_transaction()
         except BaseException:
             self._phase = TxnPhase.BROKEN
@@ -218,5 +234,6 @@ class Checkpoint:
             else:
                 fut.add_done_callback(_retrieve)
         self._futures = []
+        self._early = None  # its failure, if any, is marked seen by its callback
         self._timestamps = []
         self.records = 0

@@ -125,7 +125,10 @@ class Publisher:
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
-                await ckpt.begin()
+                if not ckpt.is_open:
+                    await ckpt.begin()
+                    # The batch goes in next and the commit sends the final offset; this one only joins the group.
+                    ckpt.join_group(p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset)))
                 for outcome, timestamp, consumed_at in batch:
                     for out in outcome.records:
                         if out.destination is not Destination.OUTPUT:
