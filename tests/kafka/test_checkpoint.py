@@ -298,6 +298,32 @@ async def test_a_failed_batch_never_commits() -> None:
     assert ckpt.phase is TxnPhase.BROKEN
 
 
+async def test_join_group_waits_for_the_batches_shipped_so_far_before_sending_offsets() -> None:
+    """The broker verifies a transaction's first batch on a partition with the coordinator, which refuses while
+    it records the group: the early offsets go only once those batches are delivered."""
+    producer = _BatchingProducer(capacity=100)
+    delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    send_batch = producer.send_batch
+
+    async def slow_send_batch(batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        await send_batch(batch, topic, partition=partition)
+        return delivered
+
+    producer.send_batch = slow_send_batch  # type: ignore[method-assign]
+    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"first", [], partition=1)
+    await ckpt.ship_new()
+    ckpt.join_group(1, "")
+    await asyncio.sleep(0.01)
+    assert _offsets(producer) == [], "offsets sent while the first batch awaits verification"
+    delivered.set_result(None)
+    await asyncio.sleep(0.01)
+    assert _offsets(producer) == [1]
+    await ckpt.commit(1, "")
+    assert _offsets(producer) == [1, 1]
+
+
 async def test_an_abort_drops_the_open_batches() -> None:
     producer = _BatchingProducer()
     ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]

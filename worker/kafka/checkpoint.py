@@ -98,12 +98,21 @@ class Checkpoint:
         self._opened_at = time.monotonic()
 
     def join_group(self, next_offset: int, metadata: str) -> None:
-        """Send the partition's offset into the open transaction now, so adding the group to it (AddOffsetsToTxn)
-        is off the commit path; `commit` sends the final offset, which replaces this one (the last sent wins).
+        """Send the partition's offset into the open transaction once the batches shipped so far are delivered,
+        so adding the group to it (AddOffsetsToTxn) is off the commit path; `commit` sends the final offset,
+        which replaces this one (the last sent wins).
+
+        Waiting for those first batches matters: the broker verifies a transaction's first batch on a partition
+        with the coordinator, which refuses while it records the group: a produce retry, a backoff later.
         """
         if self._phase is TxnPhase.OPEN and self._early is None:
-            self._early = asyncio.ensure_future(self._send_offsets(next_offset, metadata))
+            self._early = asyncio.ensure_future(self._join(next_offset, metadata, list(self._futures)))
             self._early.add_done_callback(_retrieve)
+
+    async def _join(self, next_offset: int, metadata: str, shipped: list[asyncio.Future[Any]]) -> None:
+        if shipped:
+            await asyncio.wait(shipped)  # a failed one fails the commit, not this
+        await self._send_offsets(next_offset, metadata)
 
     async def _send_offsets(self, next_offset: int, metadata: str, after: asyncio.Future[None] | None = None) -> None:
         if after is not None:

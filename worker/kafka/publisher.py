@@ -113,6 +113,8 @@ class Publisher:
         if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None and await self._flush(p):
             try:
                 await p.checkpoint.ship_new()  # the commit ships the rest
+                # Every record below next_offset is in the transaction now; the commit sends the final offset.
+                p.checkpoint.join_group(p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset)))
             except Exception as exc:
                 await self._on_failure(p, exc)
 
@@ -125,10 +127,7 @@ class Publisher:
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
-                if not ckpt.is_open:
-                    await ckpt.begin()
-                    # The batch goes in next and the commit sends the final offset; this one only joins the group.
-                    ckpt.join_group(p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset)))
+                await ckpt.begin()
                 for outcome, timestamp, consumed_at in batch:
                     for out in outcome.records:
                         if out.destination is not Destination.OUTPUT:
