@@ -147,19 +147,31 @@ async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commi
     assert _offsets(producer) == [10, 12, 12, 13]
 
 
-async def test_an_abort_waits_for_the_early_offsets_and_a_failed_one_fails_the_commit() -> None:
-    producer = _Producer()
-    producer.offsets_gate = asyncio.Event()
+async def test_an_abort_never_waits_for_the_early_offsets_and_a_failed_one_fails_the_commit() -> None:
+    producer = _BatchingProducer(capacity=100)
+    producer.offsets_gate = asyncio.Event()  # the broker never answers the early offsets
     ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
     await ckpt.begin()
     ckpt.join_group(3, "")
-    aborting = asyncio.create_task(ckpt.abort())
     await asyncio.sleep(0.01)
-    assert [c[0] for c in producer.calls] == ["begin", "offsets"], "the abort must wait for the offsets in flight"
-    producer.offsets_gate.set()
-    await aborting
+    async with asyncio.timeout(1):
+        await ckpt.abort()
     assert [c[0] for c in producer.calls] == ["begin", "offsets", "abort"]
     assert ckpt.phase is TxnPhase.IDLE
+
+    undelivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def stuck_send_batch(batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        return undelivered
+
+    producer.send_batch = stuck_send_batch  # type: ignore[method-assign]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"v", [], partition=0)
+    await ckpt.ship_new()
+    ckpt.join_group(4, "")  # waits for a batch that is never delivered
+    async with asyncio.timeout(1):
+        await ckpt.abort()
+    assert [c[0] for c in producer.calls][-2:] == ["begin", "abort"], "the early offsets were never sent"
 
     failing = _Producer(fail="offsets")
     ckpt = Checkpoint(failing, TP, "group")  # type: ignore[arg-type]

@@ -225,7 +225,8 @@ class Checkpoint:
         self._move(TxnPhase.ABORTING)
         try:
             if self._early is not None:
-                await asyncio.wait([self._early])  # it checks for an open transaction: not after the abort began
+                # Offsets it queued already go before the abort; waiting for its batches could take a timeout.
+                self._early.cancel()
             await self._producer.abort_transaction()
         except BaseException:
             self._phase = TxnPhase.BROKEN
