@@ -131,6 +131,7 @@ async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commi
     await ckpt.begin()
     ckpt.join_group(10, '{"v":1,"replay_from":7}')
     ckpt.join_group(11, "")  # joined already
+    await asyncio.sleep(0)  # the early offsets go out
     await ckpt.send("out", b"k", b"v", [])
     await ckpt.commit(12, '{"v":1,"replay_from":9}')
     assert _offsets(producer) == [10, 12]
@@ -145,6 +146,11 @@ async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commi
     producer.offsets_gate.set()
     await committing
     assert _offsets(producer) == [10, 12, 12, 13]
+    producer.offsets_gate = None
+    await ckpt.begin()
+    ckpt.join_group(13, "")
+    await ckpt.commit(14, "")  # before the early offsets left: only the final ones, not two in a row
+    assert _offsets(producer) == [10, 12, 12, 13, 14]
 
 
 async def test_an_abort_never_waits_for_the_early_offsets_and_a_failed_one_fails_the_commit() -> None:

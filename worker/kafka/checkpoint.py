@@ -50,8 +50,8 @@ class Checkpoint:
     """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
 
     __slots__ = (
-        "_batches", "_early", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer", "_timestamps",
-        "_tp", "records",
+        "_batches", "_early", "_early_queued", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer",
+        "_timestamps", "_tp", "records",
     )
 
     def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
@@ -63,7 +63,8 @@ class Checkpoint:
         self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
         self._joined: set[tuple[str, int]] = set()  # partitions a batch of this transaction went to
         self._timestamps: list[int] = []
-        self._early: asyncio.Future[None] | None = None  # the offsets `join_group` sent
+        self._early: asyncio.Future[None] | None = None  # the offsets `join_group` sends
+        self._early_queued = False  # they are in the producer's hands: the commit must send after them
         self._opened_at = 0.0
         self.records = 0
 
@@ -112,6 +113,7 @@ class Checkpoint:
     async def _join(self, next_offset: int, metadata: str, shipped: list[asyncio.Future[Any]]) -> None:
         if shipped:
             await asyncio.wait(shipped)  # a failed one fails the commit, not this
+        self._early_queued = True
         await self._send_offsets(next_offset, metadata)
 
     async def _send_offsets(self, next_offset: int, metadata: str, after: asyncio.Future[None] | None = None) -> None:
@@ -193,7 +195,11 @@ class Checkpoint:
         self._move(TxnPhase.COMMITTING)
         # The offsets join the transaction while its records are still being delivered; the commit waits for
         # both, because aiokafka would commit a transaction that lost a record batch.
-        offsets = asyncio.ensure_future(self._send_offsets(next_offset, metadata, self._early))
+        early = self._early
+        if early is not None and not self._early_queued:
+            early.cancel()  # still waiting for its batches: the final offsets alone, at once
+            early = None
+        offsets = asyncio.ensure_future(self._send_offsets(next_offset, metadata, early))
         offsets.add_done_callback(_retrieve)
         try:
             try:
@@ -245,5 +251,6 @@ class Checkpoint:
                 fut.add_done_callback(_retrieve)
         self._futures = []
         self._early = None  # its failure, if any, is marked seen by its callback
+        self._early_queued = False
         self._timestamps = []
         self.records = 0
