@@ -230,9 +230,8 @@ class Checkpoint:
             return
         self._move(TxnPhase.ABORTING)
         try:
-            if self._early is not None:
-                # Offsets it queued already go before the abort; waiting for its batches could take a timeout.
-                self._early.cancel()
+            if self._early is not None and not self._early_queued:
+                self._early.cancel()  # waiting for its batches could take a timeout; queued offsets precede the abort
             await self._producer.abort_transaction()
         except BaseException:
             self._phase = TxnPhase.BROKEN
