@@ -127,9 +127,12 @@ def _offsets(producer: _Producer) -> list[int]:
 async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commit_sends_the_final_ones() -> None:
     producer = _Producer()
     ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    assert not ckpt.joins_group
     ckpt.join_group(1, "")  # no transaction open: nothing to join
     await ckpt.begin()
+    assert ckpt.joins_group
     ckpt.join_group(10, '{"v":1,"replay_from":7}')
+    assert not ckpt.joins_group
     ckpt.join_group(11, "")  # joined already
     await asyncio.sleep(0)  # the early offsets go out
     await ckpt.send("out", b"k", b"v", [])

@@ -98,6 +98,11 @@ class Checkpoint:
             raise
         self._opened_at = time.monotonic()
 
+    @property
+    def joins_group(self) -> bool:
+        """Whether `join_group` would send: a transaction is open and has not sent its early offsets."""
+        return self._phase is TxnPhase.OPEN and self._early is None
+
     def join_group(self, next_offset: int, metadata: str) -> None:
         """Send the partition's offset into the open transaction once the batches shipped so far are delivered,
         so adding the group to it (AddOffsetsToTxn) is off the commit path; `commit` sends the final offset,
@@ -106,7 +111,7 @@ class Checkpoint:
         Waiting for those first batches matters: the broker verifies a transaction's first batch on a partition
         with the coordinator, which refuses while it records the group: a produce retry, a backoff later.
         """
-        if self._phase is TxnPhase.OPEN and self._early is None:
+        if self.joins_group:
             self._early = asyncio.ensure_future(self._join(next_offset, metadata, list(self._futures)))
             self._early.add_done_callback(_retrieve)
 

@@ -46,6 +46,11 @@ def _child(children: dict[Any, Any], key: Any, family: Any, *labels: str) -> Any
     return child
 
 
+def _position(p: PartitionRun) -> tuple[int, str]:
+    """The offset a transaction holding every record consumed so far commits, and its `replay_from` metadata."""
+    return p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset))
+
+
 def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
     return next((v.decode(errors="replace") for k, v in headers if k == name), "")
 
@@ -113,8 +118,8 @@ class Publisher:
         if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None and await self._flush(p):
             try:
                 await p.checkpoint.ship_new()  # the commit ships the rest
-                # Every record below next_offset is in the transaction now; the commit sends the final offset.
-                p.checkpoint.join_group(p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset)))
+                if p.checkpoint.joins_group:  # every record below next_offset is in the transaction now
+                    p.checkpoint.join_group(*_position(p))
             except Exception as exc:
                 await self._on_failure(p, exc)
 
@@ -201,8 +206,7 @@ class Publisher:
         if ckpt is None or not ckpt.is_open:
             return True
         # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
-        offset = p.next_offset
-        metadata = encode_replay_metadata(p.state.replay_from(offset))
+        offset, metadata = _position(p)
         started = time.monotonic() - ckpt.age_s
         try:
             stamps = await ckpt.commit(offset, metadata)
