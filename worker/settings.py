@@ -42,7 +42,9 @@ class Settings(BaseSettings):
     )
     client_id: str = Field("harness-agui-worker", description="Client id prefix shown in broker logs and quotas.")
 
-    commit_interval_ms: int = Field(100, ge=1, le=60_000, description="A partition's transaction commits this often.")
+    commit_interval_ms: int = Field(100, ge=1, le=60_000, description=(
+        "A transaction commits once its oldest record waited this long; up to half of it may pass before consumption."
+    ))
     max_records_per_transaction: int = Field(
         1000, ge=1, le=1_000_000, description="A transaction also commits after this many source records."
     )

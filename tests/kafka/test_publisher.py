@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
+import worker.kafka.checkpoint as checkpoint_module
+import worker.kafka.publisher as publisher_module
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
 from worker.kafka.partition import PartitionRun, Phase
@@ -177,3 +179,48 @@ def test_a_partition_whose_revoke_commit_fails_is_not_kept_for_reassignment() ->
     parked, stopped = asyncio.run(scenario())
     assert not parked, "a partition with an aborted transaction was parked as live"
     assert stopped, "its producer must be closed"
+
+
+class _FrozenClock:
+    """Stands in for the `time` module of the publisher and the checkpoint: both clocks stand still."""
+
+    MONOTONIC = 5_000.0
+    WALL = 1_800_000_000.0
+
+    def monotonic(self) -> float:
+        return self.MONOTONIC
+
+    def time(self) -> float:
+        return self.WALL
+
+
+@pytest.mark.parametrize(
+    ("late_ms", "age_ms"),
+    [(40, 40), (50, 50), (80, 50), (100, 50), (101, 0), (60_000, 0), (0, 0), (-3_000, 0)],
+    ids=["late", "half-interval-late", "capped", "one-interval-late", "catching-up", "long-behind", "on-time",
+         "stamped-ahead"],
+)
+def test_the_commit_interval_starts_at_the_source_timestamp_by_at_most_half_an_interval(
+    monkeypatch: pytest.MonkeyPatch, late_ms: int, age_ms: int
+) -> None:
+    """A transaction's age counts the wait of its oldest record before consumption, up to half the interval;
+    a record more than an interval late (a partition catching up) counts from consumption."""
+    clock = _FrozenClock()
+    monkeypatch.setattr(publisher_module, "time", clock)
+    monkeypatch.setattr(checkpoint_module, "time", clock)
+
+    async def scenario() -> float:
+        pub = Publisher(Settings(commit_interval_ms=100), Metrics(), _no_failure, lambda p, reason: None)
+        p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
+        p.go_live(_RecordingProducer(0.0), "group", 0)  # type: ignore[arg-type]
+        rec = _Rec(0, "run-0", item("run-0", 0))
+        rec.timestamp = int(clock.WALL * 1000) - late_ms
+        await pub.consume(p, [rec])
+        assert p.checkpoint is not None and p.checkpoint.is_open
+        return p.checkpoint.age_s
+
+    assert asyncio.run(scenario()) == pytest.approx(age_ms / 1000)
+
+
+async def _no_failure(p: PartitionRun, exc: BaseException) -> None:
+    raise AssertionError(f"unexpected partition failure: {exc!r}")

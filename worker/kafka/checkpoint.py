@@ -50,8 +50,8 @@ class Checkpoint:
     """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
 
     __slots__ = (
-        "_batches", "_early", "_early_queued", "_futures", "_group_id", "_joined", "_opened_at", "_phase", "_producer",
-        "_timestamps", "_tp", "records",
+        "_batches", "_begun_at", "_early", "_early_queued", "_futures", "_group_id", "_joined", "_opened_at", "_phase",
+        "_producer", "_timestamps", "_tp", "records",
     )
 
     def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
@@ -65,7 +65,8 @@ class Checkpoint:
         self._timestamps: list[int] = []
         self._early: asyncio.Future[None] | None = None  # the offsets `join_group` sends
         self._early_queued = False  # they are in the producer's hands: the commit must send after them
-        self._opened_at = 0.0
+        self._opened_at = 0.0  # where the commit interval of the open transaction starts
+        self._begun_at = 0.0
         self.records = 0
 
     @property
@@ -78,8 +79,14 @@ class Checkpoint:
 
     @property
     def age_s(self) -> float:
-        """Seconds since the oldest record in the open transaction was consumed (0 when idle)."""
+        """Seconds of the commit interval the open transaction has used: since the earliest interval start its
+        records were noted with, or since `begin` (0 when idle)."""
         return time.monotonic() - self._opened_at if self.is_open else 0.0
+
+    @property
+    def begun_at(self) -> float:
+        """`time.monotonic()` when the current or last transaction began."""
+        return self._begun_at
 
     def _move(self, to: TxnPhase) -> None:
         if to not in _NEXT[self._phase]:
@@ -96,7 +103,7 @@ class Checkpoint:
         except BaseException:
             self._phase = TxnPhase.BROKEN
             raise
-        self._opened_at = time.monotonic()
+        self._opened_at = self._begun_at = time.monotonic()
 
     @property
     def joins_group(self) -> bool:
@@ -188,10 +195,11 @@ class Checkpoint:
             self._futures.append(await self._producer.send_batch(batch, where[0], partition=where[1]))
             self._joined.add(where)
 
-    def note_source(self, timestamp_ms: int, consumed_at: float | None = None) -> None:
-        """Remember a consumed record's timestamp; the transaction's age counts from its oldest record."""
-        if consumed_at is not None and consumed_at < self._opened_at:
-            self._opened_at = consumed_at
+    def note_source(self, timestamp_ms: int, interval_start: float | None = None) -> None:
+        """Remember a consumed record's timestamp; the transaction's age counts from the earliest `interval_start`
+        (a `time.monotonic()` value) of its records."""
+        if interval_start is not None and interval_start < self._opened_at:
+            self._opened_at = interval_start
         self.records += 1
         self._timestamps.append(timestamp_ms)
 

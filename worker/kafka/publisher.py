@@ -51,6 +51,15 @@ def _position(p: PartitionRun) -> tuple[int, str]:
     return p.next_offset, encode_replay_metadata(p.state.replay_from(p.next_offset))
 
 
+def _interval_start(consumed_at: float, late_s: float, interval_s: float) -> float:
+    """When a record's commit interval starts: at its source timestamp, so the delay before consumption counts,
+    but at most half an interval before it was consumed; a record over an interval late (a partition catching
+    up) starts it on consumption, so catching up keeps full transactions."""
+    if 0.0 < late_s <= interval_s:
+        return consumed_at - min(late_s, interval_s / 2)
+    return consumed_at
+
+
 def _header(headers: Iterable[tuple[str, bytes]], name: str) -> str:
     return next((v.decode(errors="replace") for k, v in headers if k == name), "")
 
@@ -91,6 +100,8 @@ class Publisher:
     async def _consume(self, p: PartitionRun, recs: list[Any], tally: dict[Verdict, int]) -> None:
         assert p.checkpoint is not None
         yield_at = time.monotonic() + _YIELD_EVERY_S
+        interval = self._s.commit_interval_ms / 1000
+        wall_ahead = time.time() - time.monotonic()  # source timestamps are wall-clock milliseconds
         for rec in recs:
             if rec.offset < p.next_offset:
                 continue
@@ -109,7 +120,8 @@ class Publisher:
                 return
             p.next_offset = rec.offset + 1
             tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
-            p.pending.append((outcome, rec.timestamp, now))
+            late = now + wall_ahead - rec.timestamp / 1000
+            p.pending.append((outcome, rec.timestamp, _interval_start(now, late, interval)))
             if p.commit_task is None and len(p.pending) + p.checkpoint.records >= self._s.max_records_per_transaction:
                 if not await self._flush(p):
                     return
@@ -133,7 +145,7 @@ class Publisher:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
                 await ckpt.begin()
-                for outcome, timestamp, consumed_at in batch:
+                for outcome, timestamp, interval_start in batch:
                     for out in outcome.records:
                         if out.destination is not Destination.OUTPUT:
                             await self._dead_letter(p, ckpt, out, outcome)
@@ -144,7 +156,7 @@ class Publisher:
                             await ckpt.send(topic, out.key, out.value, headers, partition)
                         kind = out.event_type or ""
                         sent[kind] = sent.get(kind, 0) + 1
-                    ckpt.note_source(timestamp, consumed_at)
+                    ckpt.note_source(timestamp, interval_start)
         except Exception as exc:
             await self._on_failure(p, exc)
             return False
@@ -207,7 +219,7 @@ class Publisher:
             return True
         # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset, metadata = _position(p)
-        started = time.monotonic() - ckpt.age_s
+        started = ckpt.begun_at
         try:
             stamps = await ckpt.commit(offset, metadata)
         except Exception as exc:
