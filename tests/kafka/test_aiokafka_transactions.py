@@ -173,8 +173,8 @@ async def test_send_offsets_commits_group_offset_and_metadata_with_the_output(
 async def test_the_offsets_sent_last_in_a_transaction_are_the_ones_committed(
     kafka_bootstrap: str, topic_factory: TopicFactory, unique_names: UniqueNames
 ) -> None:
-    """The checkpoint sends an early offset when a transaction opens and the final one at its commit; the
-    broker must keep the last one sent, whether it is higher or lower (not the first, not the highest)."""
+    """The checkpoint sends an early offset once a transaction's first batches are delivered and the final one
+    at its commit; the broker must keep the last one sent, whether higher or lower (not the first, not the highest)."""
     source = TopicPartition(topic_factory("in"), 0)
     group, transactional_id = unique_names("group"), unique_names("txn")
     for early, final in ((3, 5), (9, 4)):
