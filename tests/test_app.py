@@ -8,19 +8,33 @@ from worker.app import build_parser, main_run, settings_from_args
 from worker.settings import GapPolicy, Settings
 
 
-def test_every_setting_has_a_flag_and_the_issue_flags_exist() -> None:
-    flags = {opt for action in build_parser()._actions for opt in action.option_strings}
-    for name in Settings.model_fields:
-        assert "--" + name.replace("_", "-") in flags, name
-    for required in (
-        "--bootstrap-servers",
-        "--source-topic",
-        "--output-topic",
-        "--dlq-topic",
-        "--group-id",
-        "--metrics-port",
-    ):
-        assert required in flags
+def _other_value(name: str) -> tuple[list[str], object]:
+    """Command-line arguments that set `name` to a valid value other than its default, and that value."""
+    info = Settings.model_fields[name]
+    schema = Settings.model_json_schema()["properties"][name]
+    schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
+    if "$ref" in schema:
+        schema = Settings.model_json_schema()["$defs"][schema["$ref"].split("/")[-1]]
+    flag, default = "--" + name.replace("_", "-"), info.default
+    if info.annotation is bool:
+        return ([f"--no-{flag[2:]}"] if default else [flag]), not default
+    if "enum" in schema:
+        [value, *_] = [v for v in schema["enum"] if v != default]
+        return [flag, value], value
+    if schema.get("type") == "integer":
+        value = default + 1 if default + 1 <= schema.get("maximum", default + 1) else default - 1
+        return [flag, str(value)], value
+    return [flag, f"set-{name}"], f"set-{name}"
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_every_setting_has_a_flag_that_sets_it(name: str) -> None:
+    argv, expected = _other_value(name)
+    value = getattr(settings_from_args(build_parser().parse_args(argv)), name)
+    if hasattr(value, "get_secret_value"):
+        value = value.get_secret_value()
+    assert value == expected
+    assert value != Settings.model_fields[name].default
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,8 +11,10 @@ from worker.ops import health, logging, metrics
 def test_package_exports() -> None:
     assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "Metrics", "PartitionState",
                                           "configure_logging"]
+    defined_in = {name: module for module in (health, logging, metrics) for name in module.__all__}
     for name in worker.ops.__all__:
-        assert getattr(worker.ops, name) is not None
+        # each export is the object its own module defines, not a stand-in
+        assert getattr(worker.ops, name) is getattr(defined_in[name], name), name
 
 
 def test_module_exports_exist() -> None:
