@@ -43,16 +43,23 @@ class Settings(BaseSettings):
     client_id: str = Field("harness-agui-worker", description="Client id prefix shown in broker logs and quotas.")
 
     commit_interval_ms: int = Field(100, ge=1, le=60_000, description=(
-        "A transaction commits once its oldest record waited this long; up to half of it may pass before consumption."
+        "A partition's transaction commits once its oldest record is this old, counted from the record's source "
+        "timestamp but from at most half an interval before the worker consumed it."
     ))
     max_records_per_transaction: int = Field(
         1000, ge=1, le=1_000_000, description="A transaction also commits after this many source records."
     )
     transaction_timeout_ms: int = Field(
-        60_000, ge=1_000, description="Broker-side timeout after which an open transaction is aborted."
+        60_000, ge=1_000, description=(
+            "Broker-side timeout after which an open transaction is aborted; at most the broker's "
+            "transaction.max.timeout.ms."
+        ),
     )
-    session_timeout_ms: int = Field(10_000, ge=1_000, description="Group session timeout.")
-    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval.")
+    session_timeout_ms: int = Field(10_000, ge=1_000, description=(
+        "A member silent this long loses its partitions; with static membership, the longest restart that "
+        "keeps them."
+    ))
+    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval; below session_timeout_ms.")
     max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest allowed gap between two polls.")
     max_poll_records: int = Field(500, ge=1, description="Most records returned by one poll.")
     fetch_min_bytes: int = Field(
@@ -71,11 +78,17 @@ class Settings(BaseSettings):
         10_000, ge=0, description="Ended streams remembered per partition, to recognise late duplicates."
     )
     rebuild_lookback_ms: int = Field(
-        24 * 3_600_000, ge=0, description="Replay window when the committed offset carries no replay metadata."
+        24 * 3_600_000, ge=0, description=(
+            "How far back from the current time a rebuild replays when the committed offset carries no "
+            "replay metadata (after an offset reset)."
+        ),
     )
     replay_processes: int = Field(
         0, ge=0, le=64,
-        description="Helper processes a rebuild splits its replay across by key; 0 replays in the worker process.",
+        description=(
+            "Helper processes a rebuild splits its replay across by key, each about 12 MB idle plus its share "
+            "of the streams it rebuilds; 0 replays in the worker process."
+        ),
     )  # fmt: skip
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -99,7 +112,7 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "text"] = Field(
         "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
     )
-    log_level: str = Field("INFO", description="Log level.")
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
     shutdown_timeout_ms: int = Field(
         20_000, ge=100, description="On SIGTERM, open transactions must commit within this time."
     )
