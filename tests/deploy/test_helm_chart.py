@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
 
+from devtools.gen_docs import CHART_MANAGED
 from tests.deploy.conftest import CHART, Render
+from tests.test_readme import _section
 from worker.settings import Settings
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -33,17 +37,21 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "no-pdb": {"pdb": {"enabled": False}},
     "sasl": SASL,
     "ssl": SSL,
+    "prometheusrule": {"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "prom"}}}},
+    "extras": {
+        "extraEnvFrom": [{"configMapRef": {"name": "worker-env"}}],
+        "extraVolumes": [{"name": "certs", "configMap": {"name": "ca-bundle"}}],
+        "extraVolumeMounts": [{"name": "certs", "mountPath": "/etc/certs", "readOnly": True}],
+        "metrics": {"serviceMonitor": {
+            "enabled": True,
+            "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                             "targetLabel": "node"}],
+            "metricRelabelings": [{"action": "drop", "regex": "python_gc_.*", "sourceLabels": ["__name__"]}],
+        }},
+    },
 }
 # Settings fields the chart sets outside `config`, with the value that backs them.
-HANDLED_ELSEWHERE = {
-    "group_instance_id": "workload.staticMembership (pod name)",
-    "sasl_password": "kafka.sasl secret",
-    "ssl_password": "kafka.ssl secret",
-    "ssl_cafile": "kafka.ssl mount",
-    "ssl_certfile": "kafka.ssl mount",
-    "ssl_keyfile": "kafka.ssl mount",
-    "metrics_port": "metrics.port",
-}
+HANDLED_ELSEWHERE = CHART_MANAGED
 
 
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -334,3 +342,96 @@ def test_image_digest_wins_over_tag(render: Render) -> None:
     c = container(render({"image": {"tag": "1.2.3", "digest": digest}}))
     assert c["image"] == f"{VALUES['image']['repository']}@{digest}"
     assert container(render({"image": {"tag": "1.2.3"}}))["image"].endswith(":1.2.3")
+
+
+RECOMMENDED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                      "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by")
+
+
+@pytest.mark.parametrize("option", ["defaults", "statefulset", "keda", "servicemonitor", "prometheusrule"])
+def test_every_object_and_pod_carries_the_recommended_labels(render: Render, option: str) -> None:
+    objs = render(OPTIONS[option])
+    for obj in [*objs, workload(objs)["spec"]["template"]]:
+        labels = obj["metadata"]["labels"]
+        missing = [k for k in RECOMMENDED_LABELS if k not in labels]
+        assert not missing, (obj.get("kind", "pod template"), missing)
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+
+
+def test_chart_names_its_home_and_sources() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["home"].startswith("https://") and chart["sources"] and chart["appVersion"] == chart["version"]
+
+
+def test_extra_env_from_volumes_and_mounts_reach_the_pod(render: Render) -> None:
+    objs = render(OPTIONS["extras"])
+    c = container(objs)
+    assert c["envFrom"] == [{"configMapRef": {"name": "worker-env"}}]
+    pod = workload(objs)["spec"]["template"]["spec"]
+    assert {"name": "certs", "configMap": {"name": "ca-bundle"}} in pod["volumes"]
+    assert {"name": "certs", "mountPath": "/etc/certs", "readOnly": True} in c["volumeMounts"]
+    assert any(m["mountPath"] == "/tmp" for m in c["volumeMounts"])  # the chart's own mounts stay
+    assert "envFrom" not in container(render())
+
+
+def test_service_monitor_relabelings(render: Render) -> None:
+    [sm] = by_kind(render(OPTIONS["extras"]), "ServiceMonitor")
+    [endpoint] = sm["spec"]["endpoints"]
+    assert endpoint["relabelings"][0]["targetLabel"] == "node"
+    assert endpoint["metricRelabelings"][0]["action"] == "drop"
+    [plain] = by_kind(render(OPTIONS["servicemonitor"]), "ServiceMonitor")
+    assert "relabelings" not in plain["spec"]["endpoints"][0]
+
+
+def _readme_alert_metrics() -> list[str]:
+    table = _section("Metrics")
+    exprs = re.findall(r"^\| [^|]+ \| `([^`]+)`", table.split("Recommended alerts", 1)[1], flags=re.M)
+    return [re.search(r"harness_agui_[a-z_]+", e).group(0) for e in exprs]  # type: ignore[union-attr]
+
+
+def test_prometheus_rule_carries_the_alerts_the_readme_recommends(render: Render) -> None:
+    objs = render(OPTIONS["prometheusrule"])
+    [rule] = by_kind(objs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    [group] = rule["spec"]["groups"]
+    exprs = [r["expr"] for r in group["rules"]]
+    recommended = _readme_alert_metrics()
+    assert len(recommended) == len(exprs) == 6
+    for metric, expr in zip(recommended, exprs, strict=True):
+        assert metric in expr
+        assert 'namespace="streams"' in expr and 'pod=~"rel-harness-agui-worker-.*"' in expr
+    assert all(r["labels"]["severity"] == "warning" and r["annotations"]["summary"] for r in group["rules"])
+    custom = render({"metrics": {"prometheusRule": {"enabled": True, "selector": 'job="w"', "additionalRules": [
+        {"alert": "Mine", "expr": "vector(1)"}]}}})
+    [rule] = by_kind(custom, "PrometheusRule")
+    rules = rule["spec"]["groups"][0]["rules"]
+    assert rules[-1] == {"alert": "Mine", "expr": "vector(1)"}
+    assert all('job="w"' in r["expr"] for r in rules[:-1])
+    assert not by_kind(render(), "PrometheusRule")
+
+
+def test_notes_render_the_release(helm: Any, tmp_path: Any) -> None:
+    """NOTES.txt is rendered only by install; a copy of the chart renders it into a ConfigMap to check it."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_notes_probe.tpl").write_text(
+        '{{- define "probe.notes" -}}' + notes + "{{- end -}}")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+        '  notes: {{ include "probe.notes" . | toJson }}\n')
+    for kind in ("Deployment", "StatefulSet"):
+        out = helm("template", "rel", str(chart), "-n", "streams", "--set", f"workload.kind={kind}",
+                   "--show-only", "templates/notes-probe.yaml").stdout
+        text = yaml.safe_load(out)["data"]["notes"]
+        assert f"port-forward {kind.lower()}/rel-harness-agui-worker 9464" in text
+        assert '"harness.events"' in text and "read_committed" in text
+
+
+def test_grace_period_defaults_are_the_settings_defaults() -> None:
+    """The chart computes the grace period from two settings; where values leave them null it uses these."""
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    for name in ("commit_interval_ms", "shutdown_timeout_ms"):
+        [default] = re.findall(rf'"key" "{name}" "default" (\d+)', helpers)
+        assert int(default) == Settings.model_fields[name].default, name

@@ -28,6 +28,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: stream-processor
+app.kubernetes.io/part-of: harness-agui
 {{- end -}}
 
 {{- define "haw.serviceAccountName" -}}

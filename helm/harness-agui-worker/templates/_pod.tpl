@@ -67,7 +67,7 @@
 {{- define "haw.podTemplate" -}}
 metadata:
   labels:
-    {{- include "haw.selectorLabels" . | nindent 4 }}
+    {{- include "haw.labels" . | nindent 4 }}
     {{- with .Values.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -96,6 +96,10 @@ spec:
       args: ["run"]
       env:
         {{- include "haw.env" . | trim | nindent 8 }}
+      {{- with .Values.extraEnvFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       ports:
         - name: metrics
           containerPort: {{ .Values.metrics.port }}
@@ -127,6 +131,9 @@ spec:
           mountPath: {{ include "haw.tlsDir" . }}
           readOnly: true
         {{- end }}
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir:
@@ -136,6 +143,9 @@ spec:
       secret:
         secretName: {{ .Values.kafka.ssl.existingSecret }}
         defaultMode: 0440
+    {{- end }}
+    {{- with .Values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
