@@ -1,9 +1,12 @@
 """The README's replay procedure, run verbatim: stop the group, reset its offsets to the earliest with the
-standard Kafka tool, run the worker again into a fresh output topic; the output repeats with the same ids."""
+standard Kafka tool (the README's `kafka-consumer-groups.sh` lines, run through the same tool class from the
+Maven jars), run the worker again into a fresh output topic; the output repeats with the same ids."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
@@ -17,6 +20,7 @@ from devtools.kafka_tools import GroupLag, committed_lag, wait_caught_up
 from devtools.sample_runs import produce
 from tests.kafka.conftest import TopicFactory, UniqueNames
 from tests.kafka.support import ROOT, WorkerProcess
+from tests.test_readme import _section
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -81,6 +85,19 @@ async def _run_worker_until_caught_up(
     return worker
 
 
+def readme_consumer_group_commands(bs: str, group: str, source: str) -> list[list[str]]:
+    """The arguments of each `kafka-consumer-groups.sh` line of the README's replay procedure, variables set."""
+    [block] = [b for b in re.findall(r"```bash\n(.*?)```", _section("Operations"), flags=re.S)
+               if "--reset-offsets" in b]
+    values = {"$BS": bs, "$GROUP": group, "$SOURCE": source}
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        if line.startswith("kafka-consumer-groups.sh "):
+            words = shlex.split(line.split("#")[0])[1:]
+            out.append([values.get(w, w) for w in words])
+    return out
+
+
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "devtools.kafka_tools", *args],
@@ -103,11 +120,14 @@ async def test_reset_to_earliest_replays_the_same_durable_ids_into_a_fresh_topic
     first = await _read_committed(bs, first_out)
     assert len(first) == RUNS, f"expected output for {RUNS} runs, got {len(first)}"
 
-    # The documented command: reset the stopped group's offsets on the source topic to the earliest.
-    reset = _tool(
-        "consumer-groups", "--bootstrap-server", bs, "--group", group, "--topic", source,
-        "--reset-offsets", "--to-earliest", "--execute",
-    )  # fmt: skip
+    # The documented commands: describe the stopped group, preview the reset, execute it.
+    describe, preview, execute = readme_consumer_group_commands(bs, group, source)
+    assert "--describe" in describe and "--dry-run" in preview and "--execute" in execute
+    for args in (describe, preview):
+        shown = _tool("consumer-groups", *args)
+        assert shown.returncode == 0, f"{args}: {shown.stdout}\n{shown.stderr}"
+    assert await committed_lag(bs, group, source) == dict.fromkeys(range(3), 0), "a dry run changed the offsets"
+    reset = _tool("consumer-groups", *execute)
     assert reset.returncode == 0, f"reset failed: {reset.stdout}\n{reset.stderr}"
     assert source in reset.stdout, reset.stdout
     lag = await committed_lag(bs, group, source)
