@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# Two stages: build a wheel of this project, its hot path compiled with mypyc, into a venv; then ship only that
-# venv on the slim image of the same Python release (the builder's full image has the C compiler).
+# Two stages: build a wheel of this project, its hot path compiled with mypyc, into a venv whose dependencies
+# come from requirements.lock (pinned, hash-checked); then ship only that venv on the slim image of the same
+# Python release (the builder's full image has the C compiler).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG BUILDER_IMAGE=python:3.11.14-bookworm
 
@@ -9,19 +10,29 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+COPY requirements.lock requirements-build.lock ./
+# The runtime dependencies go into the shipped venv and, with mypyc's tool chain, into the builder's Python
+# (mypyc type-checks the sources against them). Every file is a pinned wheel with a known hash.
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements.lock \
+ && python -m pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements.lock \
+ && python -m pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements-build.lock
 COPY pyproject.toml setup.py README.md ./
 COPY worker ./worker
-# mypyc type-checks the sources against the runtime dependencies, so they are installed before the build.
-RUN python -m pip install --no-cache-dir "mypy==1.20.2" "setuptools==80.9.0" "wheel==0.45.1" . \
- && HARNESS_AGUI_COMPILE=1 python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
- && python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir /wheels/*.whl \
+RUN HARNESS_AGUI_COMPILE=1 python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/venv/bin/pip install --no-cache-dir --no-deps /wheels/*.whl \
+ && /opt/venv/bin/pip check \
  && /opt/venv/bin/python -c "import worker._native as n; assert n.compiled(), n.fallback_reason" \
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="harness-agui-worker" \
       org.opencontainers.image.description="Exactly-once Kafka worker: Harness event streams to AG-UI events" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/harness-agui/harness-agui-worker" \
+      org.opencontainers.image.url="https://github.com/harness-agui/harness-agui-worker" \
+      org.opencontainers.image.documentation="https://github.com/harness-agui/harness-agui-worker#readme" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 worker \
  && useradd --system --uid 10001 --gid worker --no-create-home --home-dir /nonexistent \

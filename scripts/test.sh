@@ -9,6 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+# The worker's dependencies at the versions the image ships (requirements.lock), then the project and its test tools.
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --only-binary=:all: --no-deps \
+  -r requirements.lock
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
 bash scripts/install-tools.sh

@@ -1,4 +1,5 @@
-"""The image's install step, done for real: build the wheel from the Docker build context, install it fresh."""
+"""The image's install step, done for real: build the wheel from the Docker build context, install it fresh
+with the locked dependencies."""
 
 from __future__ import annotations
 
@@ -51,7 +52,12 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    _run(str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), cwd=tmp_path)
+    # As the image does: the locked dependencies (hash-checked wheels), then the project's wheel alone.
+    _run(str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--require-hashes",
+         "--only-binary=:all:", "--no-deps", "-r", str(context / "requirements.lock"), cwd=tmp_path)
+    _run(str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", str(wheel),
+         cwd=tmp_path)
+    _run(str(python), "-m", "pip", "check", cwd=tmp_path)  # the lock holds everything the wheel requires
     # Run from tmp_path so the repository's own worker/ is not on sys.path.
     probe = _run(str(python), "-c", "import worker, worker.ops.health; print(worker.__file__)", cwd=tmp_path)
     assert str(env_dir) in probe.stdout
