@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -315,3 +317,17 @@ def test_a_restored_golden_stream_publishes_what_the_uninterrupted_one_does() ->
         assert k == recs[cut].offset
         tail = [SourceRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in recs[cut:]]
         assert [restored.process(r) for r in tail] == [whole.process(r) for r in tail]
+
+
+def test_the_documented_examples_are_records_this_release_reads_and_writes() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "changelog-format.md").read_text()
+    blocks = [orjson.loads(b) for b in re.findall(r"```json\n(.*?)\n```", doc, flags=re.S)]
+    partition, stream, ended = blocks
+    values = {b"partition": orjson.dumps(partition), b"stream:run-a": orjson.dumps(stream),
+              b"ended:run-b": orjson.dumps(ended)}  # fmt: skip
+    restored, offset = PartitionState.restore(TOPIC, 0, values, core=REAL_CORE)
+    assert offset == partition["offset"]
+    image = restored.image(offset)
+    assert image.keys() == values.keys()
+    assert (image[b"stream:run-a"], image[b"ended:run-b"]) == (values[b"stream:run-a"], values[b"ended:run-b"])
+    assert orjson.loads(image[b"partition"]) == {**partition, "worker": metadata.version("harness-agui-worker")}
