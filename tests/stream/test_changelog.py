@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from importlib import metadata
 from pathlib import Path
@@ -11,8 +12,8 @@ import orjson
 import pytest
 
 from tests.stream._cores import REAL_CORE
-from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, golden_source, item, records
+from tests.stream._fakes import FAKE_CORE, FakeObserver
+from tests.stream._support import TOPIC, golden_source, header, item, records
 from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream import (
@@ -331,3 +332,23 @@ def test_the_documented_examples_are_records_this_release_reads_and_writes() -> 
     assert image.keys() == values.keys()
     assert (image[b"stream:run-a"], image[b"ended:run-b"]) == (values[b"stream:run-a"], values[b"ended:run-b"])
     assert orjson.loads(image[b"partition"]) == {**partition, "worker": metadata.version("harness-agui-worker")}
+
+
+def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_recount() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0, emit=3)), (A, item(A, 1, emit=3))], start=0)  # RUN_STARTED + 6 CUSTOMs
+    changelog = fold({}, st.checkpoint(2))
+
+    class Terse(FakeObserver):  # a release converting each item to one event fewer
+        def observe(self, item: Any, /) -> tuple[Any, ...]:
+            return super().observe(item)[1:]
+
+    def restore_terse(data: Any) -> Any:
+        observer = Terse()
+        observer.accepted, observer.threads = data["accepted"], dict(data["threads"])
+        return observer
+
+    terse = dataclasses.replace(FAKE_CORE, restore_observer=restore_terse)
+    restored, _ = PartitionState.restore(TOPIC, 0, changelog, core=terse)
+    (out,) = feed(restored, [(A, item(A, 2, emit=2))], start=2)
+    assert [header(r.headers, "agui-event-id") for r in out.records] == [f"{A}:7"]
