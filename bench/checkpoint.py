@@ -2,10 +2,11 @@
 (side by side, alternating passes, best of each), the export of an observer built by hand against pydantic's,
 and the time to restore a partition of many open streams from its changelog values.
 
-Usage: .venv/bin/python bench/checkpoint.py [--records N] [--streams N] [--every N] [--repeat N] [--restore N]
+Usage: .venv/bin/python bench/checkpoint.py [--records N] [--streams N,N] [--every N] [--repeat N] [--restore N]
                                            [--max-item-bytes N]
 The workload is the golden runs, cloned under fresh root run ids and interleaved so that `--streams` are open at
-once: with one record per stream between two checkpoints, nearly every record dirties a different stream.
+once, taking turns: with more open streams than records between two checkpoints, every record dirties a stream
+of its own and each checkpoint writes as many stream records as it covers records (the worst case).
 """
 
 from __future__ import annotations
@@ -90,6 +91,25 @@ def checkpointed(records: list[SourceRecord], every: int, written: list[int]) ->
             written.append(len(state.checkpoint(record.offset + 1)))
 
 
+def compare(runs: list[list[dict[str, object]]], total: int, streams: int, every: int, repeat: int) -> None:
+    records = workload(runs, total, streams)
+    mean = sum(len(r.value or b"") for r in records) / len(records)
+    print(f"workload:    {len(records)} records ({mean:.0f} bytes on average) of {len(runs)} golden runs cloned, "
+          f"{streams} streams open at a time; a checkpoint every {every} records")
+    written: list[int] = []
+    plain(records[:every])  # warm-up
+    alone, with_checkpoints = [], []
+    for _ in range(repeat):  # alternating, so the machine's phases hit both sides alike
+        alone.append(timed(lambda: plain(records)))
+        with_checkpoints.append(timed(lambda: checkpointed(records, every, written)))
+    a, c = min(alone) / len(records) * 1e6, min(with_checkpoints) / len(records) * 1e6
+    per_checkpoint = sum(written) / max(len(written), 1)
+    print(f"  processing:  {a:.2f} us/record alone, {c:.2f} us/record with checkpoints (best of {repeat} passes "
+          f"each, CPU): {100 * (c - a) / a:+.1f} %")
+    print(f"  checkpoints: {len(written)}, {per_checkpoint:.0f} changelog records each, "
+          f"{(c - a) * every / per_checkpoint:.1f} us per record written")
+
+
 def open_state(runs: list[list[dict[str, object]]], streams: int) -> PartitionState:
     """A partition holding `streams` open streams, each fed the first half of a golden run."""
     state = PartitionState(TOPIC, 0, max_open_streams=max(streams, 1))
@@ -106,29 +126,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
     parser.add_argument("--records", type=int, default=60_000)
-    parser.add_argument("--streams", type=int, default=2_000)
+    parser.add_argument("--streams", default="200,2000", help="open streams of each workload, comma-separated")
     parser.add_argument("--every", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--restore", type=int, default=10_000)
     parser.add_argument("--max-item-bytes", type=int, default=0, help="leave out runs with a larger item")
     args = parser.parse_args()
     runs = load_runs(args.corpus, args.max_item_bytes)
-    records = workload(runs, args.records, args.streams)
-    mean = sum(len(r.value or b"") for r in records) / len(records)
     print(f"core:        {describe()}")
-    print(f"workload:    {len(records)} records ({mean:.0f} bytes on average) of {len(runs)} golden runs cloned, "
-          f"{args.streams} streams open at a time; a checkpoint every {args.every} records")
-    written: list[int] = []
-    plain(records[: args.every])  # warm-up
-    alone, with_checkpoints = [], []
-    for _ in range(args.repeat):  # alternating, so the machine's phases hit both sides alike
-        alone.append(timed(lambda: plain(records)))
-        with_checkpoints.append(timed(lambda: checkpointed(records, args.every, written)))
-    a, c = min(alone) / len(records) * 1e6, min(with_checkpoints) / len(records) * 1e6
-    print(f"processing:  {a:.2f} us/record alone, {c:.2f} us/record with checkpoints (best of {args.repeat} "
-          f"passes each, CPU): checkpoints cost {100 * (c - a) / a:+.1f} %")
-    print(f"checkpoints: {len(written)}, {sum(written) / max(len(written), 1):.0f} changelog records each on average")
-
+    for streams in map(int, args.streams.split(",")):
+        compare(runs, args.records, streams, args.every, args.repeat)
     state = open_state(runs, args.restore)
     end = (state.last_offset or 0) + 1
     values = state.image(end)
