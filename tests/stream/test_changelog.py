@@ -23,6 +23,7 @@ from worker.stream import (
     PartitionState,
     SourceRecord,
     Verdict,
+    default_core,
     read_checkpoint_header,
 )
 
@@ -352,3 +353,26 @@ def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_r
     restored, _ = PartitionState.restore(TOPIC, 0, changelog, core=terse)
     (out,) = feed(restored, [(A, item(A, 2, emit=2))], start=2)
     assert [header(r.headers, "agui-event-id") for r in out.records] == [f"{A}:7"]
+
+
+def test_a_restored_real_observer_keeps_the_cores_processor() -> None:
+    def shout(item: Any, event: Any) -> Any:
+        if getattr(event, "type", None) == "TEXT_MESSAGE_CONTENT":
+            event.delta = event.delta.upper()
+        return event
+
+    core = default_core(processor=shout)
+    lines = golden_source("s01_hello")
+    root = orjson.loads(lines[0])["run_id"]
+    recs = records([(root, line) for line in lines])
+    whole = PartitionState(TOPIC, 0, core=core)
+    expected = [whole.process(r) for r in recs]
+    for cut in range(1, len(recs)):
+        first = PartitionState(TOPIC, 0, core=core)
+        for r in recs[:cut]:
+            first.process(r, publish=False)
+        restored, _ = PartitionState.restore(TOPIC, 0, fold({}, first.checkpoint(recs[cut].offset)), core=core)
+        assert [restored.process(r) for r in recs[cut:]] == expected[cut:]
+    deltas = [orjson.loads(r.value or b"")["delta"] for o in expected for r in o.records
+              if r.event_type == "TEXT_MESSAGE_CONTENT"]  # fmt: skip
+    assert deltas and all(d == d.upper() for d in deltas)

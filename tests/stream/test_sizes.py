@@ -25,6 +25,7 @@ from worker.stream import (
     SourceRecord,
     StreamCore,
     Verdict,
+    default_core,
     record_size,
 )
 
@@ -243,3 +244,20 @@ def test_golden_runs_under_a_limit_decide_alike_live_and_in_replay(limit: int) -
         assert len(encoded) < len(published) // 2  # terminal items, and items over 1/16 of the limit
     if limit == 2048:
         assert too_large >= 2
+
+
+def test_with_a_processor_the_real_core_measures_every_event_and_replay_decides_alike() -> None:
+    def inflate(item: Any, event: Any) -> Any:
+        if getattr(event, "type", None) == "TEXT_MESSAGE_CONTENT":
+            event.delta = event.delta * 200  # a processor may make a small item's event as large as it likes
+        return event
+
+    core = default_core(processor=inflate)
+    lines = _real(_run_started(), _text_start("p", "hello"), _text_delta("more"))
+    assert core.event_bound(core.decode(lines[1]), 0) is None
+    live = PartitionState(TOPIC, 0, core=core, max_record_bytes=1024)
+    replay = PartitionState(TOPIC, 0, core=core, max_record_bytes=1024)
+    recs = records([("run-x", line) for line in lines])
+    outs = [(live.process(r).reason, replay.process(r, publish=False).reason) for r in recs]
+    too_large, closed = (DeadLetterReason.TOO_LARGE,) * 2, (DeadLetterReason.RUN_CLOSED_BY_GAP,) * 2
+    assert outs == [(None, None), too_large, closed]

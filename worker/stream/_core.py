@@ -8,7 +8,13 @@ from typing import Any, Protocol, cast
 
 from ag_ui.core import BaseEvent
 
-from worker.observe import HarnessAguiStreamObserver, ObserverContinuation, announced_child, encode_event
+from worker.observe import (
+    AguiEventProcessor,
+    HarnessAguiStreamObserver,
+    ObserverContinuation,
+    announced_child,
+    encode_event,
+)
 from worker.wire import decode_item, is_terminal, timestamp_ms
 
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core"]
@@ -64,16 +70,8 @@ class StreamCore:
     event_bound: Callable[[Any, int], int | None]
 
 
-def _new_observer() -> StreamObserver:
-    return HarnessAguiStreamObserver(retain_events=False)
-
-
 def _export_observer(observer: StreamObserver) -> object:
     return cast(HarnessAguiStreamObserver, observer).export_data()
-
-
-def _restore_observer(data: Any) -> StreamObserver:
-    return HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate(data))
 
 
 def _event_bound(item: Any, widest: int) -> int | None:
@@ -83,16 +81,28 @@ def _event_bound(item: Any, widest: int) -> int | None:
     return _EVENT_GROWTH * size + 2 * widest + _EVENT_SLACK
 
 
-def default_core() -> StreamCore:
-    """Return the real core: `worker.wire` decoding and the stream observer without an event log."""
+def _unbounded(item: Any, widest: int) -> int | None:
+    return None
+
+
+def default_core(processor: AguiEventProcessor | None = None) -> StreamCore:
+    """Return the real core: `worker.wire` decoding and the stream observer without an event log, its events
+    passed through `processor` when given (whose events no bound can foresee: they are always measured)."""
+
+    def new_observer() -> StreamObserver:
+        return HarnessAguiStreamObserver(processor=processor, retain_events=False)
+
+    def restore_observer(data: Any) -> StreamObserver:
+        return HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate(data), processor=processor)
+
     return StreamCore(
         decode=decode_item,
         timestamp_ms=timestamp_ms,
         is_terminal=is_terminal,
-        new_observer=_new_observer,
+        new_observer=new_observer,
         encode_event=encode_event,
         export_observer=_export_observer,
-        restore_observer=_restore_observer,
+        restore_observer=restore_observer,
         announced_run=announced_child,
-        event_bound=_event_bound,
+        event_bound=_event_bound if processor is None else _unbounded,
     )
