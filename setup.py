@@ -36,10 +36,12 @@ COMPILED = [
     "worker/observe/_stream.py",
     "worker/observe/_terminal.py",
     "worker/stream/_build.py",
+    "worker/stream/_changelog.py",
     "worker/stream/_core.py",
     "worker/stream/_partition.py",
     "worker/stream/_records.py",
     "worker/stream/_shards.py",
+    "worker/stream/_table.py",
 ]
 MANIFEST = "worker/_compiled.json"
 

@@ -6,6 +6,8 @@
     ├── ConfigError             a setting is missing or inconsistent                 (also ValueError)
     ├── GapError                a run's source history has a hole (halt policy)
     ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
+    ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
+    ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
         ├── RebuildError        a partition could not be rebuilt from its source history
         └── FencedError         another worker now owns a partition's transactional id
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 __all__ = [
     "AguiObservationError",
+    "CheckpointError",
+    "CheckpointVersionError",
     "ConfigError",
     "DecodeError",
     "FencedError",
@@ -53,6 +57,27 @@ class GapError(WorkerError):
 
 class ShardedReplayError(WorkerError):
     """A replay split by key across processes cannot stand in for the in-process one; replay in-process."""
+
+
+class CheckpointError(WorkerError):
+    """A changelog partition cannot be restored (unreadable or inconsistent); `key` names the record at fault."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, key: bytes | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        where = f"changelog of {topic}[{partition}]"
+        super().__init__(f"{where}, record {key!r}: {message}" if key is not None else f"{where}: {message}")
+
+
+class CheckpointVersionError(WorkerError):
+    """A changelog partition was written in checkpoint format `version`, which this release cannot read."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, version: object) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.version = version
+        super().__init__(f"changelog of {topic}[{partition}]: {message}")
 
 
 class KafkaWorkerError(WorkerError):

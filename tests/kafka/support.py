@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
 from worker.errors import AguiObservationError, DecodeError
-from worker.observe import HarnessAguiStreamObserver, encode_event
+from worker.observe import HarnessAguiStreamObserver, announced_child, encode_event
 from worker.wire import decode_item
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -56,23 +56,35 @@ def rekey(lines: list[bytes], suffix: str) -> tuple[str, list[bytes]]:
 
 @dataclass
 class Run:
-    """One source run with what `python -m worker convert` makes of it: the events and the rejected lines."""
+    """One source run with what the worker makes of it: the events, the lines the observer rejects, and the lines
+    of a run neither the root nor announced in the stream (dead-lettered as mis-keyed)."""
 
     key: str
     lines: list[bytes]
     events: list[bytes] = field(default_factory=list)
     rejected: list[bytes] = field(default_factory=list)
+    mis_keyed: list[bytes] = field(default_factory=list)
 
 
 def converted(key: str, lines: list[bytes]) -> Run:
-    """Convert a run the way the offline converter does (stream observer, encode_event, errors in place)."""
+    """Convert a run as the offline converter does (stream observer, encode_event, errors in place), leaving out
+    the items of runs that are neither the root `key` nor a child announced before them."""
     run = Run(key, lines)
     observer = HarnessAguiStreamObserver(retain_events=False)
+    members = {key}
     for ln in lines:
         try:
-            run.events.extend(encode_event(e) for e in observer.observe(decode_item(ln)))
+            item = decode_item(ln)
+            if item.run_id not in members:
+                run.mis_keyed.append(ln)
+                continue
+            run.events.extend(encode_event(e) for e in observer.observe(item))
         except (DecodeError, AguiObservationError, TypeError, ValidationError):
             run.rejected.append(ln)
+            continue
+        child = announced_child(item)
+        if child is not None:
+            members.add(child)
     return run
 
 

@@ -55,7 +55,8 @@ def test_every_documented_metric_is_served_by_a_running_worker(
             assert name in served or name.removesuffix("_total") in served, f"{name} is not served"
         assert _value(body, "harness_agui_source_records_total") == sum(len(r.lines) for r in runs) + 1
         assert _value(body, "harness_agui_output_events_total") == expected_total(runs)
-        assert _value(body, "harness_agui_dead_letter_records_total") == sum(len(r.rejected) for r in runs) + 1
+        dead = sum(len(r.rejected) + len(r.mis_keyed) for r in runs) + 1
+        assert _value(body, "harness_agui_dead_letter_records_total") == dead
         assert _value(body, 'harness_agui_transactions_total{result="committed"}') >= 1 or \
             _value(body, "harness_agui_transactions_total") >= 1
         assert _value(body, "harness_agui_assigned_partitions") == 2

@@ -74,9 +74,11 @@ def test_poison_records_are_dead_lettered_and_the_partition_keeps_flowing(
     at = records.index((host.key.encode(), host.lines[0])) + 1
     records[at:at] = [(host.key.encode(), v) for v in poison.values()]
 
-    # Observer errors: s07 keeps converting around its rejected lines.
+    # Observer errors: s07 keeps converting around its rejected lines; its item of a run never announced in the
+    # stream is mis-keyed.
     errors = converted(*rekey(read_lines(GOLDEN / "s07_errors.jsonl"), "poison"))
     assert errors.rejected, "s07_errors must contain lines the observer rejects"
+    assert len(errors.mis_keyed) == 1
     # A duplicate: the third line of r0003 sent twice.
     dup_key, dup_lines = rekey(read_lines(GOLDEN / "r0003.jsonl"), "dup")
     dup_run = converted(dup_key, dup_lines)
@@ -110,12 +112,12 @@ def test_poison_records_are_dead_lettered_and_the_partition_keeps_flowing(
         assert "expected sequence 4" in last["message"] and "received 5" in last["message"], last["message"]
         assert gap_out[-1].headers["agui-event-id"] == f"{gap_key}:{len(before_gap.events)}"
 
-        n_dead = len(poison) + len(errors.rejected) + 1 + (len(gap_sent) - 4) + 1
+        n_dead = len(poison) + len(errors.rejected) + len(errors.mis_keyed) + 1 + (len(gap_sent) - 4) + 1
         dead = asyncio.run(collect(kafka_bootstrap, dlq, expect=n_dead, timeout_s=30))
         reasons = [d.headers["dlq-reason"] for d in dead]
         assert reasons.count("decode-error") == len(poison), reasons
         assert reasons.count("observation-error") == len(errors.rejected), reasons
-        assert reasons.count("duplicate") == 1 and reasons.count("mis-keyed") == 1, reasons
+        assert reasons.count("duplicate") == 1 and reasons.count("mis-keyed") == 1 + len(errors.mis_keyed), reasons
         assert reasons.count("gap") == 1, reasons
         assert reasons.count("run-closed-by-gap") == len(gap_sent) - 5, reasons
         assert len(dead) == n_dead

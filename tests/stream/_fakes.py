@@ -23,6 +23,21 @@ class FakeItem:
     terminal: bool
     refuse: str | None
     emit: int
+    announce: str | None = None  # a child run this item announces in its stream
+    pad: str | None = None  # copied into each CUSTOM, to make events large
+    size: int = 0  # the length of the value it was decoded from
+
+
+def _announced(data: dict[str, Any]) -> str | None:
+    """A fake `announce` field, or the child of a golden run's inline delegation `started` event."""
+    if isinstance(data.get("announce"), str):
+        return str(data["announce"])
+    event = data.get("event")
+    payload = event.get("payload") if isinstance(event, dict) else None
+    if isinstance(payload, dict) and payload.get("type") == "inline_delegation" and payload.get("action") == "started":
+        child = payload.get("child_run_id")
+        return child if isinstance(child, str) else None
+    return None
 
 
 def fake_decode(value: bytes) -> FakeItem:
@@ -54,6 +69,9 @@ def fake_decode(value: bytes) -> FakeItem:
         terminal="result" in data,
         refuse=data.get("refuse"),
         emit=int(data.get("emit", 1)),
+        announce=_announced(data),
+        pad=data.get("pad"),
+        size=len(value),
     )
 
 
@@ -85,7 +103,9 @@ class FakeObserver:
         ts = item.occurred_ms
         if self.accepted == 0:
             events.append(RunStartedEvent(thread_id=item.thread_id, run_id=item.run_id, timestamp=ts))
-        value = {"run": item.run_id, "seq": item.sequence, "count": self.accepted}
+        value: dict[str, object] = {"run": item.run_id, "seq": item.sequence, "count": self.accepted}
+        if item.pad is not None:
+            value["pad"] = item.pad
         events.extend(CustomEvent(name=f"fake.{i}", value=value, timestamp=ts) for i in range(item.emit))
         self.threads.setdefault(item.run_id, item.thread_id)
         self.accepted += 1
@@ -100,10 +120,33 @@ def _new_observer() -> StreamObserver:
     return FakeObserver()
 
 
+def fake_export(observer: StreamObserver) -> object:
+    assert isinstance(observer, FakeObserver)
+    return {"accepted": observer.accepted, "threads": dict(observer.threads)}
+
+
+def fake_restore(data: Any) -> StreamObserver:
+    if not isinstance(data, dict) or set(data) != {"accepted", "threads"} or type(data["accepted"]) is not int:
+        raise ValueError(f"not a fake observer's continuation: {data!r}")
+    observer = FakeObserver()
+    observer.accepted, observer.threads = data["accepted"], dict(data["threads"])
+    return observer
+
+
+def fake_event_bound(item: Any, widest: int) -> int | None:
+    """Each fake event copies at most the run id, thread id and pad of its own item once."""
+    del widest
+    return 2 * item.size + 512 if item.size else None
+
+
 FAKE_CORE = StreamCore(
     decode=fake_decode,
     timestamp_ms=lambda item: item.occurred_ms,
     is_terminal=lambda item: item.terminal,
     new_observer=_new_observer,
     encode_event=fake_encode,
+    export_observer=fake_export,
+    restore_observer=fake_restore,
+    announced_run=lambda item: item.announce,
+    event_bound=fake_event_bound,
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,22 @@ async def test_a_cancelled_rebuild_discards_the_helpers(pool: ReplayPool) -> Non
     state, one = (await replay_in(pool, {0: recs}))[0], one_replay(recs)
     assert (state.open_streams, state.remembered_streams) == (one.open_streams, one.remembered_streams)
     assert state.remembered_streams == len(NAMES)
+
+
+@pytest.mark.timeout(120)
+async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: ReplayPool) -> None:
+    options: dict[str, Any] = {"max_record_bytes": 2048, "closed_stream_memory": 10}
+    recs = interleaved(0)
+    big = golden_source("s09_big_fragments")
+    recs += records([("run-0009", line) for line in big], start=recs[-1].offset + 1)
+    one = PartitionState(TOPIC, 0, core=REAL_CORE, **options)
+    outcomes = [one.process(r, publish=False) for r in recs]
+    assert sum(o.reason == "too-large" for o in outcomes) == 1  # decided in the helpers too, or the images differ
+    state = PartitionState(TOPIC, 0, core=REAL_CORE, **options)
+    async with pool.session({(TOPIC, 0): state}) as session:
+        assert session is not None
+        session.add(TOPIC, 0, rows(recs))
+        await session.flush(everything=True)
+        await session.finish()
+    end = recs[-1].offset + 1
+    assert state.image(end) == one.image(end)

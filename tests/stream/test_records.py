@@ -38,7 +38,7 @@ def test_output_headers_name_the_event_and_its_source_in_order() -> None:
 
 def test_child_events_carry_the_child_thread_and_sequence_under_the_root_key() -> None:
     st = PartitionState(TOPIC, 0, core=FAKE_CORE)
-    st.process(records([(A, item(A, 0))])[0])
+    st.process(records([(A, item(A, 0, announce="run-c"))])[0])
     (out,) = st.process(records([(A, item("run-c", 0, thread="thread_c"))], start=1)[0]).records
     assert out.key == b"run-a"
     assert dict(out.headers)["thread-id"] == b"thread_c"
@@ -89,10 +89,16 @@ def test_dead_letter_messages_are_at_most_1000_characters() -> None:
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(worker.stream.__all__) == sorted([
-        "SOURCE_GAP_CODE", "DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "PartitionState",
-        "ReplayPool", "ReplaySession", "SourceRecord", "StreamCore", "StreamObserver", "Verdict", "WireItem",
-        "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
+        "CHECKPOINT_FORMAT_VERSION", "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE",
+        "CheckpointHeader", "DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "PartitionState",
+        "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
+        "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
+        "read_checkpoint_header", "record_size",
     ])
+    assert [r.value for r in worker.stream.DeadLetterReason] == [
+        "bad-key", "decode-error", "mis-keyed", "stream-start-missing", "stream-closed", "duplicate", "gap",
+        "run-closed-by-gap", "observation-error", "type-error", "open-stream-cap", "too-large",
+    ]
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
     assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter"]
 

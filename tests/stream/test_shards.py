@@ -59,6 +59,16 @@ def test_merged_shards_continue_exactly_as_one_replay(core: StreamCore, scenario
             continue
         next_offset = recs[cut].offset if cut < len(recs) else recs[-1].offset + 1
         assert shape(merged, next_offset) == shape(one, next_offset)
+        assert merged.image(next_offset) == one.image(next_offset)
+        # a changelog that held other keys is brought to the merged state by the next checkpoint
+        merged.adopt_changelog_keys([b"stream:gone", b"ended:gone", b"partition", *one.image(next_offset)])
+        changelog = dict.fromkeys([b"stream:gone", b"ended:gone", b"partition", *one.image(next_offset)], b"{}")
+        for key, value in merged.checkpoint(next_offset):
+            if value is None:
+                del changelog[key]
+            else:
+                changelog[key] = value
+        assert changelog == one.image(next_offset)
         assert then_live(merged, recs[cut:]) == then_live(one, recs[cut:])
 
 

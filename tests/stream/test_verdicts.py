@@ -113,7 +113,7 @@ def test_repeated_and_older_sequences_of_a_run_are_duplicates() -> None:
 
 def test_child_runs_count_their_own_sequences_and_their_duplicates_are_caught() -> None:
     st = state()
-    outs = feed(st, records([(A, item(A, 0)), (A, item(CHILD, 0)), (A, item(A, 1)), (A, item(CHILD, 1)),
+    outs = feed(st, records([(A, item(A, 0, announce=CHILD)), (A, item(CHILD, 0)), (A, item(A, 1)), (A, item(CHILD, 1)),
                              (A, item(CHILD, 1)), (A, item(CHILD, 2, terminal=True)), (A, item(A, 2))]))
     processed, duplicate = Verdict.PROCESSED, Verdict.DUPLICATE
     assert [o.verdict for o in outs] == [processed] * 4 + [duplicate] + [processed] * 2
@@ -122,10 +122,34 @@ def test_child_runs_count_their_own_sequences_and_their_duplicates_are_caught() 
 
 def test_a_child_whose_first_item_is_not_sequence_0_is_a_gap() -> None:
     st = state()
-    outs = feed(st, records([(A, item(A, 0)), (A, item(CHILD, 1))]))
+    outs = feed(st, records([(A, item(A, 0, announce=CHILD)), (A, item(CHILD, 1))]))
     assert outs[1].verdict is Verdict.GAP
     run_error = orjson.loads(outs[1].records[0].value or b"")
     assert run_error["message"] == f"source gap in run {CHILD}: expected sequence 0, received 1"
+
+
+def test_an_item_of_a_run_not_announced_in_the_open_stream_of_its_key_is_mis_keyed_and_changes_nothing() -> None:
+    st = state()
+    recs = records([(A, item(A, 0)), (B, item(B, 0)), (A, item(B, 1)), (A, item(B, 0)), (A, item(CHILD, 0)),
+                    (A, item(A, 1)), (B, item(B, 1)), (A, item(A, 2, announce=CHILD)), (A, item(CHILD, 0))])
+    outs = feed(st, recs)
+    assert [o.reason for o in outs] == [None, None, DeadLetterReason.MIS_KEYED, DeadLetterReason.MIS_KEYED,
+                                        DeadLetterReason.MIS_KEYED, None, None, None, None]
+    for out in outs[2:5]:
+        only_dead_letter(out, DeadLetterReason.MIS_KEYED)
+        assert out.run_id == A
+    assert "neither that root run nor a child announced in it" in header(outs[2].records[0].headers, "dlq-message")
+    # neither stream noticed: A numbers on (RUN_STARTED, CUSTOM, then CUSTOM #2), B's sequence 1 is no gap
+    assert [header(r.headers, "agui-event-id") for r in outs[5].records] == [f"{A}:2"]
+    assert outs[6].verdict is Verdict.PROCESSED
+    # once announced, the child's items belong to A's stream
+    assert [header(r.headers, "agui-event-id") for r in outs[8].records] == [f"{A}:4"]
+
+
+def test_a_stream_closed_by_a_gap_dead_letters_foreign_items_as_closed_not_mis_keyed() -> None:
+    # the gap may have swallowed the announcement: a closed stream cannot tell a child from a stranger
+    outs = feed(state(), records([(A, item(A, 0)), (A, item(A, 2)), (A, item(CHILD, 0))]))
+    assert [o.reason for o in outs] == [None, DeadLetterReason.GAP, DeadLetterReason.RUN_CLOSED_BY_GAP]
 
 
 def test_a_gap_closes_the_run_with_one_run_error_then_dead_letters_until_the_terminal() -> None:

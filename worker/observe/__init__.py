@@ -7,7 +7,7 @@ from worker.observe._encode import encode_event
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
 from worker.observe._observer import HarnessAguiObserver
 from worker.observe._processor import AguiEventProcessor
-from worker.observe._stream import HarnessAguiStreamObserver
+from worker.observe._stream import HarnessAguiStreamObserver, announced_child
 
 __all__ = [
     "FRAGMENT_EVENT_NAME",
@@ -18,6 +18,7 @@ __all__ = [
     "HarnessAguiStreamObserver",
     "ObserverContinuation",
     "StateModel",
+    "announced_child",
     "encode_event",
     "execution_value",
     "fragment_custom_event",

@@ -23,10 +23,11 @@ class CursorModel(BaseModel):
 
 
 class StateModel(BaseModel):
-    """Exported form of a RunState (integer part indices become JSON object keys)."""
+    """Exported form of a RunState (integer part indices become JSON object keys; a `true` request index stays
+    a bool, as the part ids it names spell it)."""
 
     model_config = ConfigDict(extra="forbid")
-    request_index: int = 0
+    request_index: bool | int = 0
     parts: dict[int, CursorModel] = Field(default_factory=dict)
     children: dict[str, StateModel] = Field(default_factory=dict)
     threads: dict[str, str] = Field(default_factory=dict)
@@ -34,7 +35,7 @@ class StateModel(BaseModel):
     @classmethod
     def of(cls, state: RunState) -> StateModel:
         return cls(
-            request_index=cast(int, state.request_index),
+            request_index=cast(bool | int, state.request_index),
             parts={
                 i: CursorModel(
                     kind=c.kind, part_id=c.part_id, tool_name=c.tool_name,

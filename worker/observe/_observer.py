@@ -13,7 +13,7 @@ from worker.observe._convert import convert_event
 from worker.observe._fragments import FRAGMENT_LIMIT_BYTES, fragment_custom_event
 from worker.observe._parts import close_parts
 from worker.observe._processor import AguiEventProcessor, validate_replacement
-from worker.observe._state import Draft, RunState
+from worker.observe._state import Draft, RunState, state_data
 from worker.observe._terminal import terminal_event
 from worker.wire import HarnessEvent, HarnessItem, HarnessRunResultEvent, timestamp_ms
 
@@ -125,6 +125,12 @@ class HarnessAguiObserver:
         if self._resuming:
             raise AguiObservationError("Cannot export while observer resumption is in progress")
         return ObserverContinuation(thread_id=self._thread_id, run_id=self._run_id, state=StateModel.of(self._state))
+
+    def export_data(self) -> dict[str, object]:
+        """The continuation as JSON data, equal to `export().model_dump(mode="json")`, built without pydantic."""
+        if self._resuming:
+            raise AguiObservationError("Cannot export while observer resumption is in progress")
+        return {"thread_id": self._thread_id, "run_id": self._run_id, "state": state_data(self._state)}
 
     @classmethod
     def restore(cls, continuation: ObserverContinuation, *, processor: AguiEventProcessor | None = None) -> Self:

@@ -6,7 +6,7 @@ from typing import Final, Literal
 
 from worker._value import FrozenValue, Value
 
-__all__ = ["CursorKind", "Draft", "PartCursor", "RunState"]
+__all__ = ["CursorKind", "Draft", "PartCursor", "RunState", "state_data"]
 
 CursorKind = Literal["text", "reasoning", "tool_call"]
 # A JSON `true` request index stays a bool, as upstream formats it into part ids ("request-True"); typed
@@ -52,6 +52,22 @@ class RunState(Value):
     def __reduce__(self) -> tuple[type[RunState], tuple[object, ...]]:
         # Positional arguments pickle faster than the attribute dict a compiled class would otherwise use.
         return RunState, (self.request_index, self.parts, self.children, self.threads)
+
+
+def state_data(state: RunState) -> dict[str, object]:
+    """`state` as the JSON data of its StateModel (`model_dump(mode="json")`), built without pydantic."""
+    return {
+        "request_index": state.request_index,
+        "parts": {
+            str(index): {
+                "kind": cursor.kind, "part_id": cursor.part_id, "tool_name": cursor.tool_name,
+                "emitted_content": cursor.emitted_content, "emitted_signature": cursor.emitted_signature,
+            }
+            for index, cursor in state.parts.items()
+        },
+        "children": {run: state_data(child) for run, child in state.children.items()},
+        "threads": dict(state.threads),
+    }  # fmt: skip
 
 
 class Draft:

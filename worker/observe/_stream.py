@@ -23,7 +23,7 @@ from worker.observe._parts import close_parts
 from worker.observe._state import Draft, RunState
 from worker.wire import ExtensionEvent, HarnessEvent, HarnessItem
 
-__all__ = ["HarnessAguiStreamObserver"]
+__all__ = ["HarnessAguiStreamObserver", "announced_child"]
 
 _RUN_EVENTS = (RunStartedEvent, RunFinishedEvent, RunErrorEvent)
 
@@ -33,6 +33,22 @@ def _attribute(events: list[BaseEvent], run_id: str) -> list[BaseEvent]:
         if "subagent_run_id" in type(event).model_fields:
             cast(Any, event).subagent_run_id = run_id
     return events
+
+
+def announced_child(item: object) -> str | None:
+    """The child run an inline delegation `started` item announces (its `child_run_id`), else None."""
+    if not isinstance(item, HarnessEvent):
+        return None
+    source = item.event
+    if not isinstance(source, ExtensionEvent) or source.kind != "delegation":
+        return None
+    payload = source.payload
+    if not isinstance(payload, dict) or payload.get("type") != "inline_delegation":
+        return None
+    if payload.get("action") != "started":
+        return None
+    child = payload.get("child_run_id")
+    return child if isinstance(child, str) else None
 
 
 def _without_run_events(events: list[BaseEvent]) -> list[BaseEvent]:

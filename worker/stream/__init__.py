@@ -1,9 +1,18 @@
-"""Kafka-free per-partition logic: stream table, dedupe and gap verdicts, event ids, outputs, dead letters."""
+"""Kafka-free per-partition logic: stream table, dedupe and gap verdicts, event ids, outputs, dead letters,
+and the partition state as changelog records (checkpoint and restore)."""
 
+from worker.stream._build import record_size
+from worker.stream._changelog import CHECKPOINT_FORMAT_VERSION, CheckpointHeader, read_checkpoint_header
 from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._metadata import decode_replay_metadata, encode_replay_metadata
-from worker.stream._partition import SOURCE_GAP_CODE, PartitionState
+from worker.stream._partition import (
+    EVENT_TOO_LARGE_CODE,
+    MIN_RECORD_BYTES,
+    SOURCE_GAP_CODE,
+    PartitionState,
+    StateOptions,
+)
 from worker.stream._pool import ReplayPool, ReplaySession
 from worker.stream._records import (
     DeadLetterReason,
@@ -15,7 +24,11 @@ from worker.stream._records import (
 )
 
 __all__ = [
+    "CHECKPOINT_FORMAT_VERSION",
+    "EVENT_TOO_LARGE_CODE",
+    "MIN_RECORD_BYTES",
     "SOURCE_GAP_CODE",
+    "CheckpointHeader",
     "DeadLetterReason",
     "Destination",
     "OutboundRecord",
@@ -24,6 +37,7 @@ __all__ = [
     "ReplayPool",
     "ReplaySession",
     "SourceRecord",
+    "StateOptions",
     "StreamCore",
     "StreamObserver",
     "Verdict",
@@ -32,4 +46,6 @@ __all__ = [
     "decode_replay_metadata",
     "default_core",
     "encode_replay_metadata",
+    "read_checkpoint_header",
+    "record_size",
 ]

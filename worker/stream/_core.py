@@ -4,14 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ag_ui.core import BaseEvent
 
-from worker.observe import HarnessAguiStreamObserver, encode_event
+from worker.observe import (
+    AguiEventProcessor,
+    HarnessAguiStreamObserver,
+    ObserverContinuation,
+    announced_child,
+    encode_event,
+)
 from worker.wire import decode_item, is_terminal, timestamp_ms
 
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core"]
+
+# Bounds on the encoded size of one event of the real core, derived from its conversion rules: an event copies
+# fields of its own item (numbers can grow 4.5x as "1e15" is spelt 1000000000000000.0, JSON text embedded in a
+# string doubles its quotes and backslashes, redaction and normalised defaults add a few bytes per source field,
+# a few ids appear twice), so well within 16x the item's value; it may also carry one part id stored from an
+# earlier item of its stream, at most that item's size. A terminal item's interrupts can repeat one metadata
+# object per deferred call, so no bound of its size holds: its events are always measured.
+_EVENT_GROWTH = 16
+_EVENT_SLACK = 8192
 
 
 class WireItem(Protocol):
@@ -35,19 +50,50 @@ class StreamObserver(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StreamCore:
-    """Decode, classify, observe and encode; every function must be deterministic."""
+    """Decode, classify, observe and encode; every function must be deterministic.
+
+    `export_observer` returns an observer's continuation as JSON data and `restore_observer` builds an
+    observer from such data (raising ValueError or TypeError when it cannot); `announced_run` names the child
+    run an accepted item announces in its stream, or None; `event_bound(item, widest)` bounds the encoded size
+    of every event the item yields in a stream whose earlier accepted values were at most `widest` bytes, or is
+    None when only encoding the events tells.
+    """
 
     decode: Callable[[bytes], WireItem]
     timestamp_ms: Callable[[Any], int]
     is_terminal: Callable[[Any], bool]
     new_observer: Callable[[], StreamObserver]
     encode_event: Callable[[BaseEvent], bytes]
+    export_observer: Callable[[StreamObserver], object]
+    restore_observer: Callable[[Any], StreamObserver]
+    announced_run: Callable[[Any], str | None]
+    event_bound: Callable[[Any, int], int | None]
 
 
-def default_core() -> StreamCore:
-    """Return the real core: `worker.wire` decoding and the stream observer without an event log."""
+def _export_observer(observer: StreamObserver) -> object:
+    return cast(HarnessAguiStreamObserver, observer).export_data()
+
+
+def _event_bound(item: Any, widest: int) -> int | None:
+    size: int = item.wire_size
+    if size <= 0 or is_terminal(item):
+        return None
+    return _EVENT_GROWTH * size + 2 * widest + _EVENT_SLACK
+
+
+def _unbounded(item: Any, widest: int) -> int | None:
+    return None
+
+
+def default_core(processor: AguiEventProcessor | None = None) -> StreamCore:
+    """Return the real core: `worker.wire` decoding and the stream observer without an event log, its events
+    passed through `processor` when given (whose events no bound can foresee: they are always measured)."""
+
     def new_observer() -> StreamObserver:
-        return HarnessAguiStreamObserver(retain_events=False)
+        return HarnessAguiStreamObserver(processor=processor, retain_events=False)
+
+    def restore_observer(data: Any) -> StreamObserver:
+        return HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate(data), processor=processor)
 
     return StreamCore(
         decode=decode_item,
@@ -55,4 +101,8 @@ def default_core() -> StreamCore:
         is_terminal=is_terminal,
         new_observer=new_observer,
         encode_event=encode_event,
+        export_observer=_export_observer,
+        restore_observer=restore_observer,
+        announced_run=announced_child,
+        event_bound=_event_bound if processor is None else _unbounded,
     )

@@ -1,44 +1,55 @@
-"""Per-partition stream table: dedupe and gap verdicts, the event counter, and record building."""
+"""Per-partition stream table: dedupe and gap verdicts, the event counter, record building, and checkpoints."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import TypedDict
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker._value import Value
-from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
+from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
-from worker.stream._build import dead_letter_record, output_record
+from worker.stream._build import dead_letter_record, output_record, record_size
+from worker.stream._changelog import (
+    PARTITION_KEY,
+    decode_ended,
+    decode_stream,
+    encode_ended,
+    encode_partition,
+    encode_stream,
+    ended_key,
+    read_checkpoint_header,
+    split_key,
+    stream_key,
+)
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._records import DeadLetterReason, OutboundRecord, Outcome, SourceRecord, Verdict
+from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStreams, OpenStream
 
-__all__ = ["SOURCE_GAP_CODE", "PartitionState"]
+__all__ = ["EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState", "StateOptions"]
 
-SOURCE_GAP_CODE = "source_gap"
+MIN_RECORD_BYTES = 1024  # the smallest output-record limit accepted: room for a RUN_ERROR and its headers
+# Output-record bytes besides the encoded event, per byte of the key and of the thread id (the key appears in
+# the key and the event id; a thread id's character takes at most 6 bytes, `\udc80`), plus a fixed allowance
+# for the framing, the header names and their numbers.
+_KEY_COPIES = 2
+_THREAD_BYTES_PER_CHAR = 6
+_HEADER_ALLOWANCE = 512
 
 _R = DeadLetterReason
+Changelog = list[tuple[bytes, bytes | None]]
 
 
-class _Stream(Value):
-    """One open root stream; `observer is None` once a gap closed it (it then waits for its terminal)."""
+class StateOptions(TypedDict):
+    """The keyword options of a PartitionState, as `PartitionState.options` returns them."""
 
-    __slots__ = ("first_offset", "last", "n", "observer", "thread_id")
-    _FIELDS = ("observer", "first_offset", "thread_id", "n", "last")
-
-    def __init__(
-        self, observer: StreamObserver | None, first_offset: int, thread_id: str, n: int = 0,
-        last: dict[str, int] | None = None,
-    ) -> None:  # fmt: skip
-        self.observer = observer
-        self.first_offset = first_offset
-        self.thread_id = thread_id
-        self.n = n
-        self.last: dict[str, int] = {} if last is None else last  # run id -> last accepted sequence
-
-    def __reduce__(self) -> tuple[type[_Stream], tuple[object, ...]]:
-        return _Stream, (self.observer, self.first_offset, self.thread_id, self.n, self.last)
+    gap_policy: GapPolicy
+    max_open_streams: int
+    open_stream_policy: OpenStreamPolicy
+    closed_stream_memory: int
+    max_record_bytes: int | None
 
 
 class _Step:
@@ -61,19 +72,28 @@ class PartitionState:
 
     Memory is bounded: at most `max_open_streams` open streams (a new stream beyond it is dead-lettered
     as "open-stream-cap", or raises WorkerError under the halt policy) and `closed_stream_memory`
-    remembered closed keys (oldest forgotten first); no stream keeps an event log. Replaying from
-    `replay_from(C)` rebuilds the state at `C` except the memory of streams that ended before that offset
-    (and cap decisions, when the cap was reached).
+    remembered ended keys (oldest forgotten first); no stream keeps an event log. With `max_record_bytes`, no
+    output record is larger (`record_size`): an event that would be closes its stream with a RUN_ERROR.
+
+    `checkpoint` returns the changelog records that bring a compacted changelog to this state, and `restore`
+    rebuilds exactly this state from them. Replaying from `replay_from(C)` instead rebuilds the state at `C`
+    except the memory of streams that ended before that offset (and cap decisions, when the cap was reached).
     """
 
     __slots__ = (
-        "_closed",
-        "_closed_memory",
+        "_checkpointed",
         "_core",
+        "_dirty",
+        "_dirty_ended",
+        "_ended",
         "_gap_policy",
+        "_gone",
+        "_gone_ended",
         "_last_offset",
         "_max_open",
+        "_max_record",
         "_open_policy",
+        "_stale",
         "_streams",
         "partition",
         "topic",
@@ -88,36 +108,55 @@ class PartitionState:
         max_open_streams: int = 100_000,
         open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
         closed_stream_memory: int = 10_000,
+        max_record_bytes: int | None = None,
         core: StreamCore | None = None,
     ) -> None:
         if max_open_streams < 1:
             raise ConfigError(f"max_open_streams must be >= 1, got {max_open_streams}")
         if closed_stream_memory < 0:
             raise ConfigError(f"closed_stream_memory must be >= 0, got {closed_stream_memory}")
+        if max_record_bytes is not None and max_record_bytes < MIN_RECORD_BYTES:
+            raise ConfigError(f"max_record_bytes must be >= {MIN_RECORD_BYTES}, got {max_record_bytes}")
         self.topic = topic
         self.partition = partition
         self._gap_policy = GapPolicy(gap_policy)
         self._max_open = max_open_streams
         self._open_policy = OpenStreamPolicy(open_stream_policy)
-        self._closed_memory = closed_stream_memory
+        self._max_record = max_record_bytes
         self._core = core if core is not None else default_core()
-        self._streams: OrderedDict[str, _Stream] = OrderedDict()  # in first-offset order
-        self._closed: OrderedDict[str, int] = OrderedDict()  # key -> last root sequence, oldest first
+        self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
+        self._ended = EndedStreams(closed_stream_memory)
         self._last_offset: int | None = None
+        # Changelog bookkeeping. After each checkpoint the changelog holds exactly the live keys, so a stream
+        # (an ended entry) is in it iff its first offset (the offset that ended it) is below `_checkpointed`.
+        self._checkpointed = -1  # offset of the last checkpoint; -1: none, nothing known to be in the changelog
+        self._dirty: set[str] = set()  # open streams changed since the last checkpoint
+        self._gone: set[str] = set()  # streams in the changelog that ended since (tombstones due)
+        self._dirty_ended: set[str] = set()  # ended keys remembered since the last checkpoint
+        self._gone_ended: set[str] = set()  # ended keys in the changelog forgotten since (tombstones due)
+        self._stale: set[bytes] = set()  # changelog keys adopted with the changelog, tombstoned unless live
+
+    @property
+    def options(self) -> StateOptions:
+        """The keyword options this state was built with (`PartitionState(topic, p, **state.options)`)."""
+        return StateOptions(
+            gap_policy=self._gap_policy, max_open_streams=self._max_open, open_stream_policy=self._open_policy,
+            closed_stream_memory=self._ended.capacity, max_record_bytes=self._max_record,
+        )  # fmt: skip
 
     @property
     def open_streams(self) -> int:
-        """Streams holding state, including those closed by a gap and still waiting for their terminal."""
+        """Streams holding state, including those closed by a RUN_ERROR and still waiting for their terminal."""
         return len(self._streams)
 
     @property
     def remembered_streams(self) -> int:
-        """Closed keys remembered to recognise late records (at most `closed_stream_memory`)."""
-        return len(self._closed)
+        """Ended keys remembered to recognise late records (at most `closed_stream_memory`)."""
+        return len(self._ended)
 
     @property
     def last_offset(self) -> int | None:
-        """Offset of the last record processed, or None before the first."""
+        """Offset of the last record processed (a checkpoint at K counts as K - 1), or None before any."""
         return self._last_offset
 
     def replay_from(self, next_offset: int) -> int:
@@ -169,8 +208,13 @@ class PartitionState:
         stream = self._streams.get(key)
         if stream is None:
             return self._start(step, item)
-        if stream.observer is None:
-            return self._after_gap(step, item)
+        if stream.observer is None:  # a closed stream may have lost an announcement: it cannot tell mis-keyed items
+            return self._after_close(step, item, stream)
+        run = item.run_id
+        if run != key and run not in stream.last:
+            return step.dead(Verdict.DEAD_LETTERED, _R.MIS_KEYED,
+                             f"key {key!r} holds an open stream, and its item of run {run!r} (sequence "
+                             f"{item.sequence}) is neither that root run nor a child announced in it")
         return self._continue(step, item, stream, stream.observer)
 
     def _start(self, step: _Step, item: WireItem) -> Outcome:
@@ -187,7 +231,7 @@ class PartitionState:
                              f"key {key!r} has no open stream; its item is of run {run!r} (sequence {seq})")
         if seq != 0:
             if self._core.is_terminal(item):
-                self._remember(key, seq)
+                self._remember(key, seq, step.record.offset)
             return step.dead(Verdict.GAP, _R.STREAM_START_MISSING,
                              f"stream {key} is not open and its item has sequence {seq}, not 0: "
                              "its beginning is missing")
@@ -198,11 +242,11 @@ class PartitionState:
                 raise WorkerError(f"{message} (offset {step.record.offset}, open-stream policy halt)")
             return step.dead(Verdict.DEAD_LETTERED, _R.OPEN_STREAM_CAP, message)
         observer = self._core.new_observer()
-        stream = _Stream(observer=observer, first_offset=step.record.offset, thread_id=item.thread_id)
+        stream = OpenStream(observer=observer, first_offset=step.record.offset, thread_id=item.thread_id)
         self._streams[key] = stream
         return self._continue(step, item, stream, observer)
 
-    def _continue(self, step: _Step, item: WireItem, stream: _Stream, observer: StreamObserver) -> Outcome:
+    def _continue(self, step: _Step, item: WireItem, stream: OpenStream, observer: StreamObserver) -> Outcome:
         run, seq = item.run_id, item.sequence
         last = stream.last.get(run, -1)
         if seq <= last:
@@ -210,6 +254,7 @@ class PartitionState:
                              f"run {run} sequence {seq} duplicates an accepted item (last accepted {last})")
         if seq > last + 1:
             return self._gap(step, item, stream, expected=last + 1)
+        self._dirty.add(step.key)  # whatever follows, the item counts as delivered
         try:
             events = observer.observe(item)
         except (AguiObservationError, ValidationError) as exc:
@@ -219,13 +264,69 @@ class PartitionState:
         except Exception as exc:  # an observer bug: observe is atomic, so the stream's state is unchanged
             return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         stream.last[run] = seq
-        records = self._outputs(step, item, stream.n, events) if step.publish else ()
+        announced = self._core.announced_run(item)
+        if announced is not None and announced not in stream.last:
+            stream.last[announced] = -1
+        records: tuple[OutboundRecord, ...] = ()
+        measure = self._max_record is not None and bool(events) and not self._surely_fit(step, item, stream)
+        if step.publish or measure:
+            records = self._outputs(step, item, stream.n, events)
+            if measure:
+                limit = self._max_record
+                for index, record in enumerate(records):
+                    size = record_size(record)
+                    if limit is not None and size > limit:
+                        return self._too_large(step, item, stream, record, index=index, size=size, limit=limit)
+            if not step.publish:
+                records = ()
+        stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += len(events)
         if run == step.key and self._core.is_terminal(item):
-            self._close(step.key, seq)
+            self._close(step.key, seq, step.record.offset)
         return Outcome(Verdict.PROCESSED, records, step.key, None)
 
-    def _gap(self, step: _Step, item: WireItem, stream: _Stream, *, expected: int) -> Outcome:
+    def _surely_fit(self, step: _Step, item: WireItem, stream: OpenStream) -> bool:
+        """Whether the core's bound proves every event of `item` fits the record limit, without encoding one."""
+        bound = self._core.event_bound(item, stream.widest)
+        if bound is None or self._max_record is None:
+            return False
+        key = step.record.key
+        overhead = (_KEY_COPIES * (len(key) if key is not None else 0)
+                    + _THREAD_BYTES_PER_CHAR * len(item.thread_id) + _HEADER_ALLOWANCE)  # fmt: skip
+        return bound + overhead <= self._max_record
+
+    def _too_large(
+        self, step: _Step, item: WireItem, stream: OpenStream, record: OutboundRecord, *, index: int, size: int,
+        limit: int,
+    ) -> Outcome:  # fmt: skip
+        key, run, seq = step.key, item.run_id, item.sequence
+        message = (f"event {stream.n + index} ({record.event_type}) of run {run} sequence {seq} would be a "
+                   f"{size}-byte output record, over the limit of {limit} bytes")  # fmt: skip
+        records: tuple[OutboundRecord, ...] = ()
+        if step.publish:
+            records = self._run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE, reason=_R.TOO_LARGE)
+        stream.n += 1
+        stream.observer = None
+        stream.closed_by = EVENT_TOO_LARGE_CODE
+        stream.last.clear()
+        if run == key and self._core.is_terminal(item):
+            self._close(key, seq, step.record.offset)
+        return Outcome(Verdict.DEAD_LETTERED, records, key, _R.TOO_LARGE)
+
+    def _run_error(
+        self, step: _Step, item: WireItem, stream: OpenStream, message: str, *, code: str, reason: DeadLetterReason
+    ) -> tuple[OutboundRecord, ...]:
+        """The RUN_ERROR `code` closing the stream as event `n`, and the dead letter of the record that closed
+        it; the RUN_ERROR is left out when it would itself exceed the record limit."""
+        event = RunErrorEvent(message=message, code=code, timestamp=self._core.timestamp_ms(item))
+        error = output_record(event, self._core.encode_event(event), root_run_id=step.key, n=stream.n,
+                              thread_id=stream.thread_id, source=step.record, source_sequence=item.sequence)
+        if self._max_record is not None and record_size(error) > self._max_record:
+            return (dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed, its RUN_ERROR "
+                                       f"over the limit of {self._max_record} bytes too"),)  # fmt: skip
+        return error, dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
+
+    def _gap(self, step: _Step, item: WireItem, stream: OpenStream, *, expected: int) -> Outcome:
         key, run, seq = step.key, item.run_id, item.sequence
         if self._gap_policy is GapPolicy.HALT:
             raise GapError(
@@ -233,28 +334,26 @@ class PartitionState:
                 f"at offset {step.record.offset} of {self.topic}[{self.partition}] (gap policy halt)"
             )
         message = f"source gap in run {run}: expected sequence {expected}, received {seq}"
-        event = RunErrorEvent(message=message, code=SOURCE_GAP_CODE, timestamp=self._core.timestamp_ms(item))
         records: tuple[OutboundRecord, ...] = ()
         if step.publish:
-            records = (
-                output_record(event, self._core.encode_event(event), root_run_id=key, n=stream.n,
-                              thread_id=stream.thread_id, source=step.record, source_sequence=seq),
-                dead_letter_record(step.record, _R.GAP, f"{message}; stream {key} closed with RUN_ERROR"),
-            )
+            records = self._run_error(step, item, stream, message, code=SOURCE_GAP_CODE, reason=_R.GAP)
+        self._dirty.add(key)
         stream.n += 1
         stream.observer = None
+        stream.closed_by = SOURCE_GAP_CODE
         stream.last.clear()
         if run == key and self._core.is_terminal(item):
-            self._close(key, seq)
+            self._close(key, seq, step.record.offset)
         return Outcome(Verdict.GAP, records, key, _R.GAP)
 
-    def _after_gap(self, step: _Step, item: WireItem) -> Outcome:
+    def _after_close(self, step: _Step, item: WireItem, stream: OpenStream) -> Outcome:
         terminal = item.run_id == step.key and self._core.is_terminal(item)
         if terminal:
-            self._close(step.key, item.sequence)
+            self._close(step.key, item.sequence, step.record.offset)
         what = "its terminal, which releases the stream" if terminal else "not published"
+        cause = "a source gap" if stream.closed_by == SOURCE_GAP_CODE else "an event too large to publish"
         return step.dead(Verdict.DEAD_LETTERED, _R.RUN_CLOSED_BY_GAP,
-                         f"stream {step.key} was closed by a source gap; run {item.run_id} "
+                         f"stream {step.key} was closed by {cause}; run {item.run_id} "
                          f"sequence {item.sequence} is {what}")
 
     def _outputs(
@@ -267,23 +366,158 @@ class PartitionState:
             for i, event in enumerate(events)
         )
 
-    def _close(self, key: str, last_root_sequence: int) -> None:
-        self._streams.pop(key, None)
-        self._remember(key, last_root_sequence)
+    def _close(self, key: str, last_root_sequence: int, at: int) -> None:
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            self._dirty.discard(key)
+            if stream.first_offset < self._checkpointed:
+                self._gone.add(key)
+        self._remember(key, last_root_sequence, at)
 
     def _recall(self, key: str) -> int | None:
-        return self._closed.get(key)
+        return self._ended.recall(key)
 
-    def _remember(self, key: str, last_root_sequence: int) -> None:
-        if self._closed_memory == 0:
-            return
-        self._closed[key] = last_root_sequence
-        while len(self._closed) > self._closed_memory:
-            self._closed.popitem(last=False)
+    def _remember(self, key: str, last_root_sequence: int, at: int) -> None:
+        forgotten = self._ended.remember(key, last_root_sequence, at)
+        self._dirty_ended.add(key)
+        if forgotten is not None:
+            old, old_at = forgotten
+            self._dirty_ended.discard(old)
+            if old_at < self._checkpointed:
+                self._gone_ended.add(old)
+
+    # ---- changelog ------------------------------------------------------------------------------------
+
+    def checkpoint(self, offset: int) -> Changelog:
+        """The changelog records (key, value; None for a tombstone) that bring the changelog from the previous
+        checkpoint to this state at source offset `offset`: each key changed since, once, and the partition
+        record last. `offset` is the next offset to process; every record below it counts as processed."""
+        self._check_offset(offset)
+        out: dict[bytes, bytes | None] = {}
+        streams, export = self._streams, self._core.export_observer
+        for key in sorted(self._dirty):
+            out[stream_key(key)] = encode_stream(streams[key], export)
+        for key in sorted(self._gone):
+            if key not in streams:
+                out[stream_key(key)] = None
+        ended = self._ended
+        for key in sorted(self._dirty_ended):
+            entry = ended.get(key)
+            if entry is not None:
+                out[ended_key(key)] = encode_ended(entry[0], entry[1])
+        for key in sorted(self._gone_ended):
+            if ended.get(key) is None:
+                out[ended_key(key)] = None
+        for raw in sorted(self._stale):
+            out.setdefault(raw, None)  # every live key is written already: what remains is stale
+        out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(streams), len(ended))
+        self._dirty, self._gone, self._dirty_ended, self._gone_ended, self._stale = set(), set(), set(), set(), set()
+        self._checkpointed = offset
+        if offset > 0 and (self._last_offset is None or self._last_offset < offset - 1):
+            self._last_offset = offset - 1
+        return list(out.items())
+
+    def image(self, offset: int) -> dict[bytes, bytes]:
+        """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
+        nothing; a changelog folded from every `checkpoint` equals the image at the last one."""
+        self._check_offset(offset)
+        export = self._core.export_observer
+        out = {stream_key(key): encode_stream(stream, export) for key, stream in self._streams.items()}
+        out.update((ended_key(key), encode_ended(seq, at)) for key, seq, at in self._ended.items())
+        out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(self._streams), len(self._ended))
+        return out
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._checkpointed or (self._last_offset is not None and offset <= self._last_offset):
+            raise WorkerError(
+                f"a checkpoint of {self.topic}[{self.partition}] at offset {offset} would go back: the last "
+                f"processed offset is {self._last_offset}, the last checkpoint's {self._checkpointed}"
+            )
+
+    def adopt_changelog_keys(self, keys: Iterable[bytes]) -> None:
+        """Declare that the changelog holds exactly `keys` (a state rebuilt without it): the next checkpoint
+        writes every live key and a tombstone for every other key among them."""
+        self._stale = set(keys)
+        self._stale.discard(PARTITION_KEY)
+        self._dirty = set(self._streams)
+        self._dirty_ended = {key for key, _, _ in self._ended.items()}
+        self._gone, self._gone_ended = set(), set()
+        self._checkpointed = -1
+
+    def adopt_replay(
+        self, streams: Iterable[tuple[str, OpenStream]], ended: EndedStreams, last_offset: int | None
+    ) -> None:
+        """Take over open streams (any order) and an ended-stream memory built by a replay elsewhere."""
+        if self._streams or len(self._ended) or self._last_offset is not None:
+            raise WorkerError(f"only fresh state adopts a replay, not that of {self.topic}[{self.partition}]")
+        if ended.capacity != self._ended.capacity:
+            raise WorkerError(f"ended-stream memory of {ended.capacity} keys, not {self._ended.capacity}")
+        self._streams = OrderedDict(sorted(streams, key=lambda pair: pair[1].first_offset))
+        self._ended = ended
+        self._last_offset = last_offset
+        self.adopt_changelog_keys(())
+
+    @classmethod
+    def restore(
+        cls,
+        topic: str,
+        partition: int,
+        values: Mapping[bytes, bytes],
+        *,
+        gap_policy: GapPolicy = GapPolicy.CLOSE_RUN,
+        max_open_streams: int = 100_000,
+        open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
+        closed_stream_memory: int = 10_000,
+        max_record_bytes: int | None = None,
+        core: StreamCore | None = None,
+    ) -> tuple[PartitionState, int]:
+        """The state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
+        out) and the source offset K it covers: process from K on.
+
+        Raises CheckpointVersionError for a format this release does not read, CheckpointError when the
+        changelog is empty, unreadable or inconsistent. More remembered streams than `closed_stream_memory`
+        are forgotten oldest first (tombstoned at the next checkpoint); open streams above the cap stay.
+        """
+        state = cls(
+            topic, partition, gap_policy=gap_policy, max_open_streams=max_open_streams,
+            open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
+            max_record_bytes=max_record_bytes, core=core,
+        )  # fmt: skip
+        header = read_checkpoint_header(values, topic, partition)
+        if header is None:
+            raise CheckpointError("is empty: there is no checkpoint to restore", topic=topic, partition=partition)
+        restore_observer = state._core.restore_observer
+        streams: list[tuple[str, OpenStream]] = []
+        ended: list[tuple[int, str, int]] = []
+        for raw, value in values.items():
+            if raw == PARTITION_KEY:
+                continue
+            is_open, key = split_key(raw, topic, partition)
+            if is_open:
+                streams.append((key, decode_stream(raw, value, header, restore_observer)))
+            else:
+                sequence, at = decode_ended(raw, value, header)
+                ended.append((at, key, sequence))
+        if (len(streams), len(ended)) != (header.open_streams, header.ended_streams):
+            raise CheckpointError(
+                f"holds {len(streams)} open and {len(ended)} ended streams, where its partition record counts "
+                f"{header.open_streams} and {header.ended_streams}", topic=topic, partition=partition,
+            )  # fmt: skip
+        ended.sort()
+        if len({at for at, _, _ in ended}) != len(ended) or {k for _, k, _ in ended} & {k for k, _ in streams}:
+            raise CheckpointError("ends two streams at one offset, or holds a stream both open and ended",
+                                  topic=topic, partition=partition)  # fmt: skip
+        state._streams = OrderedDict(sorted(streams, key=lambda pair: pair[1].first_offset))
+        state._checkpointed = header.offset
+        state._last_offset = header.offset - 1 if header.offset > 0 else None
+        for at, key, sequence in ended:
+            state._remember(key, sequence, at)
+        state._dirty_ended = set()  # restored entries are in the changelog already; forgotten ones are in _gone_ended
+        return state, header.offset
 
 
 def _refused(
-    step: _Step, item: WireItem, stream: _Stream, reason: DeadLetterReason, exc: Exception
+    step: _Step, item: WireItem, stream: OpenStream, reason: DeadLetterReason, exc: Exception
 ) -> Outcome:
     # The item arrived in order, so it counts as delivered: the next item of its run is no gap.
     stream.last[item.run_id] = item.sequence

@@ -134,11 +134,7 @@ class ReplaySession:
         self.finished = False
 
     def open(self) -> None:
-        messages = [
-            pickle.dumps(("open", (where, {"gap_policy": state._gap_policy, "open_stream_policy": state._open_policy,
-                                           "closed_stream_memory": state._closed_memory})), _PICKLE)
-            for where, state in self._states.items()
-        ]  # fmt: skip
+        messages = [pickle.dumps(("open", (where, state.options)), _PICKLE) for where, state in self._states.items()]
         for helper in self._helpers:
             helper.post(messages)
 

@@ -56,6 +56,7 @@ class DeadLetterReason(StrEnum):
     OBSERVATION_ERROR = "observation-error"
     TYPE_ERROR = "type-error"
     OPEN_STREAM_CAP = "open-stream-cap"
+    TOO_LARGE = "too-large"
 
 
 class OutboundRecord(FrozenValue):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import sys
 import zlib
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import NamedTuple
@@ -19,8 +18,9 @@ from typing import NamedTuple
 from worker.errors import GapError, ShardedReplayError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._core import StreamCore
-from worker.stream._partition import PartitionState, _Stream
+from worker.stream._partition import PartitionState
 from worker.stream._records import SourceRecord
+from worker.stream._table import EndedStreams, OpenStream
 
 __all__ = ["ShardResult", "ShardState", "merge_shards", "shard_of"]
 
@@ -36,7 +36,7 @@ def shard_of(key: bytes | None, shards: int) -> int:
 class ShardResult(NamedTuple):
     """What one shard built from its keys of one partition's window."""
 
-    streams: list[tuple[str, _Stream]]
+    streams: list[tuple[str, OpenStream]]
     memory_log: list[MemoryEntry]
     peak_open: int
     gaps: list[tuple[int, str]]  # (offset, message) of gaps an operator skipped over
@@ -44,18 +44,21 @@ class ShardResult(NamedTuple):
 
 
 class ShardState(PartitionState):
-    """A partition state fed only some keys, without a cap, logging its use of the closed-stream memory."""
+    """A partition state fed only some keys, logging its use of the closed-stream memory; it has no cap on open
+    streams (`max_open_streams` is accepted with the other options and left to the merge)."""
 
     __slots__ = ("_at", "_gaps", "_log", "_peak")
 
     def __init__(
         self, topic: str, partition: int, *, gap_policy: GapPolicy = GapPolicy.CLOSE_RUN,
-        open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER, closed_stream_memory: int = 10_000,
-        core: StreamCore | None = None,
+        max_open_streams: int = sys.maxsize, open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
+        closed_stream_memory: int = 10_000, max_record_bytes: int | None = None, core: StreamCore | None = None,
     ) -> None:  # fmt: skip
+        del max_open_streams  # the merge checks the cap against all shards together
         super().__init__(
             topic, partition, gap_policy=gap_policy, max_open_streams=sys.maxsize,
-            open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory, core=core,
+            open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
+            max_record_bytes=max_record_bytes, core=core,
         )  # fmt: skip
         self._at = -1
         self._log: list[MemoryEntry] = []
@@ -69,7 +72,7 @@ class ShardState(PartitionState):
             self.process(record, publish=False)
         except GapError as exc:
             self._gaps.append((record.offset, str(exc)))
-        self._peak = max(self._peak, len(self._streams))
+        self._peak = max(self._peak, self.open_streams)
 
     def replay_rows(self, rows: list[tuple[int, int, bytes | None, bytes | None]]) -> None:
         """`replay` each (offset, timestamp, key, value) of this partition in order; a failure names its offset."""
@@ -87,9 +90,9 @@ class ShardState(PartitionState):
         self._log.append((self._at, key, found, True))
         return found
 
-    def _remember(self, key: str, last_root_sequence: int) -> None:
-        self._log.append((self._at, key, last_root_sequence, False))
-        super()._remember(key, last_root_sequence)
+    def _remember(self, key: str, last_root_sequence: int, at: int) -> None:
+        self._log.append((at, key, last_root_sequence, False))
+        super()._remember(key, last_root_sequence, at)
 
     def result(self) -> ShardResult:
         """The shard's open streams and logs, ready to be pickled to the process that merges."""
@@ -97,8 +100,8 @@ class ShardState(PartitionState):
 
 
 class _Merged(NamedTuple):
-    streams: OrderedDict[str, _Stream]
-    closed: OrderedDict[str, int]
+    streams: list[tuple[str, OpenStream]]
+    ended: EndedStreams
     last_offset: int | None
 
 
@@ -106,25 +109,27 @@ def _merged(state: PartitionState, shards: Sequence[ShardResult]) -> _Merged:
     where = f"{state.topic}[{state.partition}]"
     if state.open_streams or state.remembered_streams or state.last_offset is not None:
         raise ShardedReplayError(f"shards of {where} can only be merged into fresh state")
+    options = state.options
+    cap, capacity = options["max_open_streams"], options["closed_stream_memory"]
     peak = sum(shard.peak_open for shard in shards)
-    if peak > state._max_open:
+    if peak > cap:
         raise ShardedReplayError(
             f"the shards of {where} held up to {peak} open streams together, over max_open_streams="
-            f"{state._max_open}: the cap may have decided a record"
+            f"{cap}: the cap may have decided a record"
         )
     # One memory, fed every shard's lookups and updates in offset order, decides what each lookup should see.
-    memory = PartitionState(state.topic, state.partition, closed_stream_memory=state._closed_memory)
+    memory = EndedStreams(capacity)
     for offset, key, value, is_lookup in heapq.merge(*(s.memory_log for s in shards), key=itemgetter(0)):
         if not is_lookup:
-            memory._remember(key, value)  # type: ignore[arg-type]  # an update always stores a sequence
-        elif memory._recall(key) != value:
+            memory.remember(key, value, offset)  # type: ignore[arg-type]  # an update always stores a sequence
+        elif memory.recall(key) != value:
             raise ShardedReplayError(
                 f"at offset {offset} of {where} the shard of key {key!r} found {value} in the closed-stream "
-                f"memory, where one replay finds {memory._recall(key)} (memory of {state._closed_memory} keys)"
+                f"memory, where one replay finds {memory.recall(key)} (memory of {capacity} keys)"
             )
-    streams = sorted((pair for shard in shards for pair in shard.streams), key=lambda pair: pair[1].first_offset)
+    streams = [pair for shard in shards for pair in shard.streams]
     last = max((s.last_offset for s in shards if s.last_offset is not None), default=None)
-    return _Merged(OrderedDict(streams), memory._closed, last)
+    return _Merged(streams, memory, last)
 
 
 def merge_shards(
@@ -138,4 +143,4 @@ def merge_shards(
     merged = {where: _merged(state, shards.get(where, ())) for where, state in states.items()}
     for where, state in states.items():
         m = merged[where]
-        state._streams, state._closed, state._last_offset = m.streams, m.closed, m.last_offset
+        state.adopt_replay(m.streams, m.ended, m.last_offset)

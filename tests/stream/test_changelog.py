@@ -1,0 +1,378 @@
+"""The changelog: its documented record format, checkpoints that write each changed key once, and restore."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.stream._cores import REAL_CORE
+from tests.stream._fakes import FAKE_CORE, FakeObserver
+from tests.stream._support import TOPIC, golden_source, header, item, records
+from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
+from worker.settings import GapPolicy, OpenStreamPolicy
+from worker.stream import (
+    CHECKPOINT_FORMAT_VERSION,
+    CheckpointHeader,
+    Outcome,
+    PartitionState,
+    SourceRecord,
+    Verdict,
+    default_core,
+    read_checkpoint_header,
+)
+
+A, B, C = "run-a", "run-b", "run-c"
+Changelog = dict[bytes, bytes]
+
+
+def state(**kw: Any) -> PartitionState:
+    return PartitionState(TOPIC, 0, core=FAKE_CORE, **kw)
+
+
+def feed(st: PartitionState, pairs: list[tuple[str, bytes]], start: int) -> list[Outcome]:
+    return [st.process(r) for r in records(pairs, start=start)]
+
+
+def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
+    """What compaction keeps of `changelog` after `delta` is appended: the latest value per key."""
+    keys = [key for key, _ in delta]
+    assert len(keys) == len(set(keys)), f"a checkpoint wrote a key twice: {keys}"
+    for key, value in delta:
+        if value is None:
+            changelog.pop(key, None)
+        else:
+            changelog[key] = value
+    return changelog
+
+
+def restore(values: Changelog, **kw: Any) -> tuple[PartitionState, int]:
+    return PartitionState.restore(TOPIC, 0, values, core=FAKE_CORE, **kw)
+
+
+def test_the_records_follow_the_documented_format() -> None:
+    st = state()
+    a0, a1 = item(A, 0, emit=2), item(A, 1, thread="thread_runa", announce=C)
+    feed(st, [(A, a0), (B, item(B, 0)), (A, a1), (B, item(B, 1, terminal=True))], start=10)
+    delta = dict(st.checkpoint(14))
+    assert sorted(delta) == [b"ended:run-b", b"partition", b"stream:run-a"]
+    assert list(dict(st.checkpoint(15))) == [b"partition"]  # the partition record comes last
+    assert orjson.loads(delta[b"stream:run-a"] or b"") == {
+        "first_offset": 10, "thread_id": "thread_runa", "n": 4, "last": {A: 1, C: -1}, "widest": max(len(a0), len(a1)),
+        "closed_by": None, "observer": {"accepted": 2, "threads": {A: "thread_runa"}},
+    }
+    assert orjson.loads(delta[b"ended:run-b"] or b"") == {"last_sequence": 1, "ended_at": 13}
+    assert orjson.loads(delta[b"partition"] or b"") == {
+        "format": 1, "topic": TOPIC, "partition": 0, "offset": 14, "open_streams": 1, "ended_streams": 1,
+        "worker": metadata.version("harness-agui-worker"),
+    }
+
+
+def test_a_real_observer_is_stored_as_its_exported_continuation() -> None:
+    st = PartitionState(TOPIC, 0, core=REAL_CORE)
+    lines = golden_source("c01_child_completed")
+    root = orjson.loads(lines[0])["run_id"]
+    for rec in records([(root, line) for line in lines[:6]]):
+        st.process(rec, publish=False)
+    stored = orjson.loads(dict(st.checkpoint(6))[f"stream:{root}".encode()] or b"")
+    assert stored["observer"]["run_id"] == root
+    assert set(stored["observer"]["state"]) == {"request_index", "parts", "children", "threads"}
+
+
+def test_a_checkpoint_writes_only_what_changed_since_the_last_one() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0)), (B, item(B, 0))], start=0)
+    assert {k for k, _ in st.checkpoint(2)} == {b"stream:run-a", b"stream:run-b", b"partition"}
+    feed(st, [(A, item(A, 1)), (A, item(A, 2)), (A, item(A, 1)), (B, b"junk")], start=2)
+    # A changed (twice: written once); a duplicate and a poison record change nothing
+    assert [k for k, _ in st.checkpoint(6)] == [b"stream:run-a", b"partition"]
+
+
+def test_a_stream_that_opened_and_ended_between_two_checkpoints_writes_only_its_ended_record() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0))], start=0)
+    st.checkpoint(1)
+    feed(st, [(B, item(B, 0)), (B, item(B, 1, terminal=True))], start=1)
+    assert [(k, v is None) for k, v in st.checkpoint(3)] == [(b"ended:run-b", False), (b"partition", False)]
+
+
+def test_a_written_stream_that_ends_is_tombstoned_and_remembered() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0))], start=0)
+    st.checkpoint(1)
+    feed(st, [(A, item(A, 1, terminal=True))], start=1)
+    delta = dict(st.checkpoint(2))
+    assert delta[b"stream:run-a"] is None
+    assert orjson.loads(delta[b"ended:run-a"] or b"") == {"last_sequence": 1, "ended_at": 1}
+
+
+def test_forgotten_ended_streams_are_tombstoned_only_when_written() -> None:
+    st = state(closed_stream_memory=1)
+    feed(st, [(A, item(A, 0, terminal=True))], start=0)
+    st.checkpoint(1)
+    # B ends (forgetting A), then C ends (forgetting B, never written)
+    feed(st, [(B, item(B, 0, terminal=True)), (C, item(C, 0, terminal=True))], start=1)
+    assert dict(st.checkpoint(3)) == {
+        b"ended:run-a": None, b"ended:run-c": b'{"last_sequence":0,"ended_at":2}',
+        b"partition": st.image(3)[b"partition"],
+    }
+
+
+def test_a_key_that_ends_reopens_and_ends_again_is_still_tombstoned() -> None:
+    st = state(closed_stream_memory=0)
+    feed(st, [(A, item(A, 0))], start=0)
+    st.checkpoint(1)
+    feed(st, [(A, item(A, 1, terminal=True)), (A, item(A, 0)), (A, item(A, 1, terminal=True))], start=1)
+    assert dict(st.checkpoint(4))[b"stream:run-a"] is None
+    st2 = state(closed_stream_memory=0)
+    feed(st2, [(A, item(A, 0))], start=0)
+    st2.checkpoint(1)
+    outs = feed(st2, [(A, item(A, 1, terminal=True)), (A, item(A, 0))], start=1)
+    assert outs[1].verdict is Verdict.PROCESSED  # nothing remembered: a new stream under the same key
+    delta = dict(st2.checkpoint(3))
+    assert orjson.loads(delta[b"stream:run-a"] or b"")["first_offset"] == 2
+
+
+def test_folded_checkpoints_equal_the_image_and_restore_it() -> None:
+    st, changelog = state(closed_stream_memory=2), {}
+    batches = [
+        [(A, item(A, 0)), (B, item(B, 0))],
+        [(A, item(A, 1)), (B, item(B, 2)), (C, item(C, 0, terminal=True))],  # B: a gap closes it
+        [(A, item(A, 2, terminal=True)), ("run-d", item("run-d", 0, terminal=True)), (B, item(B, 3))],
+    ]
+    offset = 0
+    for batch in batches:
+        feed(st, batch, start=offset)
+        offset += len(batch) + 2  # transaction markers leave holes
+        fold(changelog, st.checkpoint(offset))
+        assert changelog == st.image(offset)
+        restored, k = restore(changelog, closed_stream_memory=2)
+        assert k == offset
+        assert restored.image(offset) == changelog
+        assert restored.last_offset == st.last_offset == offset - 1
+    b = orjson.loads(changelog[b"stream:run-b"])
+    assert (b["observer"], b["closed_by"], b["last"]) == (None, "source_gap", {})
+
+
+def test_restored_state_continues_as_the_original() -> None:
+    st = state(closed_stream_memory=2, max_open_streams=2)
+    feed(st, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0)), (A, item(A, 1, terminal=True))], start=0)
+    changelog = fold({}, st.checkpoint(4))
+    restored, _ = restore(changelog, closed_stream_memory=2, max_open_streams=2)
+    later = [(A, item(A, 0)), (C, item(C, 0)), (B, item(B, 1)), (C, item(C, 0)), ("run-d", item("run-d", 0))]
+    assert feed(restored, later, start=4) == feed(st, later, start=4)
+    assert restored.image(9) == st.image(9)
+
+
+def test_checkpoints_never_go_back() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0))], start=5)
+    with pytest.raises(WorkerError, match="would go back"):
+        st.checkpoint(5)
+    st.checkpoint(9)
+    st.checkpoint(9)  # nothing new: the same offset again is fine
+    with pytest.raises(WorkerError, match="would go back"):
+        st.checkpoint(8)
+    # every offset below a checkpoint counts as processed
+    assert st.last_offset == 8
+    with pytest.raises(WorkerError, match="must increase"):
+        st.process(records([(A, item(A, 1))], start=8)[0])
+
+
+def test_an_empty_changelog_has_no_header_and_nothing_to_restore() -> None:
+    assert read_checkpoint_header({}, TOPIC, 0) is None
+    with pytest.raises(CheckpointError, match="is empty"):
+        restore({})
+
+
+def test_the_header_tells_the_offset_and_the_format() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0))], start=0)
+    header = read_checkpoint_header(fold({}, st.checkpoint(3)), TOPIC, 0)
+    assert header == CheckpointHeader(CHECKPOINT_FORMAT_VERSION, TOPIC, 0, 3, 1, 0,
+                                      metadata.version("harness-agui-worker"))  # fmt: skip
+
+
+def _valid() -> Changelog:
+    st = state()
+    feed(st, [(A, item(A, 0)), (B, item(B, 0)), (B, item(B, 1, terminal=True))], start=0)
+    return fold({}, st.checkpoint(3))
+
+
+def _with(values: Changelog, key: bytes, **changes: object) -> Changelog:
+    data = orjson.loads(values[key])
+    data.update(changes)
+    return {**values, key: orjson.dumps(data)}
+
+
+@pytest.mark.parametrize("version", [2, 0, 99])
+def test_an_unknown_format_version_stops_with_its_own_error(version: int) -> None:
+    values = _with(_valid(), b"partition", format=version)
+    for call in (lambda: read_checkpoint_header(values, TOPIC, 0), lambda: restore(values)):
+        with pytest.raises(CheckpointVersionError, match=f"checkpoint format {version} is not format 1") as info:
+            call()
+        assert not isinstance(info.value, CheckpointError)
+        assert (info.value.version, info.value.partition) == (version, 0)
+
+
+P, S, E = b"partition", b"stream:run-a", b"ended:run-b"
+BROKEN: dict[str, tuple[Any, str]] = {
+    "partition record missing": (lambda v: {k: x for k, x in v.items() if k != P}, "no partition record"),
+    "partition not JSON": (lambda v: {**v, P: b"{"}, "is not JSON"),
+    "format not an int": (lambda v: _with(v, P, format="1"), "'format' must be an integer"),
+    "extra field": (lambda v: _with(v, P, extra=1), "fields must be"),
+    "other topic": (lambda v: _with(v, P, topic="other"), r"holds the state of other\[0\]"),
+    "other partition": (lambda v: _with(v, P, partition=3), r"\[3\]"),
+    "negative offset": (lambda v: _with(v, P, offset=-1), "'offset' must be an integer >= 0"),
+    "count mismatch": (lambda v: _with(v, P, open_streams=2), "holds 1 open and 1 ended streams"),
+    "unknown key": (lambda v: {**v, b"other:x": b"{}"}, "not a key of this changelog format"),
+    "empty stream key": (lambda v: {**v, b"stream:": b"{}"}, "not a key of this changelog format"),
+    "stream not an object": (lambda v: {**v, S: b"[1]"}, "not a JSON object"),
+    "first offset at K": (lambda v: _with(v, S, first_offset=3), "'first_offset' must be an integer >= 0 and < 3"),
+    "bool n": (lambda v: _with(v, S, n=True), "'n' must be an integer"),
+    "bad last": (lambda v: _with(v, S, last={"run-a": -2}), "'last' must map"),
+    "bad observer": (lambda v: _with(v, S, observer={"accepted": "x"}), "observer continuation does not restore"),
+    "closed without code": (lambda v: _with(v, S, observer=None), "must name what closed it"),
+    "open with code": (lambda v: _with(v, S, closed_by="source_gap"), "was not closed"),
+    "ended at K": (lambda v: _with(v, E, ended_at=3), "'ended_at' must be an integer >= 0 and < 3"),
+    "open and ended": (lambda v: {**_with(v, P, ended_streams=2), b"ended:run-a": b'{"last_sequence":0,"ended_at":1}'},
+                       "both open and ended"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_an_unreadable_or_inconsistent_changelog_is_a_checkpoint_error(case: str) -> None:
+    damage, message = BROKEN[case]
+    with pytest.raises(CheckpointError, match=message) as info:
+        restore(damage(_valid()))
+    assert (info.value.topic, info.value.partition) == (TOPIC, 0)
+    assert str(info.value).startswith(f"changelog of {TOPIC}[0]")
+
+
+def test_a_checkpoint_error_names_the_record_at_fault() -> None:
+    with pytest.raises(CheckpointError) as info:
+        restore(_with(_valid(), S, n=-1))
+    assert info.value.key == S
+    assert "record b'stream:run-a'" in str(info.value)
+
+
+def test_a_smaller_ended_memory_forgets_the_oldest_at_restore_and_tombstones_them() -> None:
+    st = state()
+    feed(st, [(k, item(k, 0, terminal=True)) for k in (C, A, B)], start=0)
+    changelog = fold({}, st.checkpoint(3))
+    restored, _ = restore(changelog, closed_stream_memory=1)
+    assert restored.remembered_streams == 1
+    assert feed(restored, [(B, item(B, 0)), (A, item(A, 0))], start=3)[0].verdict is Verdict.DUPLICATE
+    fold(changelog, restored.checkpoint(5))
+    assert changelog == restored.image(5)
+    assert b"ended:run-c" not in changelog
+
+
+def test_a_state_rebuilt_without_the_changelog_adopts_its_keys_and_overwrites_them() -> None:
+    old = state()
+    feed(old, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0, terminal=True))], start=0)
+    changelog = fold({b"junk-key": b"x"}, old.checkpoint(3))
+    fresh = state()  # e.g. replayed from replay_from, where B had already ended
+    feed(fresh, [(A, item(A, 0)), (A, item(A, 1))], start=10)
+    fresh.adopt_changelog_keys(changelog)
+    fold(changelog, fresh.checkpoint(12))
+    assert changelog == fresh.image(12)
+    assert restore(changelog)[0].image(12) == changelog
+
+
+def test_adopted_keys_of_streams_that_end_before_the_next_checkpoint_are_tombstoned() -> None:
+    old = state()
+    feed(old, [(A, item(A, 0))], start=0)
+    changelog = fold({}, old.checkpoint(1))
+    fresh = state()
+    feed(fresh, [(A, item(A, 0))], start=0)
+    fresh.adopt_changelog_keys(changelog)
+    feed(fresh, [(A, item(A, 1, terminal=True))], start=1)
+    fold(changelog, fresh.checkpoint(2))
+    assert changelog == fresh.image(2)
+    assert set(changelog) == {b"ended:run-a", b"partition"}
+
+
+def test_options_rebuild_an_equal_state() -> None:
+    st = state(gap_policy=GapPolicy.HALT, max_open_streams=7, open_stream_policy=OpenStreamPolicy.HALT,
+               closed_stream_memory=3, max_record_bytes=4096)  # fmt: skip
+    assert st.options == {"gap_policy": GapPolicy.HALT, "max_open_streams": 7,
+                          "open_stream_policy": OpenStreamPolicy.HALT, "closed_stream_memory": 3,
+                          "max_record_bytes": 4096}  # fmt: skip
+    assert PartitionState(TOPIC, 0, core=FAKE_CORE, **st.options).options == st.options
+
+
+def test_a_restored_golden_stream_publishes_what_the_uninterrupted_one_does() -> None:
+    names = ["c03_child_nested", "s09_big_fragments", "s04_suspended"]
+    pairs = [(orjson.loads(golden_source(n)[0])["run_id"], line) for n in names for line in golden_source(n)]
+    recs = records(pairs)
+    for cut in (5, len(recs) // 2, len(recs) - 3):
+        whole = PartitionState(TOPIC, 0, core=REAL_CORE)
+        head = [whole.process(r, publish=False) for r in recs[:cut]]
+        assert all(o.records == () for o in head)
+        restored, k = PartitionState.restore(TOPIC, 0, fold({}, whole.checkpoint(recs[cut].offset)), core=REAL_CORE)
+        assert k == recs[cut].offset
+        tail = [SourceRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in recs[cut:]]
+        assert [restored.process(r) for r in tail] == [whole.process(r) for r in tail]
+
+
+def test_the_documented_examples_are_records_this_release_reads_and_writes() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "changelog-format.md").read_text()
+    blocks = [orjson.loads(b) for b in re.findall(r"```json\n(.*?)\n```", doc, flags=re.S)]
+    partition, stream, ended = blocks
+    values = {b"partition": orjson.dumps(partition), b"stream:run-a": orjson.dumps(stream),
+              b"ended:run-b": orjson.dumps(ended)}  # fmt: skip
+    restored, offset = PartitionState.restore(TOPIC, 0, values, core=REAL_CORE)
+    assert offset == partition["offset"]
+    image = restored.image(offset)
+    assert image.keys() == values.keys()
+    assert (image[b"stream:run-a"], image[b"ended:run-b"]) == (values[b"stream:run-a"], values[b"ended:run-b"])
+    assert orjson.loads(image[b"partition"]) == {**partition, "worker": metadata.version("harness-agui-worker")}
+
+
+def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_recount() -> None:
+    st = state()
+    feed(st, [(A, item(A, 0, emit=3)), (A, item(A, 1, emit=3))], start=0)  # RUN_STARTED + 6 CUSTOMs
+    changelog = fold({}, st.checkpoint(2))
+
+    class Terse(FakeObserver):  # a release converting each item to one event fewer
+        def observe(self, item: Any, /) -> tuple[Any, ...]:
+            return super().observe(item)[1:]
+
+    def restore_terse(data: Any) -> Any:
+        observer = Terse()
+        observer.accepted, observer.threads = data["accepted"], dict(data["threads"])
+        return observer
+
+    terse = dataclasses.replace(FAKE_CORE, restore_observer=restore_terse)
+    restored, _ = PartitionState.restore(TOPIC, 0, changelog, core=terse)
+    (out,) = feed(restored, [(A, item(A, 2, emit=2))], start=2)
+    assert [header(r.headers, "agui-event-id") for r in out.records] == [f"{A}:7"]
+
+
+def test_a_restored_real_observer_keeps_the_cores_processor() -> None:
+    def shout(item: Any, event: Any) -> Any:
+        if getattr(event, "type", None) == "TEXT_MESSAGE_CONTENT":
+            event.delta = event.delta.upper()
+        return event
+
+    core = default_core(processor=shout)
+    lines = golden_source("s01_hello")
+    root = orjson.loads(lines[0])["run_id"]
+    recs = records([(root, line) for line in lines])
+    whole = PartitionState(TOPIC, 0, core=core)
+    expected = [whole.process(r) for r in recs]
+    for cut in range(1, len(recs)):
+        first = PartitionState(TOPIC, 0, core=core)
+        for r in recs[:cut]:
+            first.process(r, publish=False)
+        restored, _ = PartitionState.restore(TOPIC, 0, fold({}, first.checkpoint(recs[cut].offset)), core=core)
+        assert [restored.process(r) for r in recs[cut:]] == expected[cut:]
+    deltas = [orjson.loads(r.value or b"")["delta"] for o in expected for r in o.records
+              if r.event_type == "TEXT_MESSAGE_CONTENT"]  # fmt: skip
+    assert deltas and all(d == d.upper() for d in deltas)
