@@ -61,7 +61,7 @@ def observe_producer(producer: Any) -> ProducerView:
 async def force_close(producer: Any, seconds: float) -> None:
     """Stop `producer` within about three times `seconds`, never raising: a normal `stop()` first; when that
     waits for batches that cannot be delivered, close its connections (`producer.client`), cancel its sender task
-    and fail the batches still queued (`producer._message_accumulator`)."""
+    and fail the batches still queued or in flight (`producer._message_accumulator._batches`, `._pending_batches`)."""
     stop = asyncio.ensure_future(producer.stop())
     done, _ = await asyncio.wait([stop], timeout=seconds)
     if done:
@@ -83,7 +83,12 @@ async def force_close(producer: Any, seconds: float) -> None:
     accumulator = getattr(producer, "_message_accumulator", None)
     if accumulator is not None:
         with contextlib.suppress(Exception):
+            batches = [b for queue in accumulator._batches.values() for b in queue]
+            batches += list(accumulator._pending_batches)
             accumulator.fail_all(ProducerClosed())
+            for batch in batches:  # failed on purpose: keep asyncio from logging them as never retrieved
+                _done_error(batch.future)
+                _done_error(getattr(batch, "_drain_waiter", None))
 
 
 def member_id(consumer: Any) -> str:
