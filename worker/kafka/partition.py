@@ -20,8 +20,7 @@ class Phase(Enum):
 
     REBUILDING = "rebuilding"
     LIVE = "live"
-    FAILED = "failed"  # a transaction failed: its supervisor contains the fault and rebuilds
-    FENCED = "fenced"
+    FAILED = "failed"  # a transaction failed, or a rebuild did: its task contains it and rebuilds
     HALTED = "halted"  # a policy stopped it: held, not ready, until the group moves it
 
 
