@@ -150,7 +150,8 @@ class PartitionSupervisor:
         return None
 
     def _ended(self, task: asyncio.Task[PartitionRun | None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
+        if not task.cancelled() and task.exception() is not None:  # a bug: held, not ready, until the group moves it
+            self._hold("failed")
             _log.error("partition task ended unexpectedly, partition held: %r", task.exception(), extra=self._fields())
 
     # ---- the partition's task ------------------------------------------------------------------------------
