@@ -111,18 +111,23 @@ class _Watch:
                              {tp.partition: end for tp, end in ends.items()}))
 
     def longest_stall(self, partition: int, since: float, until: float) -> float:
-        """Longest time the committed offset stayed put while records waited past it, within [since, until]."""
-        worst, stuck_since, last = 0.0, None, None
+        """Longest time the committed offset stayed put while records waited past it, within [since, until]: from
+        the first sample showing an offset (with records beyond it) to the first sample showing another, so a
+        stall is never shorter than it was (by up to one sampling interval, or a gap in the samples, longer)."""
+        worst, stuck_since, last, last_at = 0.0, None, None, since
         for at, committed, ends in self.samples:
             if not since <= at <= until:
                 continue
             c = committed.get(partition, -1)
-            behind = ends.get(partition, 0) > c
-            if last is None or c != last or not behind:
-                stuck_since = at if behind else None
-            elif stuck_since is not None:
-                worst = max(worst, at - stuck_since)
-            last = c
+            if c != last:
+                if stuck_since is not None:
+                    worst = max(worst, at - stuck_since)
+                stuck_since = at if ends.get(partition, 0) > c else None
+            elif stuck_since is None and ends.get(partition, 0) > c:
+                stuck_since = at
+            last, last_at = c, at
+        if stuck_since is not None:
+            worst = max(worst, last_at - stuck_since)
         return worst
 
     def committed_at_end(self) -> dict[int, int]:
@@ -269,13 +274,13 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
 
         stalls = {p: watch.longest_stall(p, down_at + 1.0, up_at) for p in range(6)}
         commits_during = {p: [s[1][p] for s in watch.samples if down_at <= s[0] <= up_at] for p in range(6)}
-        print(f"outage {up_at - down_at:.1f} s; longest stall of partitions 1-5 while down: "
-              f"{max(stalls[p] for p in range(1, 6)):.2f} s; partition 0 ready {p0_recovery_s:.1f} s after the node"
-              f" returned; not-ready samples {not_ready} of {ticks}; RSS {rss_before:.0f} -> peak {rss_peak:.0f} MiB;"
-              f" partition 0 pending peak {p0_pending_peak:.0f}")
+        advanced_by = {p: c[-1] - c[0] if c else 0 for p, c in commits_during.items()}
+        print(f"outage {up_at - down_at:.1f} s; records committed meanwhile per partition {advanced_by}; longest "
+              f"stall of partitions 1-5: {max(stalls[p] for p in range(1, 6)):.2f} s; partition 0 ready "
+              f"{p0_recovery_s:.1f} s after the node was back; not-ready samples {not_ready} of {ticks}; RSS "
+              f"{rss_before:.0f} -> peak {rss_peak:.0f} MiB; partition 0 pending peak {p0_pending_peak:.0f}")
         for p in range(1, 6):
-            advanced = commits_during[p][-1] - commits_during[p][0] if commits_during[p] else 0
-            assert advanced > 0, f"partition {p} committed nothing while the node was down"
+            assert advanced_by[p] > 0, f"partition {p} committed nothing while the node was down"
             assert stalls[p] < 3.0, f"partition {p} stalled {stalls[p]:.1f} s while another partition was stuck"
             assert not_ready[p] == 0, f"partition {p} was reported not ready while the node was down"
         assert not_ready[0] > 0, "partition 0 cannot commit without its dead-letter partition: it must say so"
