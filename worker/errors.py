@@ -10,7 +10,8 @@
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
         ├── RebuildError        a partition could not be rebuilt from its source history
-        └── FencedError         another worker now owns a partition's transactional id
+        ├── FencedError         another worker now owns a partition's transactional id
+        └── DeadlineError       a broker call of one partition did not finish within its deadline
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointVersionError",
     "ConfigError",
+    "DeadlineError",
     "DecodeError",
     "FencedError",
     "GapError",
@@ -90,3 +92,14 @@ class RebuildError(KafkaWorkerError):
 
 class FencedError(KafkaWorkerError):
     """A newer producer with the same transactional id exists: the partition belongs to someone else."""
+
+
+class DeadlineError(KafkaWorkerError):
+    """A broker call (`call`: begin, send, commit, abort, producer-start, ...) of one partition did not finish within
+    `seconds`; the partition alone is failed and isolated."""
+
+    def __init__(self, call: str, seconds: float, where: str) -> None:
+        self.call = call
+        self.seconds = seconds
+        self.where = where
+        super().__init__(f"{where}: {call} did not finish within {seconds:g} s")

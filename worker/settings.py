@@ -132,3 +132,25 @@ class Settings(BaseSettings):
                 f"session_timeout_ms ({self.session_timeout_ms})"
             )
         return self
+
+    # ---- fault isolation: deadlines, back-pressure, rebuild retries (docs/fault-isolation.md) ----------------
+    broker_call_timeout_ms: int = Field(10_000, ge=100, description=(
+        "Deadline of each transactional call (begin, send, offsets, commit, abort), producer start and stop, and "
+        "offset or group look-up; on expiry only that partition is failed and rebuilt."
+    ))
+    max_pending_records: int = Field(5_000, ge=1, description=(
+        "A partition stops fetching while this many consumed records wait for its transaction in flight."
+    ))
+    rebuild_backoff_max_ms: int = Field(30_000, ge=100, description=(
+        "Longest wait between two rebuild attempts of one partition; the wait doubles from 250 ms."
+    ))
+
+    @model_validator(mode="after")
+    def _deadlines_fit(self) -> Settings:
+        if self.broker_call_timeout_ms >= self.transaction_timeout_ms:
+            raise ConfigError(
+                f"broker_call_timeout_ms ({self.broker_call_timeout_ms}) must be below "
+                f"transaction_timeout_ms ({self.transaction_timeout_ms}): a stuck call must fail before the broker "
+                "aborts the transaction"
+            )
+        return self

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError
 
-from worker.errors import FencedError, KafkaWorkerError
-from worker.kafka.checkpoint import Checkpoint, TxnPhase, is_fenced
+from worker.errors import DeadlineError, KafkaWorkerError
+from worker.kafka.checkpoint import Checkpoint, TxnPhase
 
 TP = TopicPartition("src", 3)
 
@@ -192,13 +192,6 @@ async def test_an_abort_never_waits_for_the_early_offsets_and_a_failed_one_fails
     assert ckpt.phase is TxnPhase.BROKEN
 
 
-def test_fencing_errors_are_recognised() -> None:
-    assert is_fenced(ProducerFenced())
-    assert is_fenced(InvalidProducerEpoch())
-    assert is_fenced(FencedError("x"))
-    assert not is_fenced(KafkaError("transient"))
-
-
 class _Batch:
     """Stands in for aiokafka's BatchBuilder: full after `capacity` records; a value over 100 bytes never fits."""
 
@@ -355,3 +348,70 @@ async def test_an_abort_drops_the_open_batches() -> None:
     await ckpt.send("out", b"k", b"kept", [], partition=0)
     await ckpt.commit(2, "")
     assert _shipped(producer, 0) == [b"kept"]
+
+
+class _StuckProducer(_BatchingProducer):
+    """A broker that stops answering: the calls named in `stuck` never return."""
+
+    def __init__(self, stuck: set[str]) -> None:
+        super().__init__(capacity=100)
+        self.stuck = stuck
+
+    async def _hang(self, name: str) -> None:
+        if name in self.stuck:
+            await asyncio.Event().wait()
+
+    async def begin_transaction(self) -> None:
+        await self._hang("begin")
+        await super().begin_transaction()
+
+    async def send_batch(self, batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        await self._hang("send")  # aiokafka waits here while the partition's previous batch is not drained
+        return await super().send_batch(batch, topic, partition=partition)
+
+    async def commit_transaction(self) -> None:
+        await self._hang("commit")
+        await super().commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        await self._hang("abort")
+        await super().abort_transaction()
+
+
+@pytest.mark.parametrize("call", ["begin", "send", "commit", "abort"])
+async def test_every_transactional_call_fails_at_its_deadline_and_breaks_the_checkpoint(call: str) -> None:
+    producer = _StuckProducer({call})
+    ckpt = Checkpoint(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(DeadlineError) as failure:
+        await ckpt.begin()
+        await ckpt.send("out", b"k", b"a", [], partition=0)
+        await ckpt.ship()
+        if call == "abort":
+            await ckpt.abort()
+        await ckpt.commit(1, "")
+    assert failure.value.call == call and failure.value.where == "src[3]"
+    assert loop.time() - started < 1.0, "one deadline, not a hang"
+    assert ckpt.phase is TxnPhase.BROKEN or call == "send"
+    assert "commit" not in [c[0] for c in producer.calls]
+
+
+async def test_a_commit_stuck_on_an_undelivered_batch_fails_at_its_deadline_with_its_offsets_settled() -> None:
+    producer = _BatchingProducer(capacity=100)
+    undelivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def stuck_send_batch(batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        return asyncio.shield(undelivered)  # as aiokafka's; the leader is gone and the batch retried for ever
+
+    producer.send_batch = stuck_send_batch  # type: ignore[method-assign]
+    ckpt = Checkpoint(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
+    await ckpt.begin()
+    await ckpt.send("out", b"k", b"v", [], partition=0)
+    async with asyncio.timeout(1):
+        with pytest.raises(DeadlineError, match=r"commit did not finish within 0\.05 s"):
+            await ckpt.commit(1, "")
+    assert ckpt.phase is TxnPhase.BROKEN
+    ckpt.discard()  # the producer is abandoned; a late failure of the batch is marked seen, never logged
+    undelivered.set_exception(KafkaError("leader gone"))
+    await asyncio.sleep(0)

@@ -19,9 +19,8 @@ from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.publisher import Publisher
-from worker.kafka.runner import KafkaRunner
 from worker.kafka.source import to_source_record
-from worker.ops import Health, Metrics
+from worker.ops import Metrics
 from worker.settings import Settings
 from worker.stream import PartitionState, decode_replay_metadata
 
@@ -91,7 +90,7 @@ async def _publish(batches: list[list[_Rec]], *, max_records: int, interval_ms: 
     settings = Settings(max_records_per_transaction=max_records, commit_interval_ms=interval_ms)
     failures: list[BaseException] = []
 
-    async def on_failure(p: PartitionRun, exc: BaseException) -> None:
+    def on_failure(p: PartitionRun, exc: BaseException) -> None:
         failures.append(exc)
 
     pub = Publisher(settings, Metrics(), on_failure, lambda p, reason: None)
@@ -153,34 +152,6 @@ def test_replay_metadata_names_the_oldest_open_stream_at_the_committed_offset() 
 
 
 
-class _FailingCommitProducer(_RecordingProducer):
-    async def commit_transaction(self) -> None:
-        raise RuntimeError("broker said no")
-
-    async def abort_transaction(self) -> None:
-        self._open = None
-
-    async def stop(self) -> None:
-        self.stopped = True
-
-
-def test_a_partition_whose_revoke_commit_fails_is_not_kept_for_reassignment() -> None:
-    # Its open output was aborted, so keeping its state past that output would lose events: it must rebuild.
-    async def scenario() -> tuple[bool, bool]:
-        runner = KafkaRunner(Settings(), Metrics(), Health())
-        p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
-        producer = _FailingCommitProducer(commit_s=0.0)
-        p.go_live(producer, "group", 0)  # type: ignore[arg-type]
-        runner._parts[TP] = p
-        await runner._pub.consume(p, _source(streams=2, items=2)[:3])
-        await runner.on_revoked({TP})
-        return TP in runner._parked, getattr(producer, "stopped", False)
-
-    parked, stopped = asyncio.run(scenario())
-    assert not parked, "a partition with an aborted transaction was parked as live"
-    assert stopped, "its producer must be closed"
-
-
 class _FrozenClock:
     """Stands in for the `time` module of the publisher and the checkpoint: both clocks stand still."""
 
@@ -222,5 +193,5 @@ def test_the_commit_interval_starts_at_the_source_timestamp_by_at_most_half_an_i
     assert asyncio.run(scenario()) == pytest.approx(age_ms / 1000)
 
 
-async def _no_failure(p: PartitionRun, exc: BaseException) -> None:
+def _no_failure(p: PartitionRun, exc: BaseException) -> None:
     raise AssertionError(f"unexpected partition failure: {exc!r}")

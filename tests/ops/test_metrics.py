@@ -32,6 +32,12 @@ EXPECTED = {
     "producers_fenced_total": ("counter", set()),
     "consumer_lag_records": ("gauge", {"topic", "partition"}),
     "source_to_commit_delay_seconds": ("histogram", set()),
+    "rebuild_retries_total": ("counter", {"topic", "partition"}),
+    "transaction_failures_total": ("counter", {"topic", "partition", "cause"}),
+    "authorization_failures_total": ("counter", {"topic", "partition", "resource"}),
+    "deadline_expirations_total": ("counter", {"call"}),
+    "pending_records": ("gauge", {"topic", "partition"}),
+    "backpressure_pauses_total": ("counter", {"topic", "partition"}),
     "worker_info": ("gauge", {"version"}),
 }
 UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", "_ready", "_info")
@@ -58,6 +64,12 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.producers_fenced_total.inc()
     m.consumer_lag_records.labels(**tp).set(12)
     m.source_to_commit_delay_seconds.observe(0.004)
+    m.rebuild_retries_total.labels(**tp).inc()
+    m.transaction_failures_total.labels(**tp, cause="deadline").inc()
+    m.authorization_failures_total.labels(**tp, resource="topic").inc()
+    m.deadline_expirations_total.labels(call="commit").inc()
+    m.pending_records.labels(**tp).set(7)
+    m.backpressure_pauses_total.labels(**tp).inc()
 
 
 def test_every_contract_metric_is_exposed_with_its_type_and_labels() -> None:

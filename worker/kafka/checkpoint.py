@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import InvalidProducerEpoch, ProducerFenced, TransactionalIdAuthorizationFailed
 from aiokafka.structs import OffsetAndMetadata
 
-from worker.errors import FencedError, KafkaWorkerError
+from worker.errors import KafkaWorkerError
+from worker.kafka.deadlines import bounded
 
-__all__ = ["Checkpoint", "TxnPhase", "is_fenced"]
+__all__ = ["Checkpoint", "TxnPhase"]
+
+_T = TypeVar("_T")
 
 
 class TxnPhase(Enum):
@@ -35,11 +38,6 @@ _NEXT: dict[TxnPhase, frozenset[TxnPhase]] = {
 }
 
 
-def is_fenced(exc: BaseException) -> bool:
-    """Whether a client error means a newer producer owns our transactional id."""
-    return isinstance(exc, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed | FencedError)
-
-
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Mark a delivery failure as seen; commit() re-raises it, an abort discards it."""
     if not fut.cancelled():
@@ -47,17 +45,25 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
 
 
 class Checkpoint:
-    """Collects one partition's output since `begin`; `commit` makes records and offset visible together."""
+    """Collects one partition's output since `begin`; `commit` makes records and offset visible together.
+
+    With `deadline_s`, every call that waits for the broker (begin, send, commit, abort) raises DeadlineError once
+    it has waited that long; the checkpoint is then broken and its producer must be abandoned.
+    """
 
     __slots__ = (
-        "_batches", "_begun_at", "_early", "_early_queued", "_futures", "_group_id", "_joined", "_opened_at", "_phase",
-        "_producer", "_timestamps", "_tp", "records",
+        "_batches", "_begun_at", "_deadline", "_early", "_early_queued", "_futures", "_group_id", "_joined",
+        "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "_where", "records",
     )
 
-    def __init__(self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str) -> None:
+    def __init__(
+        self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str, deadline_s: float | None = None
+    ) -> None:
         self._producer = producer
         self._tp = tp
         self._group_id = group_id
+        self._deadline = deadline_s
+        self._where = f"{tp.topic}[{tp.partition}]"
         self._phase = TxnPhase.IDLE
         self._futures: list[asyncio.Future[object]] = []
         self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
@@ -88,6 +94,11 @@ class Checkpoint:
         """`time.monotonic()` when the current or last transaction began."""
         return self._begun_at
 
+    async def _bounded(self, aw: Awaitable[_T], call: str) -> _T:
+        if self._deadline is None:
+            return await aw
+        return await bounded(aw, self._deadline, call, self._where)
+
     def _move(self, to: TxnPhase) -> None:
         if to not in _NEXT[self._phase]:
             raise KafkaWorkerError(f"{self._tp}: illegal transaction move {self._phase.value} -> {to.value}")
@@ -99,7 +110,7 @@ class Checkpoint:
             return
         self._move(TxnPhase.OPEN)
         try:
-            await self._producer.begin_transaction()
+            await self._bounded(self._producer.begin_transaction(), "begin")
         except BaseException:
             self._phase = TxnPhase.BROKEN
             raise
@@ -172,9 +183,9 @@ class Checkpoint:
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
         partition: int | None,
     ) -> None:
-        self._futures.append(
-            await self._producer.send(topic, value=value, key=key, headers=headers, partition=partition)
-        )
+        self._futures.append(await self._bounded(
+            self._producer.send(topic, value=value, key=key, headers=headers, partition=partition), "send"
+        ))
 
     async def ship(self) -> None:
         """Hand every open batch to the producer, closed, so it goes out without lingering."""
@@ -192,7 +203,8 @@ class Checkpoint:
         batch = self._batches.pop(where, None)
         if batch is not None and batch.record_count():
             batch.close()
-            self._futures.append(await self._producer.send_batch(batch, where[0], partition=where[1]))
+            self._futures.append(await self._bounded(self._producer.send_batch(batch, where[0], partition=where[1]),
+                                                     "send"))
             self._joined.add(where)
 
     def note_source(self, timestamp_ms: int, interval_start: float | None = None) -> None:
@@ -216,11 +228,10 @@ class Checkpoint:
         offsets.add_done_callback(_retrieve)
         try:
             try:
-                await self.ship()
-                await asyncio.gather(offsets, self._delivered())
+                await self._bounded(self._finish(offsets), "commit")
             finally:
-                await asyncio.wait([offsets])  # settled before anyone aborts this transaction
-            await self._producer.commit_transaction()
+                if not offsets.done():  # settled before anyone aborts this transaction (a deadline cancelled it)
+                    await asyncio.wait([offsets], timeout=self._deadline)
         except BaseException:
             self._phase = TxnPhase.BROKEN
             raise
@@ -228,6 +239,11 @@ class Checkpoint:
         self._reset()
         self._move(TxnPhase.IDLE)
         return stamps
+
+    async def _finish(self, offsets: asyncio.Future[None]) -> None:
+        await self.ship()
+        await asyncio.gather(offsets, self._delivered())
+        await self._producer.commit_transaction()
 
     async def _delivered(self) -> None:
         """Return when every record is delivered, raising the first failure; most futures are done by now."""
@@ -245,13 +261,21 @@ class Checkpoint:
         try:
             if self._early is not None and not self._early_queued:
                 self._early.cancel()  # waiting for its batches could take a timeout; queued offsets precede the abort
-            await self._producer.abort_transaction()
+            await self._bounded(self._producer.abort_transaction(), "abort")
         except BaseException:
             self._phase = TxnPhase.BROKEN
             self._reset()
             raise
         self._reset()
         self._move(TxnPhase.IDLE)
+
+    def discard(self) -> None:
+        """Forget the open transaction without a broker call (its producer is abandoned, and the next producer of
+        the transactional id aborts it); delivery failures that come later are marked seen."""
+        if self._early is not None and not self._early_queued:
+            self._early.cancel()
+        self._phase = TxnPhase.BROKEN
+        self._reset()
 
     def _reset(self) -> None:
         self._batches = {}

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.stream import decode_replay_metadata
 
-__all__ = ["ReplayWindow", "plan_replay"]
+__all__ = ["ReplayWindow", "plan_replay", "read_committed"]
 
 _log = logging.getLogger(__name__)
 
@@ -31,15 +33,22 @@ class ReplayWindow:
         return self.committed - self.start
 
 
+async def read_committed(
+    admin: AIOKafkaAdminClient, group_id: str, tps: list[TopicPartition]
+) -> dict[TopicPartition, Any]:
+    """The group's committed offset and metadata of each partition (an entry with offset -1, or none, when the
+    group never committed it)."""
+    return dict(await admin.list_consumer_group_offsets(group_id, partitions=tps))
+
+
 async def plan_replay(
-    admin: AIOKafkaAdminClient,
     consumer: AIOKafkaConsumer,
-    group_id: str,
+    committed: Mapping[TopicPartition, Any],
     tps: list[TopicPartition],
     lookback_ms: int,
 ) -> dict[TopicPartition, ReplayWindow]:
-    """Read C and R for each partition; R falls back to a bounded look-back when metadata is missing."""
-    committed = await admin.list_consumer_group_offsets(group_id, partitions=tps)
+    """C and R of each partition from its `committed` entry (`read_committed`); R falls back to a bounded
+    look-back when metadata is missing."""
     log_start: dict[TopicPartition, int] = await consumer.beginning_offsets(tps)
     need_lookback: list[TopicPartition] = []
     plan: dict[TopicPartition, tuple[int, int, str]] = {}

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -29,7 +29,7 @@ __all__ = ["Publisher", "log_fields"]
 _log = logging.getLogger(__name__)
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
 
-OnFailure = Callable[[PartitionRun, BaseException], Awaitable[None]]
+OnFailure = Callable[[PartitionRun, BaseException], None]  # must not wait: the partition's own task contains it
 OnHalt = Callable[[PartitionRun, str], None]
 
 
@@ -75,14 +75,13 @@ class Publisher:
         self.router: KeyRouter | None = None
         self._by_type: dict[str, Any] = {}  # output_events_total children by event type
 
-    def poll_timeout_ms(self, parts: Iterable[PartitionRun]) -> int:
-        """How long a poll may wait before the oldest open transaction is due."""
-        interval = self._s.commit_interval_ms / 1000
-        ages = [p.checkpoint.age_s for p in parts
-                if p.checkpoint and p.checkpoint.is_open and p.commit_task is None]
-        # Capped well below the interval: a transaction opened by a commit task is not in `ages` yet.
-        wait = min((interval - a for a in ages), default=interval)
-        return max(0, int(min(wait, interval / 4) * 1000))
+    def due_in(self, p: PartitionRun) -> float | None:
+        """Seconds until the partition's open transaction is due to commit; None when no time is awaited (nothing
+        open, or a commit in flight, which wakes the partition when it ends)."""
+        ckpt = p.checkpoint
+        if p.phase is not Phase.LIVE or ckpt is None or not ckpt.is_open or p.commit_task is not None:
+            return None
+        return max(0.0, self._s.commit_interval_ms / 1000 - ckpt.age_s)
 
     async def consume(self, p: PartitionRun, recs: list[Any]) -> None:
         """Process consumed records of a live partition in offset order and send their outcomes."""
@@ -133,7 +132,7 @@ class Publisher:
                 if p.checkpoint.joins_group:  # every record below next_offset is in the transaction now
                     p.checkpoint.join_group(*_position(p))
             except Exception as exc:
-                await self._on_failure(p, exc)
+                self._on_failure(p, exc)
 
     async def _flush(self, p: PartitionRun) -> bool:
         """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
@@ -158,7 +157,7 @@ class Publisher:
                         sent[kind] = sent.get(kind, 0) + 1
                     ckpt.note_source(timestamp, interval_start)
         except Exception as exc:
-            await self._on_failure(p, exc)
+            self._on_failure(p, exc)
             return False
         finally:
             for kind, n in sent.items():
@@ -193,6 +192,7 @@ class Publisher:
         finally:
             if p.commit_task is asyncio.current_task():
                 p.commit_task = None
+            p.wake.set()  # the partition's task: its backlog drained, or its next commit may be due
 
     async def _settle(self, p: PartitionRun) -> None:
         """Wait for the partition's in-flight commit (and the flush that follows it)."""
@@ -223,7 +223,7 @@ class Publisher:
         try:
             stamps = await ckpt.commit(offset, metadata)
         except Exception as exc:
-            await self._on_failure(p, exc)
+            self._on_failure(p, exc)
             return False
         p.committed = offset
         self._metrics.transactions_total.labels("committed").inc()

@@ -22,6 +22,7 @@ from worker.stream import PartitionState, ReplayPool, ReplaySession
 __all__ = ["replay_into"]
 
 _log = logging.getLogger(__name__)
+_FEED_CHUNK = 500  # records replayed between two yields to the event loop
 
 Progress = Callable[[TopicPartition, int, int], None]
 Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order
@@ -128,7 +129,9 @@ async def _read(
             last_move = time.monotonic()
             recs = fetched if fetched[-1].offset < window.committed else [
                 rec for rec in fetched if rec.offset < window.committed]  # fmt: skip
-            feed(tp, recs)
+            for i in range(0, len(recs), _FEED_CHUNK):
+                feed(tp, recs if len(recs) <= _FEED_CHUNK else recs[i : i + _FEED_CHUNK])
+                await asyncio.sleep(0)  # live partitions of this member get the loop between chunks
             counts[tp] += len(recs)
         await after_fetch()
         for tp in list(todo):

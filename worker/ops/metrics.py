@@ -160,6 +160,33 @@ class Metrics:
             f"{p}source_to_commit_delay_seconds", "Source record timestamp to its transaction commit.",
             _DELAY_BUCKETS, r,
         )
+        self.rebuild_retries_total = Counter(
+            f"{p}rebuild_retries_total", "Rebuild attempts of a partition that failed and were retried after back-off.",
+            _TP, registry=r,
+        )
+        self.transaction_failures_total = Counter(
+            f"{p}transaction_failures_total",
+            "Failures of a live partition's transaction, by diagnosed cause (fenced, unauthorised, deadline, error).",
+            [*_TP, "cause"], registry=r,
+        )
+        self.authorization_failures_total = Counter(
+            f"{p}authorization_failures_total",
+            "Broker refusals for a missing ACL, by resource kind (transactional-id, topic, group, cluster).",
+            [*_TP, "resource"], registry=r,
+        )
+        self.deadline_expirations_total = Counter(
+            f"{p}deadline_expirations_total", "Broker calls of a partition abandoned at their deadline, by call.",
+            ["call"], registry=r,
+        )
+        self.pending_records = Gauge(
+            f"{p}pending_records", "Consumed records of a partition not yet in a transaction (fetched or processed).",
+            _TP, registry=r,
+        )
+        self.backpressure_pauses_total = Counter(
+            f"{p}backpressure_pauses_total",
+            "Times fetching a partition paused because its pending records passed max_pending_records.",
+            _TP, registry=r,
+        )
         self.worker_info = Gauge(
             f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
         )
@@ -168,6 +195,8 @@ class Metrics:
             self.transactions_total.labels(result=result)
         self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
             (self.source_records_total, (*_TP, "verdict")),
+            (self.transaction_failures_total, (*_TP, "cause")),
+            (self.authorization_failures_total, (*_TP, "resource")),
             *((m, _TP) for m in (
                 self.rebuilds_total,
                 self.rebuild_records_total,
@@ -177,6 +206,9 @@ class Metrics:
                 self.partition_ready,
                 self.partition_failures_total,
                 self.consumer_lag_records,
+                self.rebuild_retries_total,
+                self.pending_records,
+                self.backpressure_pauses_total,
             )),
         )
 
