@@ -64,13 +64,22 @@ def test_boolean_flags_take_a_negative_form() -> None:
         (["--security-protocol", "SASL_SSL"], "sasl_mechanism"),
         (["--gap-policy", "ignore"], "gap_policy"),
         (["--heartbeat-interval-ms", "20000"], "heartbeat_interval_ms"),
+        (["--session-timeout-ms", "60000"], "session_timeout_ms (60000) must be below transaction_timeout_ms (60000)"),
+        (["--commit-interval-ms", "5000", "--transaction-timeout-ms", "5000", "--session-timeout-ms", "4000"],
+         "commit_interval_ms (5000) must be below transaction_timeout_ms (5000)"),
+        (["--processor", "no_colon"], "processor: Value error, must be written module:attribute"),
+        (["--processor", "tests.processors:missing"], "processor 'tests.processors:missing': tests.processors has "
+                                                      "no attribute missing"),
+        (["--processor", "tests.no_such_module:p"], "cannot be imported: ModuleNotFoundError"),
     ],
 )
 def test_bad_settings_exit_2_naming_the_setting(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main_run(argv) == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1, "one line"
 
 
 def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str]) -> None:

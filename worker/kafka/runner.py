@@ -12,7 +12,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError
 
+from worker.errors import ConfigError
 from worker.kafka._clients import (
+    MAX_BATCH_BYTES,
     make_admin,
     make_group_consumer,
     make_replay_consumer,
@@ -24,9 +26,11 @@ from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.publisher import Publisher, log_fields
 from worker.kafka.rebuild import replay_into
 from worker.kafka.routing import KeyRouter
+from worker.kafka.startup import until_reachable
+from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState, ReplayPool
+from worker.stream import PartitionState, ReplayPool, default_core
 
 __all__ = ["KafkaRunner"]
 
@@ -44,10 +48,14 @@ class KafkaRunner:
         self._metrics = metrics
         self._health = health
         self._state_factory = state_factory or self._default_state
+        self._core = default_core(settings.processor) if settings.processor else None
         # Helpers build default states only, so a custom factory (tests) always replays in-process.
-        self._pool = ReplayPool(settings.replay_processes) if settings.replay_processes and not state_factory else None
+        self._pool = ReplayPool(settings.replay_processes, settings.processor) \
+            if settings.replay_processes and not state_factory else None
         self._consumer = make_group_consumer(settings)
         self._admin = make_admin(settings)
+        self._inspector: TopicInspector | None = None  # on the admin client, once started
+        self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._parts: dict[TopicPartition, PartitionRun] = {}
         self._parked: dict[TopicPartition, PartitionRun] = {}
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
@@ -59,20 +67,26 @@ class KafkaRunner:
         s = self._s
         return PartitionState(
             tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
-            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory,
+            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=self._core,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until `stop` is set, then commit open transactions and leave the group."""
+        """Consume until `stop` is set, then commit open transactions and leave the group.
+
+        Brokers that cannot be reached are retried (not ready meanwhile). Raises ConfigError when the topics or
+        the brokers' settings cannot work: at start, or once a topic check finds the layout changed.
+        """
         # The helpers start beside the group join; a rebuild that comes first waits for them.
         pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
-        await self._admin.start()
-        await self._consumer.start()
-        self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
-        self._health.set_member(True)
+        watch: asyncio.Task[None] | None = None
         try:
+            if await until_reachable(self._start_clients, stop, self._health.beat) is None:
+                return
+            self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
+            self._health.set_member(True)
+            watch = asyncio.create_task(self._watch_topics(stop), name="watch-topics")
             while not stop.is_set():
                 self._health.beat()
                 batches = await self._consumer.getmany(timeout_ms=self._pub.poll_timeout_ms(self._parts.values()))
@@ -83,10 +97,65 @@ class KafkaRunner:
                     self._pub.commit_due(self._parts.values())
                     self._observe_lag()
         finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
             self._health.set_member(False)
             if pool_start is not None:
                 await pool_start
             await self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _start_clients(self) -> TopicLimits:
+        """Start the admin client, check the brokers' settings and the topics, then the consumer; clients that
+        failed to start are replaced, so the next attempt starts afresh."""
+        try:
+            await self._admin.start()
+            inspector = TopicInspector(self._admin, self._s)
+            await inspector.check_broker()
+            limits = await inspector.limits()
+            await self._consumer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._admin.close()
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+            self._admin, self._consumer = make_admin(self._s), make_group_consumer(self._s)
+            raise
+        self._inspector = inspector
+        self._pub.limits = limits
+        self._pub.router = KeyRouter(limits.output_partitions)
+        _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes",
+                  limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes)
+        return limits
+
+    async def _watch_topics(self, stop: asyncio.Event) -> None:
+        """Read the topics' limits again every topic_check_interval_ms; a layout that can no longer work (a topic
+        gone, the output's partition count changed) stops the worker with that error."""
+        while True:
+            await asyncio.sleep(self._s.topic_check_interval_ms / 1000)
+            router, inspector = self._pub.router, self._inspector
+            if inspector is None:
+                continue
+            try:
+                limits = await inspector.limits()
+                if router is not None:
+                    check_output_partitions(self._s, router.partitions, limits)
+            except ConfigError as exc:
+                self._fatal = exc
+                stop.set()
+                return
+            except Exception as exc:
+                _log.warning("topics could not be checked again, keeping the last limits: %r", exc)
+                continue
+            if limits != self._pub.limits:
+                _log.info("topic limits changed: %s", limits)
+                self._pub.limits = limits
+
+    def _batch_bytes(self) -> int:
+        return self._pub.limits.batch_bytes if self._pub.limits is not None else MAX_BATCH_BYTES
 
     async def _shutdown(self) -> None:
         try:
@@ -278,7 +347,7 @@ class KafkaRunner:
         producers: dict[TopicPartition, AIOKafkaProducer] = {}
         replay = make_replay_consumer(self._s)
         try:
-            producers = {tp: make_transactional_producer(self._s, tp) for tp in tps}
+            producers = {tp: make_transactional_producer(self._s, tp, self._batch_bytes()) for tp in tps}
             # Initialising a transactional id fences any zombie and aborts its open transaction: do it before
             # reading the committed offset, so that offset is final.
             await asyncio.gather(*(producer.start() for producer in producers.values()))
