@@ -159,7 +159,7 @@ def test_unreachable_brokers_are_retried_one_line_an_attempt_while_not_ready_and
         attempts = _attempts(w)
         for n, record in enumerate(attempts, 1):
             assert record["level"] == "WARNING"
-            assert str(record["msg"]).startswith(f"Kafka brokers not reachable (attempt {n}), retrying in "), record
+            assert str(record["msg"]).startswith(f"Kafka brokers not ready (attempt {n}), retrying in "), record
             assert f'Unable connect to "127.0.0.1:{nowhere}"' in str(record["msg"]), record
         log = w.log()
         assert "Traceback" not in log

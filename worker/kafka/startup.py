@@ -61,22 +61,23 @@ async def until_reachable(
         number += 1
         with _client_log_held() as held:
             task = asyncio.ensure_future(attempt())
-            if not await _beating(stop, beat, task=task):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-                return None
-            try:
-                result = task.result()
-            except (KafkaError, OSError, TimeoutError) as exc:
-                told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
-                named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
-                reason = "; ".join(told) or named
-            else:
-                for record in held.records:  # a success may still have news: a bootstrap server that is down
-                    logging.getLogger(record.name).handle(record)
-                return result
-        _log.warning("Kafka brokers not reachable (attempt %d), retrying in %.1f s: %s", number, backoff,
+            finished = await _beating(stop, beat, task=task)
+        if not finished:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            return None
+        try:
+            result = task.result()
+        except (KafkaError, OSError, TimeoutError) as exc:
+            told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
+            named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
+            reason = "; ".join(told) or named
+        else:
+            for record in held.records:  # a success may still have news: a bootstrap server that is down
+                logging.getLogger(record.name).handle(record)
+            return result
+        _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
                      " ".join(reason.split()))
         await _beating(stop, beat, seconds=backoff)
         backoff = min(backoff * 2, max_backoff_s)
