@@ -88,7 +88,8 @@ def test_a_topic_that_does_not_exist_exits_2_naming_it(kafka_bootstrap: str, top
     status, said, everything = _run(kafka_bootstrap, topics["source"], topics["output"], topics["dlq"])
     assert status == 2, everything
     role = {"source": "source_topic", "output": "output_topic", "dlq": "dlq_topic"}[missing]
-    assert said == f"worker: {role} {topics[missing]!r} does not exist: create the topics, or name existing ones"
+    assert said == (f"worker: {role} {topics[missing]!r} does not exist: create the topics, or name existing ones "
+                    "(and grant this client Describe on them)")
     assert "Traceback" not in everything
 
 

@@ -73,19 +73,19 @@ class TopicInspector:
         both destinations' record size limits."""
         s = self._s
         roles = {s.source_topic: "source_topic", s.output_topic: "output_topic", s.dlq_topic: "dlq_topic"}
-        described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
-        missing = []
-        for topic, role in roles.items():
-            code = described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC
-            if code == _UNKNOWN_TOPIC:
-                missing.append(f"{role} {topic!r}")
-            elif code == _TOPIC_DENIED:
-                raise ConfigError(f"{role} {topic!r} cannot be described: this client lacks the Describe ACL on it")
-            elif code:
-                raise for_code(code)(f"describing topic {topic!r}")
+        # Listed first: describing a topic by name would create it on a broker that auto-creates topics.
+        existing = set(await self._admin.list_topics())
+        missing = [f"{role} {topic!r}" for topic, role in roles.items() if topic not in existing]
         if missing:
             raise ConfigError(f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist: "
-                              "create the topics, or name existing ones")
+                              "create the topics, or name existing ones (and grant this client Describe on them)")
+        described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
+        for topic, role in roles.items():
+            code = described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC
+            if code == _TOPIC_DENIED:
+                raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+            if code:
+                raise for_code(code)(f"describing topic {topic!r}")
         sizes = await self._max_message_bytes([s.output_topic, s.dlq_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
