@@ -8,6 +8,9 @@ from worker.app import build_parser, main_run, settings_from_args
 from worker.settings import GapPolicy, Settings
 
 
+SHAPED = {"processor": "my_hooks.redact:processor"}  # strings a validator holds to a form
+
+
 def _other_value(name: str) -> tuple[list[str], object]:
     """Command-line arguments that set `name` to a valid value other than its default, and that value."""
     info = Settings.model_fields[name]
@@ -24,7 +27,8 @@ def _other_value(name: str) -> tuple[list[str], object]:
     if schema.get("type") == "integer":
         value = default + 1 if default + 1 <= schema.get("maximum", default + 1) else default - 1
         return [flag, str(value)], value
-    return [flag, f"set-{name}"], f"set-{name}"
+    value = SHAPED.get(name, f"set-{name}")
+    return [flag, value], value
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     )
     session_timeout_ms: int = Field(10_000, ge=1_000, description=(
         "A member silent this long loses its partitions; with static membership, the longest restart that "
-        "keeps them."
+        "keeps them. Below transaction_timeout_ms."
     ))
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval; below session_timeout_ms.")
     max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest allowed gap between two polls.")
@@ -96,13 +96,16 @@ class Settings(BaseSettings):
     processor: str | None = Field(
         None,
         description=(
-            "An AguiEventProcessor as `module:attribute`, applied to every AG-UI event; it must be deterministic "
-            "(a rebuild runs it again and must get the same events)."
+            "An AguiEventProcessor as `module:attribute`, importable by the worker, applied to every AG-UI event; "
+            "it must be deterministic: a rebuild runs it again and must get the same events."
         ),
     )  # fmt: skip
     topic_check_interval_ms: int = Field(
         60_000, ge=1_000, le=3_600_000,
-        description="How often the output and dead-letter topics' record size limits and partition counts are read.",
+        description=(
+            "How often the output and dead-letter topics' record size limits and partition counts are read again; "
+            "a topic gone or an output partition count changed stops the worker (exit status 2)."
+        ),
     )  # fmt: skip
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
