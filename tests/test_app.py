@@ -7,7 +7,6 @@ import pytest
 from worker.app import build_parser, main_run, settings_from_args
 from worker.settings import GapPolicy, Settings
 
-
 SHAPED = {"processor": "my_hooks.redact:processor"}  # strings a validator holds to a form
 
 

@@ -186,3 +186,17 @@ def test_a_named_processor_crosses_processes_as_its_name() -> None:
     assert encodable("tests.processors:shout") is checked, "loaded once"
     assert pickle.loads(pickle.dumps(checked)) is checked
     assert load_processor("tests.processors:shout") is processors.shout
+
+
+@pytest.mark.parametrize("raised", [TypeError("not bytes"), ValueError("unexpected")], ids=["type", "value"])
+def test_a_decoder_raising_keeps_decode_error_for_the_expected_kinds_and_internal_error_for_the_rest(
+    raised: Exception,
+) -> None:
+    def decode(value: bytes) -> object:
+        raise raised
+
+    out = PartitionState(TOPIC, 0, core=dataclasses.replace(FAKE_CORE, decode=decode)).process(
+        records([(A, item(A, 0))])[0])
+    expected = DeadLetterReason.DECODE_ERROR if isinstance(raised, TypeError) else DeadLetterReason.INTERNAL_ERROR
+    assert out.reason == expected
+    assert (out.error is None) is (expected is DeadLetterReason.DECODE_ERROR)

@@ -57,6 +57,7 @@ class _Encodable:
         self._spec = spec
 
     def __call__(self, item: Any, event: BaseEvent) -> BaseEvent | None:
+        # The user's processor gets its own copy: `event` must stay the original the replacement is checked against.
         candidate = self._processor(item, event.model_copy(deep=True))
         if candidate is None:
             return None

@@ -205,7 +205,7 @@ class PartitionState:
                              f"value under key {key!r} is null (a tombstone), not a Harness wire item")
         try:
             item = self._core.decode(record.value)
-        except (DecodeError, ValidationError) as exc:
+        except (DecodeError, AguiObservationError, ValidationError, TypeError) as exc:
             return step.dead(Verdict.DEAD_LETTERED, _R.DECODE_ERROR,
                              f"value under key {key!r} is not a Harness wire item: {exc}")
         except Exception as exc:  # a decoder bug: decoding changes no state, so the record goes, not the partition
