@@ -9,18 +9,20 @@ import dataclasses
 import logging
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka import TopicPartition
 
 from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, item
+from tests.stream._support import TOPIC, golden_source, item
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.publisher import Publisher
-from worker.kafka.sizes import record_size
+from worker.kafka.runner import KafkaRunner
+from worker.kafka.source import to_source_record
 from worker.kafka.topics import TopicLimits
-from worker.ops import Metrics
+from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState
+from worker.stream import Destination, OutboundRecord, PartitionState, record_size
 
 TP = TopicPartition(TOPIC, 0)
 DLQ = Settings().dlq_topic
@@ -112,7 +114,8 @@ def test_a_dead_letter_larger_than_its_topic_takes_is_cut_to_fit_with_a_header_s
     assert key == b"run-a" and value is not None and big.startswith(value)
     assert headers["dlq-truncated"] == str(len(big)).encode()
     assert headers["dlq-reason"] == b"decode-error"
-    assert record_size(key, value, list(headers.items())) <= limits.dead_letter_record_bytes
+    sent = OutboundRecord(Destination.DEAD_LETTER, key, value, tuple(headers.items()), None, None)
+    assert record_size(sent) <= limits.dead_letter_record_bytes
     assert _value(metrics, "harness_agui_dead_letters_truncated_total") == 1
     assert p.committed == 2
 
@@ -128,3 +131,21 @@ def test_a_partition_state_that_fails_holds_its_partition_after_committing_what_
     assert len(halted) == 1 and "partition state failed: MemoryError: no room for an observer" in halted[0]
     assert p.committed == 1, "the bad-key record before it committed, nothing from the failed one on"
     assert producer.commits == 1
+
+
+def test_the_runners_states_take_the_output_limit_last_read_and_the_processor() -> None:
+    async def scenario() -> tuple[Any, Any, list[str]]:
+        runner = KafkaRunner(Settings(processor="tests.processors:shout"), Metrics(), Health())
+        before = runner._default_state(TP).options["max_record_bytes"]  # the topics are not read yet
+        runner._pub.limits = TopicLimits(output_partitions=1, output_record_bytes=500_000,
+                                         dead_letter_record_bytes=100_000)
+        state = runner._default_state(TP)
+        lines = golden_source("s01_hello")
+        outs = [state.process(to_source_record(_Rec(i, "run-0001", ln))) for i, ln in enumerate(lines)]
+        deltas = [orjson.loads(r.value or b"")["delta"] for o in outs for r in o.records
+                  if r.event_type == "TEXT_MESSAGE_CONTENT"]
+        return before, state.options["max_record_bytes"], deltas
+
+    before, after, deltas = asyncio.run(scenario())
+    assert (before, after) == (None, 500_000)
+    assert deltas and all(d == d.upper() for d in deltas) and any(d != d.lower() for d in deltas), deltas

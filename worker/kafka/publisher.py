@@ -20,12 +20,12 @@ from worker.errors import WorkerError
 from worker.kafka.checkpoint import Checkpoint
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.routing import KeyRouter
-from worker.kafka.sizes import fit_dead_letter, record_size
+from worker.kafka.sizes import fit_dead_letter
 from worker.kafka.source import to_source_record
 from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata
+from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata, record_size
 
 __all__ = ["Publisher", "log_fields"]
 
@@ -178,13 +178,12 @@ class Publisher:
         return p.phase is Phase.LIVE
 
     async def _dead_letter(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
-        key, value, headers = out.key, out.value, list(out.headers)
         limit = self.limits.dead_letter_record_bytes if self.limits is not None else None
-        cut = limit is not None and record_size(key, value, headers) > limit
-        if limit is not None and cut:
-            key, value, headers = fit_dead_letter(key, value, headers, limit)
+        sent = out if limit is None or record_size(out) <= limit else fit_dead_letter(out, limit)
+        cut = sent is not out
+        if cut:
             self._metrics.dead_letters_truncated_total.inc()
-        await ckpt.send(self._s.dlq_topic, key, value, headers)
+        await ckpt.send(self._s.dlq_topic, sent.key, sent.value, list(sent.headers))
         self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
         _log.warning("record dead-lettered (%s)%s: %s", out.reason,
                      f", cut to the dead-letter topic's limit of {limit} bytes" if cut else "",

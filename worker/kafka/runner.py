@@ -64,10 +64,13 @@ class KafkaRunner:
         self._pub = Publisher(settings, metrics, self._fail, self._mark_failed)
 
     def _default_state(self, tp: TopicPartition) -> PartitionState:
+        """Fresh state with the settings' options and processor, and the output topic's record limit as last
+        read (a state built after a topic check that changed it uses the new one)."""
         s = self._s
         return PartitionState(
             tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
             open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=self._core,
+            max_record_bytes=self._pub.limits.output_record_bytes if self._pub.limits is not None else None,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------------------

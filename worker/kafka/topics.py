@@ -18,7 +18,7 @@ from worker.settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "MIN_RECORD_BYTES",
+    "MIN_TOPIC_RECORD_BYTES",
     "SIZE_MARGIN_BYTES",
     "TopicInspector",
     "TopicLimits",
@@ -30,7 +30,7 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`, assumed when a topic's is unreadable
 SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
-MIN_RECORD_BYTES = 16 * 1024  # a dead letter's own headers, and a RUN_ERROR replacing an event, must fit
+MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
 _UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
 _MAX_MESSAGE = "max.message.bytes"
 
@@ -94,10 +94,10 @@ class TopicInspector:
         )
         for topic, role, limit in ((s.output_topic, "output_topic", limits.output_record_bytes),
                                    (s.dlq_topic, "dlq_topic", limits.dead_letter_record_bytes)):  # fmt: skip
-            if limit < MIN_RECORD_BYTES:
+            if limit < MIN_TOPIC_RECORD_BYTES:
                 raise ConfigError(
                     f"{role} {topic!r} takes records of at most {sizes[topic]} bytes ({_MAX_MESSAGE}); the worker "
-                    f"needs at least {MIN_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
+                    f"needs at least {MIN_TOPIC_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
                 )
         return limits
 
