@@ -1,5 +1,6 @@
-"""A record too large for the dead-letter topic is dead-lettered once, cut to fit, and the partition moves past it
-within a commit interval: no aborted transaction, no rebuild, no loop."""
+"""Records that do not fit their topic never fail a transaction: a record too large for the dead-letter topic is
+dead-lettered once, cut to fit, and the partition moves past it within a commit interval; an AG-UI event too
+large for the output topic closes its run with a RUN_ERROR. No aborted transaction, no rebuild, no loop."""
 
 from __future__ import annotations
 
@@ -12,8 +13,22 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from devtools.kafka_cluster import free_port
-from tests.kafka.support import WorkerProcess, assert_exactly_once, collect, committed, corpus, expected_total, metric
-from worker.stream import Destination, OutboundRecord, record_size
+from tests.kafka.support import (
+    GOLDEN,
+    WorkerProcess,
+    assert_exactly_once,
+    by_key,
+    collect,
+    committed,
+    converted,
+    corpus,
+    expected_total,
+    metric,
+    read_lines,
+    rekey,
+)
+from worker.kafka.topics import record_limit
+from worker.stream import EVENT_TOO_LARGE_CODE, Destination, OutboundRecord, record_size
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -89,6 +104,47 @@ def test_a_record_too_large_for_the_dead_letter_topic_is_cut_to_fit_and_passed_w
         assert metric(port, "harness_agui_dead_letters_truncated_total") == 1
         assert metric(port, "harness_agui_rebuilds_total", topic=source) == 1
         assert passed_s < COMMIT_INTERVAL_MS / 1000 + SLACK_S, f"passed the large record after {passed_s:.2f} s"
+    except AssertionError:
+        print(w.log()[-5000:])
+        raise
+    finally:
+        assert w.stop() == 0
+
+
+def test_an_event_too_large_for_the_output_topic_closes_its_run_with_run_error_and_nothing_aborts(
+    kafka_bootstrap: str, topic_factory, tmp_path: Path
+) -> None:
+    bs = kafka_bootstrap
+    source = topic_factory("source", partitions=1)
+    output = topic_factory("output", partitions=1, config={"max.message.bytes": str(64 * 1024)})
+    dlq = topic_factory("dlq", partitions=1)
+    # s09's tool call carries 120 KB of arguments: its TOOL_CALL_ARGS event cannot fit 64 KiB.
+    key, lines = rekey(read_lines(GOLDEN / "s09_big_fragments.jsonl"), "big")
+    whole = converted(key, lines)
+    counts = [len(converted(key, lines[: i + 1]).events) for i in range(len(lines))]
+    big_at = next(i for i, n in enumerate(counts) if any(len(e) > 64 * 1024 for e in whole.events[:n]))
+    before = converted(key, lines[:big_at])
+    others = corpus(names=["s01_hello"])
+    records = [(key.encode(), ln) for ln in lines] + [(others[0].key.encode(), ln) for ln in others[0].lines]
+    asyncio.run(_send(bs, source, records))
+    port = free_port()
+    w = WorkerProcess(tmp_path, "w", bs, source, output, dlq, f"group-{source}", metrics_port=port).start()
+    try:
+        out = asyncio.run(collect(bs, output, expect=len(before.events) + 1 + expected_total(others), timeout_s=90))
+        grouped = by_key(out)
+        closed = grouped.pop(key)
+        assert_exactly_once([o for recs in grouped.values() for o in recs], others)
+        assert [o.value for o in closed[:-1]] == before.events, "the run up to the event that does not fit"
+        error = json.loads(closed[-1].value)
+        assert error["type"] == "RUN_ERROR" and error["code"] == EVENT_TOO_LARGE_CODE, error
+        assert f"over the limit of {record_limit(64 * 1024)} bytes" in error["message"], error
+        assert len(whole.events) > len(closed), "the events after it are not published"
+        dead = asyncio.run(collect(bs, dlq, expect=len(lines) - big_at, timeout_s=30, settle_s=2))
+        reasons = [d.headers["dlq-reason"] for d in dead]
+        assert reasons == ["too-large"] + ["run-closed-by-gap"] * (len(lines) - big_at - 1), reasons
+        assert dead[0].headers["dlq-source-offset"] == str(big_at)
+        assert metric(port, "harness_agui_transactions_total", result="aborted") == 0
+        assert metric(port, "harness_agui_rebuilds_total", topic=source) == 1
     except AssertionError:
         print(w.log()[-5000:])
         raise
