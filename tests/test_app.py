@@ -7,6 +7,8 @@ import pytest
 from worker.app import build_parser, main_run, settings_from_args
 from worker.settings import GapPolicy, Settings
 
+SHAPED = {"processor": "my_hooks.redact:processor"}  # strings a validator holds to a form
+
 
 def _other_value(name: str) -> tuple[list[str], object]:
     """Command-line arguments that set `name` to a valid value other than its default, and that value."""
@@ -24,7 +26,8 @@ def _other_value(name: str) -> tuple[list[str], object]:
     if schema.get("type") == "integer":
         value = default + 1 if default + 1 <= schema.get("maximum", default + 1) else default - 1
         return [flag, str(value)], value
-    return [flag, f"set-{name}"], f"set-{name}"
+    value = SHAPED.get(name, f"set-{name}")
+    return [flag, value], value
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
@@ -64,13 +67,22 @@ def test_boolean_flags_take_a_negative_form() -> None:
         (["--security-protocol", "SASL_SSL"], "sasl_mechanism"),
         (["--gap-policy", "ignore"], "gap_policy"),
         (["--heartbeat-interval-ms", "20000"], "heartbeat_interval_ms"),
+        (["--session-timeout-ms", "60000"], "session_timeout_ms (60000) must be below transaction_timeout_ms (60000)"),
+        (["--commit-interval-ms", "5000", "--transaction-timeout-ms", "5000", "--session-timeout-ms", "4000"],
+         "commit_interval_ms (5000) must be below transaction_timeout_ms (5000)"),
+        (["--processor", "no_colon"], "processor: Value error, must be written module:attribute"),
+        (["--processor", "tests.processors:missing"], "processor 'tests.processors:missing': tests.processors has "
+                                                      "no attribute missing"),
+        (["--processor", "tests.no_such_module:p"], "cannot be imported: ModuleNotFoundError"),
     ],
 )
 def test_bad_settings_exit_2_naming_the_setting(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main_run(argv) == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1, "one line"
 
 
 def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -90,10 +90,15 @@ async def _serve(settings: Settings, early: list[int]) -> int:
 
 
 def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
-    """Entry point of `python -m worker run`; returns the process exit status."""
+    """Entry point of `python -m worker run`; returns the process exit status: 2, with one line naming what to
+    fix, for settings, a processor or topics that cannot work (at start, or once a topic check finds so)."""
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
+        if settings.processor is not None:
+            from worker.stream import load_processor  # noqa: PLC0415 - the conversion core loads only for `run`
+
+            load_processor(settings.processor)
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
@@ -104,4 +109,8 @@ def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | No
     from worker.ops import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_format, settings.log_level)
-    return asyncio.run(_serve(settings, early))
+    try:
+        return asyncio.run(_serve(settings, early))
+    except ConfigError as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        return 2

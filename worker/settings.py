@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.errors import ConfigError
 
 __all__ = ["GapPolicy", "OpenStreamPolicy", "Settings"]
+
+_MODULE_ATTRIBUTE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 class GapPolicy(StrEnum):
     """What a sequence gap in a run does: close the run with RUN_ERROR, or halt the partition."""
@@ -57,7 +60,7 @@ class Settings(BaseSettings):
     )
     session_timeout_ms: int = Field(10_000, ge=1_000, description=(
         "A member silent this long loses its partitions; with static membership, the longest restart that "
-        "keeps them."
+        "keeps them. Below transaction_timeout_ms."
     ))
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Group heartbeat interval; below session_timeout_ms.")
     max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest allowed gap between two polls.")
@@ -90,6 +93,20 @@ class Settings(BaseSettings):
             "of the streams it rebuilds; 0 replays in the worker process."
         ),
     )  # fmt: skip
+    processor: str | None = Field(
+        None,
+        description=(
+            "An AguiEventProcessor as `module:attribute`, importable by the worker, applied to every AG-UI event; "
+            "it must be deterministic: a rebuild runs it again and must get the same events."
+        ),
+    )  # fmt: skip
+    topic_check_interval_ms: int = Field(
+        60_000, ge=1_000, le=3_600_000,
+        description=(
+            "How often the output and dead-letter topics' record size limits and partition counts are read again; "
+            "a topic gone or an output partition count changed stops the worker (exit status 2)."
+        ),
+    )  # fmt: skip
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Client security protocol."
@@ -117,6 +134,13 @@ class Settings(BaseSettings):
         20_000, ge=100, description="On SIGTERM, open transactions must commit within this time."
     )
 
+    @field_validator("processor")
+    @classmethod
+    def _module_attribute(cls, value: str | None) -> str | None:
+        if value is not None and not _MODULE_ATTRIBUTE.fullmatch(value):
+            raise ValueError(f"must be written module:attribute (e.g. my_hooks.redact:processor), got {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if len({self.source_topic, self.output_topic, self.dlq_topic}) != 3:
@@ -130,6 +154,17 @@ class Settings(BaseSettings):
             raise ConfigError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
                 f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.session_timeout_ms >= self.transaction_timeout_ms:
+            raise ConfigError(
+                f"session_timeout_ms ({self.session_timeout_ms}) must be below transaction_timeout_ms "
+                f"({self.transaction_timeout_ms}): a member stalled between the two keeps its partitions while the "
+                "broker aborts its transaction with a new producer epoch, which the worker takes for a fence"
+            )
+        if self.commit_interval_ms >= self.transaction_timeout_ms:
+            raise ConfigError(
+                f"commit_interval_ms ({self.commit_interval_ms}) must be below transaction_timeout_ms "
+                f"({self.transaction_timeout_ms}): the broker would abort every transaction before it commits"
             )
         return self
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from worker.errors import AguiObservationError, DecodeError
@@ -252,3 +254,22 @@ def http_get(port: int, path: str) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """The sum of a running worker's samples named `name` whose labels include `labels`."""
+    status, body = http_get(port, "/metrics")
+    assert status == 200, body
+    return sum(sample.value for family in text_string_to_metric_families(body) for sample in family.samples
+               if sample.name == name and labels.items() <= sample.labels.items())
+
+
+async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int:
+    """The group's committed offset of `tp`, -1 when it has none."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        entry = (await admin.list_consumer_group_offsets(group, partitions=[tp])).get(tp)
+        return -1 if entry is None else int(entry.offset)
+    finally:
+        await admin.close()

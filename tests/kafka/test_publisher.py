@@ -123,7 +123,7 @@ def _check_commits(producer: _RecordingProducer, total: int) -> None:
 
 @pytest.mark.parametrize(
     ("max_records", "interval_ms", "pause_s"),
-    [(7, 60_000, 0.0), (50, 1, 0.0), (3, 1, 0.002), (1, 1, 0.0)],
+    [(7, 30_000, 0.0), (50, 1, 0.0), (3, 1, 0.002), (1, 1, 0.0)],
     ids=["by-count-no-yield", "by-age-no-yield", "small-transactions", "one-record-transactions"],
 )
 def test_committed_offset_never_runs_ahead_of_the_transaction(max_records: int, interval_ms: int,
@@ -142,7 +142,7 @@ def test_replay_metadata_names_the_oldest_open_stream_at_the_committed_offset() 
     # Streams end at different times; each commit's replay start must rebuild exactly the state at its offset.
     source = _source(streams=3, items=4)
     batches = [source[i:i + 2] for i in range(0, len(source), 2)]
-    _, producer = asyncio.run(_publish(batches, max_records=2, interval_ms=60_000, commit_s=0.003, pause_s=0.0))
+    _, producer = asyncio.run(_publish(batches, max_records=2, interval_ms=30_000, commit_s=0.003, pause_s=0.0))
     for txn in producer.committed:
         assert txn.offset is not None
         state = PartitionState(TOPIC, 0, core=FAKE_CORE)

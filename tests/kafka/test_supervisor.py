@@ -370,7 +370,7 @@ async def test_a_revocation_commit_that_cannot_finish_in_budget_drops_the_partit
 
 async def test_a_revoked_live_partition_commits_and_is_handed_back_for_parking() -> None:
     rebuilder = _Rebuilder()
-    world = _World(rebuilder, commit_interval_ms=60_000)
+    world = _World(rebuilder, commit_interval_ms=30_000)
     sup = world.start(0)
     await _until(lambda: _live(sup))
     world.feed(sup, 4)
@@ -383,7 +383,7 @@ async def test_a_revoked_live_partition_commits_and_is_handed_back_for_parking()
 async def test_a_partition_whose_revoke_commit_fails_is_not_parked() -> None:
     """Its open output was aborted, so keeping its state past that output would lose events: it must rebuild."""
     rebuilder = _Rebuilder(setup=lambda producer, n: setattr(producer, "fence_on", "commit"))
-    world = _World(rebuilder, commit_interval_ms=60_000)
+    world = _World(rebuilder, commit_interval_ms=30_000)
     sup = world.start(0)
     await _until(lambda: _live(sup))
     world.feed(sup, 3)

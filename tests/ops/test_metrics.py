@@ -30,6 +30,8 @@ EXPECTED = {
     "partition_ready": ("gauge", {"topic", "partition"}),
     "partition_failures_total": ("counter", {"topic", "partition"}),
     "producers_fenced_total": ("counter", set()),
+    "internal_errors_total": ("counter", set()),
+    "dead_letters_truncated_total": ("counter", set()),
     "consumer_lag_records": ("gauge", {"topic", "partition"}),
     "source_to_commit_delay_seconds": ("histogram", set()),
     "rebuild_retries_total": ("counter", {"topic", "partition"}),
@@ -62,6 +64,8 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.partition_ready.labels(**tp).set(1)
     m.partition_failures_total.labels(**tp).inc()
     m.producers_fenced_total.inc()
+    m.internal_errors_total.inc()
+    m.dead_letters_truncated_total.inc()
     m.consumer_lag_records.labels(**tp).set(12)
     m.source_to_commit_delay_seconds.observe(0.004)
     m.rebuild_retries_total.labels(**tp).inc()

@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import fake_decode
 from tests.stream._support import TOPIC, golden_source, records
 from worker.errors import ShardedReplayError
-from worker.stream import PartitionState, ReplayPool, SourceRecord
+from worker.stream import PartitionState, ReplayPool, SourceRecord, default_core
 
 NAMES = ["s01_hello", "s05_failed", "c01_child_completed", "c03_child_nested", "r0038", "r0063", "s07_errors"]
 
@@ -162,3 +163,32 @@ async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: 
         await session.finish()
     end = recs[-1].offset + 1
     assert state.image(end) == one.image(end)
+
+
+@pytest.mark.timeout(120)
+async def test_helpers_convert_with_the_processor_the_pool_names() -> None:
+    # The helpers import the processor from its name; the merged states continue as one replay with it does.
+    spec = "tests.processors:shout"
+    core = default_core(spec)
+    recs = interleaved(0)
+    cut = len(recs) // 2
+    pool = ReplayPool(2, processor=spec)
+    await pool.start()
+    try:
+        states = {(TOPIC, 0): PartitionState(TOPIC, 0, core=core)}
+        async with pool.session(states) as session:
+            assert session is not None
+            session.add(TOPIC, 0, rows(recs[:cut]))
+            await session.flush(everything=True)
+            await session.finish()
+    finally:
+        await pool.close()
+    one = PartitionState(TOPIC, 0, core=core)
+    for rec in recs[:cut]:
+        one.process(rec, publish=False)
+    live = [o for rec in recs[cut:] for o in states[(TOPIC, 0)].process(rec).records]
+    assert live == [o for rec in recs[cut:] for o in one.process(rec).records]
+    # The observers came from the helpers: the deltas they convert now show whether they carry the processor.
+    events = [orjson.loads(o.value or b"") for o in live if o.event_type is not None]
+    deltas = [event["delta"] for event in events if event["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert any(d != d.lower() for d in deltas) and all(d == d.upper() for d in deltas), deltas

@@ -93,11 +93,11 @@ def test_the_public_surface_is_pinned() -> None:
         "CheckpointHeader", "DeadLetterReason", "Destination", "OutboundRecord", "Outcome", "PartitionState",
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
-        "read_checkpoint_header", "record_size",
+        "load_processor", "read_checkpoint_header", "record_size",
     ])
     assert [r.value for r in worker.stream.DeadLetterReason] == [
         "bad-key", "decode-error", "mis-keyed", "stream-start-missing", "stream-closed", "duplicate", "gap",
-        "run-closed-by-gap", "observation-error", "type-error", "open-stream-cap", "too-large",
+        "run-closed-by-gap", "observation-error", "type-error", "open-stream-cap", "too-large", "internal-error",
     ]
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
     assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter"]

@@ -209,7 +209,7 @@ def test_halt_policy_raises_a_gap_error_and_changes_nothing() -> None:
 @pytest.mark.parametrize(
     ("refuse", "reason"),
     [("agui", DeadLetterReason.OBSERVATION_ERROR), ("type", DeadLetterReason.TYPE_ERROR),
-     ("validation", DeadLetterReason.OBSERVATION_ERROR), ("crash", DeadLetterReason.OBSERVATION_ERROR)],
+     ("validation", DeadLetterReason.OBSERVATION_ERROR), ("crash", DeadLetterReason.INTERNAL_ERROR)],
 )
 def test_observer_refusals_are_dead_lettered_and_the_stream_flows_on(
     refuse: str, reason: DeadLetterReason
@@ -326,6 +326,8 @@ def test_replay_from_never_exceeds_the_next_offset() -> None:
 def test_a_decoder_that_fails_unexpectedly_dead_letters_the_record_and_the_partition_flows_on() -> None:
     st = state()
     outs = feed(st, records([(A, item(A, 0)), (A, item(A, 1, decoder="crash")), (A, item(A, 1))]))
-    only_dead_letter(outs[1], DeadLetterReason.DECODE_ERROR)
+    only_dead_letter(outs[1], DeadLetterReason.INTERNAL_ERROR)
     assert "KeyError" in header(outs[1].records[0].headers, "dlq-message")
+    assert header(outs[1].records[0].headers, "dlq-exception-type") == "KeyError"
+    assert isinstance(outs[1].error, KeyError)
     assert outs[2].verdict is Verdict.PROCESSED

@@ -11,8 +11,11 @@ from aiokafka.helpers import create_ssl_context
 
 from worker.settings import Settings
 
-__all__ = ["make_admin", "make_group_consumer", "make_replay_consumer", "make_transactional_producer",
-           "transactional_id"]
+__all__ = ["MAX_BATCH_BYTES", "MAX_REQUEST_BYTES", "make_admin", "make_group_consumer", "make_replay_consumer",
+           "make_transactional_producer", "transactional_id"]
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the producers' max_request_size
+MAX_BATCH_BYTES = 256 * 1024  # the producers' batch size, unless a destination takes less
 
 
 def _connection(settings: Settings) -> dict[str, Any]:
@@ -82,8 +85,11 @@ def make_replay_consumer(settings: Settings) -> AIOKafkaConsumer:
     )
 
 
-def make_transactional_producer(settings: Settings, tp: TopicPartition) -> AIOKafkaProducer:
-    """An idempotent transactional producer for one source partition."""
+def make_transactional_producer(
+    settings: Settings, tp: TopicPartition, batch_bytes: int = MAX_BATCH_BYTES
+) -> AIOKafkaProducer:
+    """An idempotent transactional producer for one source partition, batching up to `batch_bytes` per partition
+    (`TopicLimits.batch_bytes`: a batch of small records must fit its topic's `max.message.bytes`)."""
     return AIOKafkaProducer(
         client_id=f"{settings.client_id}-p{tp.partition}",
         transactional_id=transactional_id(settings, tp),
@@ -93,8 +99,8 @@ def make_transactional_producer(settings: Settings, tp: TopicPartition) -> AIOKa
         # Transaction handshakes retry on CONCURRENT_TRANSACTIONS while the last commit's markers are written;
         # aiokafka's 100 ms default backoff would dominate the commit latency.
         retry_backoff_ms=20,
-        max_batch_size=256 * 1024,
-        max_request_size=4 * 1024 * 1024,
+        max_batch_size=batch_bytes,
+        max_request_size=MAX_REQUEST_BYTES,
         transaction_timeout_ms=settings.transaction_timeout_ms,
         **_connection(settings),
     )

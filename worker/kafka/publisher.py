@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,15 +20,18 @@ from worker.errors import WorkerError
 from worker.kafka.checkpoint import Checkpoint
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.routing import KeyRouter
+from worker.kafka.sizes import fit_dead_letter
 from worker.kafka.source import to_source_record
+from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata
+from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata, record_size
 
 __all__ = ["Publisher", "log_fields"]
 
 _log = logging.getLogger(__name__)
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
+_LOGGED_STREAMS = 10_000  # streams whose internal error was logged with its traceback, remembered
 
 OnFailure = Callable[[PartitionRun, BaseException], None]  # must not wait: the partition's own task contains it
 OnHalt = Callable[[PartitionRun, str], None]
@@ -73,7 +77,9 @@ class Publisher:
         self._on_failure = on_failure
         self._on_halt = on_halt
         self.router: KeyRouter | None = None
+        self.limits: TopicLimits | None = None  # set and refreshed by the runner; None: dead letters go uncut
         self._by_type: dict[str, Any] = {}  # output_events_total children by event type
+        self._logged: OrderedDict[tuple[str, int, str | None], None] = OrderedDict()  # streams, oldest first
 
     def due_in(self, p: PartitionRun) -> float | None:
         """Seconds until the partition's open transaction is due to commit; None when no time is awaited (nothing
@@ -117,6 +123,12 @@ class Publisher:
             except WorkerError as exc:
                 await self._halt(p, rec.offset, exc)
                 return
+            except Exception as exc:  # a bug of the partition state itself, now undefined: hold the partition
+                _log.exception("partition state failed", extra=log_fields(p.tp, offset=rec.offset))
+                await self._halt(p, rec.offset, WorkerError(f"partition state failed: {type(exc).__name__}: {exc}"))
+                return
+            if outcome.error is not None:
+                self._internal_error(p, rec.offset, outcome)
             p.next_offset = rec.offset + 1
             tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
             late = now + wall_ahead - rec.timestamp / 1000
@@ -165,10 +177,31 @@ class Publisher:
         return p.phase is Phase.LIVE
 
     async def _dead_letter(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
-        await ckpt.send(self._s.dlq_topic, out.key, out.value, list(out.headers))
+        limit = self.limits.dead_letter_record_bytes if self.limits is not None else None
+        sent = out if limit is None or record_size(out) <= limit else fit_dead_letter(out, limit)
+        cut = sent is not out
+        if cut:
+            self._metrics.dead_letters_truncated_total.inc()
+        await ckpt.send(self._s.dlq_topic, sent.key, sent.value, list(sent.headers))
         self._metrics.dead_letter_records_total.labels(out.reason or "").inc()
-        _log.warning("record dead-lettered (%s): %s", out.reason, _header(out.headers, "dlq-message"),
+        _log.warning("record dead-lettered (%s)%s: %s", out.reason,
+                     f", cut to the dead-letter topic's limit of {limit} bytes" if cut else "",
+                     _header(out.headers, "dlq-message"),
                      extra=log_fields(p.tp, offset=_header(out.headers, "dlq-source-offset"), run_id=outcome.run_id))
+
+    def _internal_error(self, p: PartitionRun, offset: int, outcome: Outcome) -> None:
+        """Count a conversion that raised unexpectedly; its traceback is logged once per stream."""
+        self._metrics.internal_errors_total.inc()
+        stream = (p.tp.topic, p.tp.partition, outcome.run_id)
+        if stream in self._logged:
+            self._logged.move_to_end(stream)
+            return
+        self._logged[stream] = None
+        if len(self._logged) > _LOGGED_STREAMS:
+            self._logged.popitem(last=False)
+        _log.error("conversion failed unexpectedly; the record is dead-lettered as internal-error and the stream "
+                   "goes on (later failures of this stream are counted, not logged)", exc_info=outcome.error,
+                   extra=log_fields(p.tp, offset=offset, run_id=outcome.run_id))
 
     def commit_due(self, parts: Iterable[PartitionRun]) -> None:
         """Start the commit of every open transaction older than the commit interval."""
@@ -233,7 +266,8 @@ class Publisher:
         return True
 
     async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
-        """The gap or open-stream policy says stop: commit what came before, then hold the partition."""
-        _log.error("partition halted by policy: %s", exc, extra=log_fields(p.tp, offset=offset))
+        """A policy (gap, open-stream cap) or a failed state says stop: commit what came before, then hold the
+        partition."""
+        _log.error("partition halted: %s", exc, extra=log_fields(p.tp, offset=offset))
         if await self.commit_now(p):
             self._on_halt(p, f"halted at offset {offset}: {exc}")

@@ -23,7 +23,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.kafka._aiokafka import force_close, member_id
-from worker.kafka._clients import make_replay_consumer, make_transactional_producer, transactional_id
+from worker.kafka._clients import (
+    MAX_BATCH_BYTES,
+    make_replay_consumer,
+    make_transactional_producer,
+    transactional_id,
+)
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
 from worker.kafka.offsets import plan_replay, read_committed
@@ -92,7 +97,9 @@ class KafkaRebuilder:
         return rebuilt
 
     async def _start_producer(self, tp: TopicPartition, where: str) -> AIOKafkaProducer:
-        producer = make_transactional_producer(self._s, tp)
+        limits = self._pub.limits
+        batch_bytes = limits.batch_bytes if limits is not None else MAX_BATCH_BYTES
+        producer = make_transactional_producer(self._s, tp, batch_bytes)
         try:
             await bounded(producer.start(), self._d.call_s, "producer-start", where)
             if self._pub.router is None:

@@ -13,18 +13,23 @@ import logging
 from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError
 
+from worker.errors import ConfigError
 from worker.kafka._aiokafka import force_close
 from worker.kafka._clients import make_admin, make_group_consumer
 from worker.kafka.deadlines import Deadlines
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.publisher import Publisher, log_fields
 from worker.kafka.rebuilder import KafkaRebuilder
+from worker.kafka.routing import KeyRouter
+from worker.kafka.startup import until_reachable
 from worker.kafka.supervisor import Member, PartitionSupervisor
+from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState, ReplayPool
+from worker.stream import PartitionState, ReplayPool, default_core
 
 __all__ = ["KafkaRunner"]
 
@@ -61,42 +66,58 @@ class KafkaRunner:
         self._s = settings
         self._metrics = metrics
         self._health = health
-        factory = state_factory or self._default_state
+        self._state_factory = state_factory or self._default_state
+        self._core = default_core(settings.processor) if settings.processor else None
         # Helpers build default states only, so a custom factory (tests) always replays in-process.
-        self._pool = ReplayPool(settings.replay_processes) if settings.replay_processes and not state_factory else None
-        self._consumer = make_group_consumer(settings)
-        self._admin = make_admin(settings)
+        self._pool = ReplayPool(settings.replay_processes, settings.processor) \
+            if settings.replay_processes and not state_factory else None
         self._deadlines = Deadlines.from_settings(settings)
-        self._fetch = _GroupFetch(self._consumer)
         self._pub = Publisher(settings, metrics, self._failed, self._halted)
-        self._rebuilder = KafkaRebuilder(settings, metrics, admin=self._admin, consumer=self._consumer,
-                                         publisher=self._pub, state_factory=factory, pool=self._pool,
-                                         deadlines=self._deadlines)
-        self._member = Member(settings, metrics, health, self._pub, self._deadlines, self._rebuilder, self._fetch)
-        self._state_factory = factory
+        self._inspector: TopicInspector | None = None  # on the admin client, once started
+        self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
+        self._wire(make_admin(settings), make_group_consumer(settings))
         self._sups: dict[TopicPartition, PartitionSupervisor] = {}
         self._parked: dict[TopicPartition, PartitionRun] = {}
         self._membership = asyncio.Lock()  # rebalance callbacks and shutdown one at a time; no partition takes it
         self._closing = False
 
+    def _wire(self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> None:
+        """Use these (not yet started) clients, and build what partitions reach them through."""
+        self._admin, self._consumer = admin, consumer
+        self._fetch = _GroupFetch(consumer)
+        self._rebuilder = KafkaRebuilder(self._s, self._metrics, admin=admin, consumer=consumer,
+                                         publisher=self._pub, state_factory=self._state_factory, pool=self._pool,
+                                         deadlines=self._deadlines)
+        self._member = Member(self._s, self._metrics, self._health, self._pub, self._deadlines, self._rebuilder,
+                              self._fetch)
+
     def _default_state(self, tp: TopicPartition) -> PartitionState:
+        """Fresh state with the settings' options and processor, and the output topic's record limit as last
+        read (a state built after a topic check that changed it uses the new one)."""
         s = self._s
         return PartitionState(
             tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
-            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory,
+            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=self._core,
+            max_record_bytes=self._pub.limits.output_record_bytes if self._pub.limits is not None else None,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until `stop` is set, then commit open transactions and leave the group."""
+        """Consume until `stop` is set, then commit open transactions and leave the group.
+
+        Brokers that cannot be reached are retried (not ready meanwhile). Raises ConfigError when the topics or
+        the brokers' settings cannot work: at start, or once a topic check finds the layout changed.
+        """
         # The helpers start beside the group join; a rebuild that comes first waits for them.
         pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
-        await self._admin.start()
-        await self._consumer.start()
-        self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
-        self._health.set_member(True)
+        watch: asyncio.Task[None] | None = None
         try:
+            if await until_reachable(self._start_clients, stop, self._health.beat) is None:
+                return
+            self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
+            self._health.set_member(True)
+            watch = asyncio.create_task(self._watch_topics(stop), name="watch-topics")
             while not stop.is_set():
                 self._health.beat()
                 batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
@@ -106,10 +127,62 @@ class KafkaRunner:
                         sup.offer(recs)
                 self._observe_lag()
         finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
             self._health.set_member(False)
             if pool_start is not None:
                 await pool_start
             await self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _start_clients(self) -> TopicLimits:
+        """Start the admin client, check the brokers' settings and the topics, then the consumer; clients that
+        failed to start are replaced, so the next attempt starts afresh."""
+        try:
+            await self._admin.start()
+            inspector = TopicInspector(self._admin, self._s)
+            await inspector.check_broker()
+            limits = await inspector.limits()
+            await self._consumer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._admin.close()
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+            self._wire(make_admin(self._s), make_group_consumer(self._s))
+            raise
+        self._inspector = inspector
+        self._pub.limits = limits
+        self._pub.router = KeyRouter(limits.output_partitions)
+        _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes",
+                  limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes)
+        return limits
+
+    async def _watch_topics(self, stop: asyncio.Event) -> None:
+        """Read the topics' limits again every topic_check_interval_ms; a layout that can no longer work (a topic
+        gone, the output's partition count changed) stops the worker with that error."""
+        while True:
+            await asyncio.sleep(self._s.topic_check_interval_ms / 1000)
+            router, inspector = self._pub.router, self._inspector
+            if inspector is None:
+                continue
+            try:
+                limits = await inspector.limits()
+                if router is not None:
+                    check_output_partitions(self._s, router.partitions, limits)
+            except ConfigError as exc:
+                self._fatal = exc
+                stop.set()
+                return
+            except Exception as exc:
+                _log.warning("topics could not be checked again, keeping the last limits: %r", exc)
+                continue
+            if limits != self._pub.limits:
+                _log.info("topic limits changed: %s", limits)
+                self._pub.limits = limits
 
     async def _shutdown(self) -> None:
         try:

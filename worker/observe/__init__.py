@@ -6,7 +6,7 @@ from worker.observe._continuation import CursorModel, ObserverContinuation, Stat
 from worker.observe._encode import encode_event
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
 from worker.observe._observer import HarnessAguiObserver
-from worker.observe._processor import AguiEventProcessor
+from worker.observe._processor import AguiEventProcessor, validate_replacement
 from worker.observe._stream import HarnessAguiStreamObserver, announced_child
 
 __all__ = [
@@ -24,4 +24,5 @@ __all__ = [
     "fragment_custom_event",
     "public_value",
     "tool_result_content",
+    "validate_replacement",
 ]

@@ -150,6 +150,16 @@ class Metrics:
         self.partition_failures_total = Counter(
             f"{p}partition_failures_total", "Partitions halted by an error.", _TP, registry=r
         )
+        self.internal_errors_total = Counter(
+            f"{p}internal_errors_total",
+            "Records whose conversion raised an unexpected exception; each is dead-lettered as internal-error.",
+            registry=r,
+        )
+        self.dead_letters_truncated_total = Counter(
+            f"{p}dead_letters_truncated_total",
+            "Dead letters cut to fit the dead-letter topic's record size limit (header dlq-truncated).",
+            registry=r,
+        )
         self.producers_fenced_total = Counter(
             f"{p}producers_fenced_total", "Transactional producers fenced by a newer owner.", registry=r
         )

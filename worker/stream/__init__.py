@@ -5,6 +5,7 @@ from worker.stream._build import record_size
 from worker.stream._changelog import CHECKPOINT_FORMAT_VERSION, CheckpointHeader, read_checkpoint_header
 from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
+from worker.stream._hook import load_processor
 from worker.stream._metadata import decode_replay_metadata, encode_replay_metadata
 from worker.stream._partition import (
     EVENT_TOO_LARGE_CODE,
@@ -46,6 +47,7 @@ __all__ = [
     "decode_replay_metadata",
     "default_core",
     "encode_replay_metadata",
+    "load_processor",
     "read_checkpoint_header",
     "record_size",
 ]

@@ -6,7 +6,10 @@ from ag_ui.core import BaseEvent
 
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
 
-__all__ = ["MAX_DLQ_MESSAGE_CHARS", "RECORD_OVERHEAD_BYTES", "dead_letter_record", "output_record", "record_size"]
+__all__ = [
+    "MAX_DLQ_MESSAGE_CHARS", "RECORD_OVERHEAD_BYTES", "dead_letter_record", "exception_type", "output_record",
+    "record_size",
+]
 
 MAX_DLQ_MESSAGE_CHARS = 1000
 # A record sent alone: the v2 batch header (61 bytes) and the most framing one record can take (21 bytes).
@@ -50,19 +53,26 @@ def _type_names(event_type: str) -> tuple[str, bytes]:
     return names
 
 
-def dead_letter_record(source: SourceRecord, reason: DeadLetterReason, message: str) -> OutboundRecord:
-    """Return the dead letter of `source`: original key, value and headers, plus reason and provenance."""
-    if len(message) > MAX_DLQ_MESSAGE_CHARS:
-        message = message[: MAX_DLQ_MESSAGE_CHARS - 1] + "…"
+def dead_letter_record(
+    source: SourceRecord, reason: DeadLetterReason, message: str, error: BaseException | None = None
+) -> OutboundRecord:
+    """Return the dead letter of `source`: original key, value and headers, plus reason and provenance, and
+    the type and message of `error` when an unexpected exception caused it."""
     headers = (
         *source.headers,
         ("dlq-reason", reason.value.encode()),
-        ("dlq-message", _utf8(message)),
+        ("dlq-message", _utf8(_bounded(message))),
         ("dlq-source-topic", _utf8(source.topic)),
         ("dlq-source-partition", str(source.partition).encode()),
         ("dlq-source-offset", str(source.offset).encode()),
         ("dlq-source-timestamp", str(source.timestamp_ms).encode()),
     )
+    if error is not None:
+        headers = (
+            *headers,
+            ("dlq-exception-type", _utf8(exception_type(error))),
+            ("dlq-exception-message", _utf8(_bounded(str(error)))),
+        )
     return OutboundRecord(
         destination=Destination.DEAD_LETTER,
         key=source.key,
@@ -96,6 +106,16 @@ def _varint_size(n: int) -> int:
         z >>= 7
         size += 1
     return size
+
+
+def exception_type(error: BaseException) -> str:
+    """The exception's class as `module.QualifiedName` (builtins by their bare name)."""
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_DLQ_MESSAGE_CHARS else message[: MAX_DLQ_MESSAGE_CHARS - 1] + "…"
 
 
 def _utf8(text: str) -> bytes:

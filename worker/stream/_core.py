@@ -15,6 +15,7 @@ from worker.observe import (
     announced_child,
     encode_event,
 )
+from worker.stream._hook import encodable
 from worker.wire import decode_item, is_terminal, timestamp_ms
 
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core"]
@@ -85,15 +86,18 @@ def _unbounded(item: Any, widest: int) -> int | None:
     return None
 
 
-def default_core(processor: AguiEventProcessor | None = None) -> StreamCore:
+def default_core(processor: AguiEventProcessor | str | None = None) -> StreamCore:
     """Return the real core: `worker.wire` decoding and the stream observer without an event log, its events
-    passed through `processor` when given (whose events no bound can foresee: they are always measured)."""
+    passed through `processor` when one is given: a callable, or `module:attribute` naming one (ConfigError when
+    that cannot be imported). The processor must be deterministic, since a rebuild runs it again; no bound can
+    foresee the size of its events, so they are always measured."""
+    checked = encodable(processor) if processor is not None else None
 
     def new_observer() -> StreamObserver:
-        return HarnessAguiStreamObserver(processor=processor, retain_events=False)
+        return HarnessAguiStreamObserver(processor=checked, retain_events=False)
 
     def restore_observer(data: Any) -> StreamObserver:
-        return HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate(data), processor=processor)
+        return HarnessAguiStreamObserver.restore(ObserverContinuation.model_validate(data), processor=checked)
 
     return StreamCore(
         decode=decode_item,

@@ -62,9 +62,11 @@ class _Step:
         self.key = key
         self.publish = publish
 
-    def dead(self, verdict: Verdict, reason: DeadLetterReason, message: str) -> Outcome:
-        records = (dead_letter_record(self.record, reason, message),) if self.publish else ()
-        return Outcome(verdict, records, self.key, reason)
+    def dead(
+        self, verdict: Verdict, reason: DeadLetterReason, message: str, error: BaseException | None = None
+    ) -> Outcome:
+        records = (dead_letter_record(self.record, reason, message, error),) if self.publish else ()
+        return Outcome(verdict, records, self.key, reason, error)
 
 
 class PartitionState:
@@ -170,8 +172,12 @@ class PartitionState:
 
         Raises WorkerError for a record of another partition or a non-increasing offset, GapError for a gap
         under the halt policy, WorkerError at the open-stream cap under the halt policy; none of these
-        changes the state. A record that fails to decode or that its observer refuses, for whatever reason, is
-        dead-lettered. Any other exception leaves the state undefined: rebuild it.
+        changes the state. A record that fails to decode or that its observer refuses is dead-lettered, and so
+        is one whose decoding, observing or encoding raised anything else (`internal-error`, the exception in
+        the Outcome): decode and observe change nothing when they fail; after an encoding failure the stream has
+        moved on as if the events were published, as a replay (which encodes only to measure) moves it, so their
+        ids stay unused.
+        Any other exception is a bug of this module and leaves the state undefined.
         """
         if record.topic != self.topic or record.partition != self.partition:
             raise WorkerError(
@@ -199,12 +205,12 @@ class PartitionState:
                              f"value under key {key!r} is null (a tombstone), not a Harness wire item")
         try:
             item = self._core.decode(record.value)
-        except DecodeError as exc:
+        except (DecodeError, AguiObservationError, ValidationError, TypeError) as exc:
             return step.dead(Verdict.DEAD_LETTERED, _R.DECODE_ERROR,
                              f"value under key {key!r} is not a Harness wire item: {exc}")
         except Exception as exc:  # a decoder bug: decoding changes no state, so the record goes, not the partition
-            return step.dead(Verdict.DEAD_LETTERED, _R.DECODE_ERROR,
-                             f"value under key {key!r} failed to decode: {type(exc).__name__}: {exc}")
+            return step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
+                             f"value under key {key!r} failed to decode: {type(exc).__name__}: {exc}", exc)
         stream = self._streams.get(key)
         if stream is None:
             return self._start(step, item)
@@ -261,17 +267,21 @@ class PartitionState:
             return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         except TypeError as exc:
             return _refused(step, item, stream, _R.TYPE_ERROR, exc)
-        except Exception as exc:  # an observer bug: observe is atomic, so the stream's state is unchanged
-            return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
+        except Exception as exc:  # a conversion bug: observe is atomic, so the stream's state is unchanged
+            return _refused(step, item, stream, _R.INTERNAL_ERROR, exc)
         stream.last[run] = seq
         announced = self._core.announced_run(item)
         if announced is not None and announced not in stream.last:
             stream.last[announced] = -1
         records: tuple[OutboundRecord, ...] = ()
+        failed: Exception | None = None
         measure = self._max_record is not None and bool(events) and not self._surely_fit(step, item, stream)
         if step.publish or measure:
-            records = self._outputs(step, item, stream.n, events)
-            if measure:
+            try:
+                records = self._outputs(step, item, stream.n, events)
+            except Exception as exc:  # see process(): the stream moves on as if they were published
+                failed = exc
+            if measure and failed is None:
                 limit = self._max_record
                 for index, record in enumerate(records):
                     size = record_size(record)
@@ -279,10 +289,15 @@ class PartitionState:
                         return self._too_large(step, item, stream, record, index=index, size=size, limit=limit)
             if not step.publish:
                 records = ()
+        n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += len(events)
         if run == step.key and self._core.is_terminal(item):
             self._close(step.key, seq, step.record.offset)
+        if failed is not None:
+            return step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
+                             f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
+                             f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
         return Outcome(Verdict.PROCESSED, records, step.key, None)
 
     def _surely_fit(self, step: _Step, item: WireItem, stream: OpenStream) -> bool:
@@ -521,9 +536,10 @@ def _refused(
 ) -> Outcome:
     # The item arrived in order, so it counts as delivered: the next item of its run is no gap.
     stream.last[item.run_id] = item.sequence
+    error = exc if reason is _R.INTERNAL_ERROR else None
     return step.dead(Verdict.DEAD_LETTERED, reason,
-                     f"observer refused run {item.run_id} sequence {item.sequence}: "
-                     f"{type(exc).__name__}: {exc}")
+                     f"{'observer refused' if error is None else 'conversion failed on'} run {item.run_id} sequence "
+                     f"{item.sequence}: {type(exc).__name__}: {exc}", error)
 
 
 def _decode_key(key: bytes | None) -> str | None:

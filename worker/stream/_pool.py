@@ -21,6 +21,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from worker.errors import ConfigError, ShardedReplayError
+from worker.stream._core import StreamCore, default_core
 from worker.stream._partition import PartitionState
 from worker.stream._shards import ShardResult, ShardState, merge_shards, shard_of
 
@@ -42,6 +43,7 @@ def _serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     gc.freeze()  # the fork server's modules: never scanned by a collection, their pages stay shared
     states: dict[Where, ShardState] = {}
+    cores: dict[str, StreamCore] = {}  # by processor: its module is imported once
     failure: str | None = None
     while True:
         try:
@@ -49,8 +51,10 @@ def _serve(conn: Connection) -> None:
         except EOFError:
             return
         if kind == "open":
-            where, options = body
-            states[where] = ShardState(where[0], where[1], **options)
+            where, options, processor = body
+            if processor is not None and processor not in cores:
+                cores[processor] = default_core(processor)
+            states[where] = ShardState(where[0], where[1], core=cores.get(processor or ""), **options)
         elif kind == "rows" and failure is None:
             where, rows = body
             try:
@@ -127,14 +131,18 @@ class _Helper:
 class ReplaySession:
     """One rebuild's use of the helpers: `add` records in offset order, `flush` after each fetch, then `finish`."""
 
-    def __init__(self, helpers: list[_Helper], states: Mapping[Where, PartitionState]) -> None:
+    def __init__(
+        self, helpers: list[_Helper], states: Mapping[Where, PartitionState], processor: str | None = None
+    ) -> None:
         self._helpers = helpers
         self._states = states
+        self._processor = processor
         self._rows: list[dict[Where, list[Row]]] = [{} for _ in helpers]
         self.finished = False
 
     def open(self) -> None:
-        messages = [pickle.dumps(("open", (where, state.options)), _PICKLE) for where, state in self._states.items()]
+        messages = [pickle.dumps(("open", (where, state.options, self._processor)), _PICKLE)
+                    for where, state in self._states.items()]
         for helper in self._helpers:
             helper.post(messages)
 
@@ -187,12 +195,16 @@ class ReplaySession:
 
 
 class ReplayPool:
-    """`processes` helper processes a rebuild can split its replay across; one rebuild uses them at a time."""
+    """`processes` helper processes a rebuild can split its replay across; one rebuild uses them at a time.
 
-    def __init__(self, processes: int) -> None:
+    The helpers build default states whose observers use `processor` (`module:attribute`, imported there).
+    """
+
+    def __init__(self, processes: int, processor: str | None = None) -> None:
         if processes < 1:
             raise ConfigError(f"a replay pool needs at least 1 process, got {processes}")
         self.processes = processes
+        self.processor = processor
         self._ctx = multiprocessing.get_context("forkserver")
         self._helpers: list[_Helper] = []
         self._lock = asyncio.Lock()  # held while helpers start or stop
@@ -255,7 +267,7 @@ class ReplayPool:
             if not self._helpers:
                 yield None
                 return
-            session = ReplaySession(self._helpers, states)
+            session = ReplaySession(self._helpers, states, self.processor)
             try:
                 session.open()
                 yield session

@@ -57,6 +57,7 @@ class DeadLetterReason(StrEnum):
     TYPE_ERROR = "type-error"
     OPEN_STREAM_CAP = "open-stream-cap"
     TOO_LARGE = "too-large"
+    INTERNAL_ERROR = "internal-error"
 
 
 class OutboundRecord(FrozenValue):
@@ -87,15 +88,21 @@ class Verdict(StrEnum):
 
 
 class Outcome(FrozenValue):
-    """The verdict on one source record and the records it publishes (always empty during replay)."""
+    """The verdict on one source record and the records it publishes (always empty during replay).
 
-    __slots__ = ("reason", "records", "run_id", "verdict")
+    `error` is the unexpected exception behind an `internal-error` dead letter, kept for the traceback; it is
+    not compared (an exception equals only itself).
+    """
+
+    __slots__ = ("error", "reason", "records", "run_id", "verdict")
     _FIELDS = ("verdict", "records", "run_id", "reason")
 
     def __init__(
-        self, verdict: Verdict, records: tuple[OutboundRecord, ...], run_id: str | None, reason: str | None
-    ) -> None:
+        self, verdict: Verdict, records: tuple[OutboundRecord, ...], run_id: str | None, reason: str | None,
+        error: BaseException | None = None,
+    ) -> None:  # fmt: skip
         self.verdict: Final = verdict
         self.records: Final = records
         self.run_id: Final = run_id
         self.reason: Final = reason
+        self.error: Final = error

@@ -1,0 +1,108 @@
+"""Reaching the brokers at start-up: an attempt is retried with a capped back-off until it succeeds or the worker
+is told to stop, each failure logged in one line (the client's own connection errors folded into it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+from aiokafka.errors import KafkaError
+
+__all__ = ["until_reachable"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_CLIENT_LOGGER = "aiokafka"  # where aiokafka's client logs a failed bootstrap
+
+
+class _Held(logging.Filter):
+    """Holds back every record of the logger it is added to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _client_log_held() -> Iterator[_Held]:
+    logger = logging.getLogger(_CLIENT_LOGGER)
+    held = _Held()
+    logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(held)
+
+
+async def until_reachable(
+    attempt: Callable[[], Awaitable[_T]],
+    stop: asyncio.Event,
+    beat: Callable[[], None],
+    *,
+    first_backoff_s: float = 0.5,
+    max_backoff_s: float = 30.0,
+) -> _T | None:
+    """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).
+
+    An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
+    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. `beat` is called every
+    second meanwhile, so liveness holds while the brokers are away.
+    """
+    backoff = first_backoff_s
+    number = 0
+    while not stop.is_set():
+        number += 1
+        with _client_log_held() as held:
+            task = asyncio.ensure_future(attempt())
+            finished = await _beating(stop, beat, task=task)
+        if not finished:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            return None
+        try:
+            result = task.result()
+        except (KafkaError, OSError, TimeoutError) as exc:
+            told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
+            named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
+            reason = "; ".join(told) or named
+        else:
+            for record in held.records:  # a success may still have news: a bootstrap server that is down
+                logging.getLogger(record.name).handle(record)
+            return result
+        _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
+                     " ".join(reason.split()))
+        await _beating(stop, beat, seconds=backoff)
+        backoff = min(backoff * 2, max_backoff_s)
+    return None
+
+
+async def _beating(
+    stop: asyncio.Event, beat: Callable[[], None], *, task: asyncio.Future[_T] | None = None,
+    seconds: float | None = None,
+) -> bool:
+    """Wait for `task` to finish (True) or `seconds` to pass (True), calling `beat` every second; False as soon as
+    `stop` is set."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds if seconds is not None else None
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            beat()
+            left = 1.0 if deadline is None else deadline - loop.time()
+            if left <= 0:
+                return True
+            waited: list[asyncio.Future[Any]] = [stopping] if task is None else [task, stopping]
+            await asyncio.wait(waited, timeout=min(1.0, left), return_when=asyncio.FIRST_COMPLETED)
+            if task is not None and task.done():
+                return True
+        return False
+    finally:
+        stopping.cancel()

@@ -1,0 +1,169 @@
+"""The topics and broker settings the worker depends on, as the brokers describe them: which topics exist, how
+many partitions the output has, how large a record each destination takes, and which timeouts a broker accepts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import for_code
+
+from worker.errors import ConfigError
+from worker.kafka._clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
+from worker.settings import Settings
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MIN_TOPIC_RECORD_BYTES",
+    "SIZE_MARGIN_BYTES",
+    "TopicInspector",
+    "TopicLimits",
+    "check_output_partitions",
+    "record_limit",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`, assumed when a topic's is unreadable
+SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
+MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
+_UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
+_MAX_MESSAGE = "max.message.bytes"
+
+
+def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
+    """The largest `sizes.record_size` a record may have to reach a topic whose `max.message.bytes` is given,
+    through a producer whose `max_request_size` is `max_request_bytes`: within both, less a margin."""
+    return min(max_message_bytes, max_request_bytes) - SIZE_MARGIN_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLimits:
+    """What the worker may write: the output topic's partition count (the key router's) and the largest
+    `sizes.record_size` of an output record and of a dead letter."""
+
+    output_partitions: int
+    output_record_bytes: int
+    dead_letter_record_bytes: int
+
+    @property
+    def batch_bytes(self) -> int:
+        """The producer's batch size: a batch of small records never exceeds what either topic takes."""
+        return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes)
+
+
+class TopicInspector:
+    """Reads topic and broker descriptions through one admin client; each unreadable config is warned about once.
+
+    ConfigError means the layout or a setting cannot work (the operator must act); any aiokafka error means the
+    brokers could not answer now (retry).
+    """
+
+    def __init__(self, admin: AIOKafkaAdminClient, settings: Settings) -> None:
+        self._admin = admin
+        self._s = settings
+        self._warned: set[str] = set()
+
+    async def limits(self) -> TopicLimits:
+        """Check that the source, output and dead-letter topics exist and read the output's partition count and
+        both destinations' record size limits."""
+        s = self._s
+        roles = {s.source_topic: "source_topic", s.output_topic: "output_topic", s.dlq_topic: "dlq_topic"}
+        # Listed first: describing a topic by name would create it on a broker that auto-creates topics.
+        existing = set(await self._admin.list_topics())
+        missing = [f"{role} {topic!r}" for topic, role in roles.items() if topic not in existing]
+        if missing:
+            raise ConfigError(f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist: "
+                              "create the topics, or name existing ones (and grant this client Describe on them)")
+        described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
+        for topic, role in roles.items():
+            code = described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC
+            if code == _TOPIC_DENIED:
+                raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+            if code:
+                raise for_code(code)(f"describing topic {topic!r}")
+        sizes = await self._max_message_bytes([s.output_topic, s.dlq_topic])
+        limits = TopicLimits(
+            output_partitions=len(described[s.output_topic]["partitions"]),
+            output_record_bytes=record_limit(sizes[s.output_topic]),
+            dead_letter_record_bytes=record_limit(sizes[s.dlq_topic]),
+        )
+        for topic, role, limit in ((s.output_topic, "output_topic", limits.output_record_bytes),
+                                   (s.dlq_topic, "dlq_topic", limits.dead_letter_record_bytes)):  # fmt: skip
+            if limit < MIN_TOPIC_RECORD_BYTES:
+                raise ConfigError(
+                    f"{role} {topic!r} takes records of at most {sizes[topic]} bytes ({_MAX_MESSAGE}); the worker "
+                    f"needs at least {MIN_TOPIC_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
+                )
+        return limits
+
+    async def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, {_MAX_MESSAGE: None}) for t in topics]
+        found = dict.fromkeys(topics, DEFAULT_MAX_MESSAGE_BYTES)
+        for response in await self._admin.describe_configs(resources):
+            for resource in response.to_object()["resources"]:
+                topic = resource["resource_name"]
+                value = _config(resource, _MAX_MESSAGE)
+                if value is not None:
+                    found[topic] = int(value)
+                else:
+                    self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d): assuming "
+                                    "Kafka's default %d", _MAX_MESSAGE, topic, resource["error_code"],
+                                    DEFAULT_MAX_MESSAGE_BYTES)
+        return found
+
+    async def check_broker(self) -> None:
+        """ConfigError when the transaction or session timeout lies outside what the brokers accept; a broker
+        whose configs this client may not read is warned about and not checked."""
+        s = self._s
+        brokers = (await self._admin.describe_cluster())["brokers"]
+        if not brokers:
+            return
+        node = str(min(int(b["node_id"]) for b in brokers))
+        names = ("transaction.max.timeout.ms", "group.min.session.timeout.ms", "group.max.session.timeout.ms")
+        (response,) = await self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, node, dict.fromkeys(names))]
+        )
+        (resource,) = response.to_object()["resources"]
+        values = {name: _config(resource, name) for name in names}
+        if any(v is None for v in values.values()):
+            self._warn_once("broker", "broker %s configs are unreadable (error code %d): the transaction and "
+                            "session timeouts are not checked against them", node, resource["error_code"])
+            return
+        txn_max, session_min, session_max = (int(values[name] or 0) for name in names)
+        if s.transaction_timeout_ms > txn_max:
+            raise ConfigError(
+                f"transaction_timeout_ms ({s.transaction_timeout_ms}) exceeds the brokers' "
+                f"transaction.max.timeout.ms ({txn_max}): lower it, or raise the broker setting"
+            )
+        if not session_min <= s.session_timeout_ms <= session_max:
+            raise ConfigError(
+                f"session_timeout_ms ({s.session_timeout_ms}) lies outside the brokers' group.min.session.timeout.ms"
+                f" and group.max.session.timeout.ms ({session_min} to {session_max}): set it within them"
+            )
+
+    def _warn_once(self, what: str, message: str, *args: Any) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            _log.warning(message, *args)
+
+
+def _config(resource: dict[str, Any], name: str) -> str | None:
+    if resource["error_code"]:
+        return None
+    return next((e["config_value"] for e in resource["config_entries"] if e["config_names"] == name), None)
+
+
+def check_output_partitions(settings: Settings, started: int, now: TopicLimits) -> None:
+    """ConfigError once the output topic's partition count differs from the one its keys are routed by."""
+    if now.output_partitions != started:
+        raise ConfigError(
+            f"output_topic {settings.output_topic!r} has {now.output_partitions} partitions, "
+            f"{started} when the worker started routing run ids to them: runs still open would have their "
+            "events split across partitions. Replay into an output topic that keeps its partition count, or "
+            "restart the workers to route by the new count, accepting that split"
+        )
