@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from worker.observe import AguiEventProcessor
 
@@ -17,6 +18,7 @@ __all__ = [
     "OMITTED",
     "ContentPolicy",
     "bound_event",
+    "bound_event_json",
     "bounding_processor",
     "json_size",
 ]
@@ -35,6 +37,19 @@ def json_size(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
+def json_size_exceeds(value: object, limit: int) -> bool:
+    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that text is short enough to settle it.
+
+    Per character the escaped text is at most six times orjson's (a DEL escapes to six characters; a number is
+    spelled at most two characters longer), so a value whose orjson text is within a sixth of the limit fits.
+    """
+    try:
+        quick = len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        quick = limit
+    return 6 * quick > limit and json_size(value) > limit
+
+
 def bound_event(event: BaseEvent) -> BaseEvent:
     """Cut a TOOL_CALL_RESULT text or TOOL_CALL_ARGS delta to MAX_FIELD_CHARS + 1 characters, and replace an
     over-large result part list by one text part; the extra character lets the fold see the cut."""
@@ -47,6 +62,29 @@ def bound_event(event: BaseEvent) -> BaseEvent:
             return event.model_copy(update={"content": [TextPart(text=_PARTS_OMITTED)]})
     elif isinstance(event, ToolCallArgsEvent) and len(event.delta) > MAX_FIELD_CHARS:
         return event.model_copy(update={"delta": event.delta[: MAX_FIELD_CHARS + 1]})
+    return event
+
+
+def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
+    """`bound_event` for an event as its JSON object (read from an output topic): the same object when no bound
+    applies, else the bounded event's JSON object."""
+    kind = event.get("type")
+    if kind == "TOOL_CALL_ARGS":
+        delta = event.get("delta")
+        if isinstance(delta, str) and len(delta) > MAX_FIELD_CHARS:
+            return {**event, "delta": delta[: MAX_FIELD_CHARS + 1]}
+    elif kind == "TOOL_CALL_RESULT":
+        content = event.get("content")
+        if isinstance(content, str):
+            return {**event, "content": content[: MAX_FIELD_CHARS + 1]} if len(content) > MAX_FIELD_CHARS else event
+        try:
+            model = ToolCallResultEvent.model_validate(event)
+        except ValidationError:
+            return event  # not one the observer made; the fold reads what it can
+        bounded = bound_event(model)
+        if bounded is not model:
+            dumped: dict[str, Any] = bounded.model_dump(mode="json", by_alias=True)
+            return dumped
     return event
 
 
@@ -84,10 +122,10 @@ class ContentPolicy:
 
     def keeps_value(self, value: JsonValue) -> bool:
         """Whether a tool result value or part list fits (or need not fit) the field bound."""
-        return self.unbounded or json_size(value) <= MAX_FIELD_CHARS
+        return self.unbounded or not json_size_exceeds(value, MAX_FIELD_CHARS)
 
     def observation_value(self, value: JsonValue, *, summary: bool) -> JsonValue:
         """The value an observation keeps: OMITTED when it is over MAX_OBSERVATION_BYTES and not retained."""
         if self.retain_content or (self.full_content and summary):
             return value
-        return dict(OMITTED) if json_size(value) > MAX_OBSERVATION_BYTES else value
+        return dict(OMITTED) if json_size_exceeds(value, MAX_OBSERVATION_BYTES) else value
