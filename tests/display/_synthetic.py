@@ -90,9 +90,10 @@ class Run:
         return self
 
     def edit_applied(self, call_id: str) -> Run:
-        payload = {"type": "tool_extra", "tool_call_id": call_id, "tool_name": "write", "tool_id": "t1",
-                   "name": "edit_applied", "value": {"file_path": "/a", "before": "x", "after": "y"}}  # fmt: skip
-        return self.extension("tool", payload)
+        event = {"kind": "a13n.filesystem.edit_applied", "capability_id": None, "tool_call_id": call_id,
+                 "tool_name": "write", "event_kind": "capability", "file_path": "/a", "before": "x", "after": "y"}
+        self._envelope({"event": event})
+        return self
 
     def finished(self, status: str = "completed") -> list[str]:
         usage = {"input_tokens": 1, "cache_write_tokens": 0, "cache_read_tokens": 0, "output_tokens": 1,
@@ -150,7 +151,7 @@ def lookalike_run() -> list[str]:
     return run.finished()
 
 
-def long_run(calls: int = 120, *, step_ms: int = 300) -> list[str]:
+def long_run(calls: int = 40, *, step_ms: int = 300) -> list[str]:
     """Many tool calls with sizeable results (a run whose display outgrows a small topic limit), one call's
     supplement arriving long after its result, and a call left open at the end."""
     run = Run("run-long", step_ms=step_ms).started()
