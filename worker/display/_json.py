@@ -1,4 +1,4 @@
-"""Reading an AG-UI event's JSON back into exactly the object `model_dump(mode="json")` gives."""
+"""Reading JSON the display wrote (an AG-UI event, a snapshot) back into exactly the object it was written from."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ _LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 def loads_object(data: bytes | str) -> dict[str, Any]:
-    """The JSON object in `data`, every integer exact; AguiObservationError for anything but an object."""
+    """The JSON object in `data`, every integer exact; AguiObservationError for anything but a JSON object."""
     raw = data.encode() if isinstance(data, str) else data
     try:
         loaded = json.loads(raw) if _LONG_DIGITS.search(raw) else orjson.loads(raw)

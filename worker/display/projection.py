@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-import orjson
 from ag_ui.core import BaseEvent
 from pydantic import ValidationError
 
@@ -91,8 +90,8 @@ class DisplayProjection:
     Everything it returns is a function of those events, their source items and the source timestamps given: a
     replay or a `restore(export())` followed by the same calls returns the same records. A record is due with the
     run's first events, then when a source timestamp lies `interval_ms` or more from the last record's (either way:
-    a producer's clock may step back), and always with the run's last events; a record's value never exceeds `max_bytes` less the record's own overhead
-    (finished items are evicted oldest first to fit; a snapshot that cannot fit is withheld and counted).
+    a producer's clock may step back), and always with the run's last events. A record never exceeds `max_bytes`:
+    finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
     """
 
     __slots__ = (
@@ -208,20 +207,25 @@ class DisplayProjection:
     def _page(
         self, value: bytes, budget: int, continuation: ObserverContinuation | None, *, ended: bool
     ) -> tuple[bytes, int]:
-        """Evict finished items, oldest first, until the snapshot fits `budget` or none is left to evict."""
+        """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
+        would not make it fit (the record is then withheld)."""
         fold = self._fold
-        candidates = fold.evictable(ended=ended)
         items = fold.items
+        savings = []
+        for key in fold.evictable(ended=ended):
+            kept = 0 if items[key].kind == "observation" else len(key) + 3  # the id stays in the note
+            savings.append((key, len(fold.item_json(key)) + 1 - kept))
+        if len(value) - sum(saving for _, saving in savings) + _NOTE_SLACK > budget:
+            return value, 0
         evicted = 0
         index = 0
-        while len(value) > budget and index < len(candidates):
+        while len(value) > budget and index < len(savings):
             excess = len(value) - budget + _NOTE_SLACK
             chosen: list[str] = []
-            while index < len(candidates) and excess > 0:
-                key = candidates[index]
+            while index < len(savings) and excess > 0:
+                key, saving = savings[index]
                 index += 1
-                kept = 0 if items[key].kind == "observation" else len(key) + 3  # the id stays in the note
-                excess -= len(fold.item_json(key)) + 1 - kept
+                excess -= saving
                 chosen.append(key)
             evicted += fold.evict(chosen, ended=ended)
             value = fold.export_json(continuation)
@@ -239,7 +243,7 @@ class DisplayProjection:
             "anchor_ms": self._anchor,
             "skipped": self._skipped,
             "withheld": self._withheld,
-            "fold": orjson.loads(self._fold.export_json()),
+            "fold": loads_object(self._fold.export_json()),
         }
 
     @classmethod
