@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from pydantic import JsonValue
 
+from worker.display._json import ORJSON_AGREES
 from worker.display.bounding import ContentPolicy
 from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition, item_id
 from worker.display.memory import MemorySource
@@ -42,7 +45,8 @@ class Entry:
     until the next change."""
 
     __slots__ = (
-        "content", "ended", "first", "json", "key", "kind", "last", "model", "ordinal", "refs", "started", "state",
+        "content", "ended", "first", "index", "json", "key", "kind", "last", "model", "ordinal", "refs", "started",
+        "state",
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917  # built per new item
@@ -60,6 +64,7 @@ class Entry:
         self.refs = refs
         self.model: Item | None = None
         self.json: bytes | None = None
+        self.index = 0  # its place in the ledger's order
 
     @classmethod
     def of(cls, item: Item) -> Entry:
@@ -89,10 +94,20 @@ class Entry:
         return self.model
 
     def to_json(self) -> bytes:
-        """The item's JSON, byte for byte as `Item.model_dump_json()` writes it."""
+        """The item's JSON, byte for byte as `Item.model_dump_json()` writes it (orjson writes the same text for
+        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model)."""
         if self.json is None:
-            item = self.item()
-            self.json = item.__pydantic_serializer__.to_json(item)
+            if ORJSON_AGREES and not self.refs:
+                fields = {
+                    "id": self.key, "ordinal": self.ordinal, "kind": self.kind, "state": self.state,
+                    "first_stream_id": self.first, "last_stream_id": self.last, "started_at": self.started,
+                    "ended_at": self.ended, "content": self.content,
+                }  # fmt: skip
+                with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+                    self.json = orjson.dumps(fields, option=orjson.OPT_UTC_Z)
+            if self.json is None:
+                item = self.item()
+                self.json = item.__pydantic_serializer__.to_json(item)
         return self.json
 
 
@@ -131,6 +146,11 @@ class Ledger:
         self.attempt = attempt
         self.policy = policy
         self.entries: dict[str, Entry] = {item.id: Entry.of(item.model_copy(deep=True)) for item in items}
+        self.order: list[Entry] = list(self.entries.values())  # by ordinal, with each item's JSON beside it
+        self.jsons: list[bytes | None] = [None] * len(self.order)
+        self.stale: set[int] = set(range(len(self.order)))
+        for index, entry in enumerate(self.order):
+            entry.index = index
         self.next_ordinal = first + len(self.entries)
         self.sequence = 0
         self.response_groups: dict[str, str] = {}
@@ -187,9 +207,13 @@ class Ledger:
                 return None
             entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {})
             self.next_ordinal += 1
+            entry.index = len(self.order)
+            self.order.append(entry)
+            self.jsons.append(None)
         else:
             entry.model = None
             entry.json = None
+        self.stale.add(entry.index)
         entry.kind = kind
         entry.state = state
         entry.last = here
@@ -235,7 +259,22 @@ class Ledger:
         if removed:
             self.evicted_ordinals = _merged(self.evicted_ordinals)
             self.evicted_count += removed
+            self.order = list(self.entries.values())
+            self.jsons = [entry.json for entry in self.order]
+            self.stale = set()
+            for index, entry in enumerate(self.order):
+                entry.index = index
+                if entry.json is None:
+                    self.stale.add(index)
         return removed
+
+    def items_json(self) -> bytes:
+        """The JSON array of every item, in order; only items changed since the last call are written anew."""
+        jsons, order = self.jsons, self.order
+        for index in self.stale:
+            jsons[index] = order[index].to_json()
+        self.stale.clear()
+        return b"[" + b",".join(jsons) + b"]"  # type: ignore[arg-type]  # every stale place was just filled
 
     def eviction(self) -> Eviction | None:
         """What was evicted so far, or None when nothing was."""

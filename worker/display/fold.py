@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call, published_failure
+from worker.display._json import ORJSON_AGREES
 from worker.display._ledger import FINISHED, ItemsView, Ledger, event_time
 from worker.display._standard import check_event, fold_standard
 from worker.display.bounding import ContentPolicy, bounding_processor
@@ -188,14 +191,35 @@ class DisplayFold:
         """`export().model_dump_json()` as bytes, built from each item's JSON kept since its last change; with
         `observer`, that continuation stands in for the fold's own observer's."""
         ledger = self._ledger
-        continuation = self._continuation(observer)
-        parts = [b'{"items":[', b",".join([entry.to_json() for entry in ledger.entries.values()]), b'],"continuation":']
-        parts.append(continuation.__pydantic_serializer__.to_json(continuation))
+        parts = [b'{"items":', ledger.items_json(), b',"continuation":', self._continuation_json(observer)]
         eviction = ledger.eviction()
         if eviction is not None:
             parts += (b',"evicted":', eviction.__pydantic_serializer__.to_json(eviction))
         parts.append(b"}")
         return b"".join(parts)
+
+    def _continuation_json(self, observer: ObserverContinuation | None) -> bytes:
+        """The continuation's JSON as its model writes it: by hand for the usual parts, through the model when
+        memory sources, retained content or pending fragments are in it."""
+        ledger = self._ledger
+        assembler = self._customs.assembler
+        if ledger.memory_sources or self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
+            continuation = self._continuation(observer)
+            return continuation.__pydantic_serializer__.to_json(continuation)
+        observed = self._observer.export() if observer is None else observer
+        arguments = self._customs.arguments
+        return b"".join((
+            b'{"run_id":', orjson.dumps(ledger.run_id),
+            b',"position":{"attempt":%d,"sequence":%d},"next_ordinal":%d,"full_content":'
+            % (ledger.attempt, ledger.sequence, ledger.next_ordinal),
+            b"true" if self._policy.full_content else b"false",
+            b',"response_groups":', orjson.dumps(ledger.response_groups),
+            b',"arguments":',
+            b"null" if arguments is None else arguments.__pydantic_serializer__.to_json(arguments),
+            b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'
+            % (b"true" if assembler.gap else b"false", assembler.max_bytes, assembler.max_pending),
+            b',"observer":', observed.__pydantic_serializer__.to_json(observed), b"}",
+        ))  # fmt: skip
 
     def item_json(self, item_id: str) -> bytes:
         """The JSON of one held item, as `export_json` writes it."""

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ag_ui.core import BaseEvent
 from pydantic import ValidationError
 
-from worker._value import FrozenValue
 from worker.display._json import loads_object
 from worker.display.bounding import bound_event
 from worker.display.fold import DisplayFold
@@ -56,19 +56,17 @@ class ExportsContinuation(Protocol):
     def export(self) -> ObserverContinuation: ...
 
 
-class DisplayRecord(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class DisplayRecord:
     """One record for the display topic: key = root run id, value = the run's snapshot JSON, headers `agui-seq`
-    (the n of the last event folded in) and `thread-id`; `evicted` counts the items this record paged out."""
+    (the n of the last event folded in) and `thread-id`; `evicted` counts the items paged out since the previous
+    record."""
 
-    __slots__ = ("agui_seq", "evicted", "headers", "key", "value")
-    _FIELDS = ("key", "value", "headers", "agui_seq", "evicted")
-
-    def __init__(self, key: bytes, value: bytes, headers: Headers, agui_seq: int, evicted: int) -> None:
-        self.key: Final = key
-        self.value: Final = value
-        self.headers: Final = headers
-        self.agui_seq: Final = agui_seq
-        self.evicted: Final = evicted
+    key: bytes
+    value: bytes
+    headers: Headers
+    agui_seq: int
+    evicted: int
 
 
 def _utf8(text: str) -> bytes:
