@@ -3,8 +3,11 @@ display projection of issue 17 fed every event (DisplayProjection.offer, cadence
 side by side in one run, on the golden corpus.
 
 Usage: .venv/bin/python bench/display.py [--corpus DIR] [--repeat N] [--interval-ms MS] [--max-bytes B]
+                                         [--source-time occurred|burst]
 Passes alternate between the two pipelines; each side reports its best pass in CPU time. The source timestamps
-are each item's `occurred_at` (what a producer that sends as events occur stamps on its records).
+are each item's `occurred_at` (what a producer that sends as events occur stamps on its records), or with
+`burst` one timestamp for all of a run's items (a topic filled in one go, as bench/e2e.py's is), so that only a
+run's first and last events are published.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ def convert_only(runs: list[list[bytes]]) -> None:
                 encode_event(event)
 
 
-def convert_and_project(runs: list[list[bytes]], interval_ms: int, max_bytes: int, totals: Totals) -> None:
+def convert_and_project(
+    runs: list[list[bytes]], interval_ms: int, max_bytes: int, totals: Totals, *, burst: bool = False
+) -> None:
     for lines in runs:
         observer = HarnessAguiStreamObserver(retain_events=False)
         projection: DisplayProjection | None = None
@@ -62,8 +67,9 @@ def convert_and_project(runs: list[list[bytes]], interval_ms: int, max_bytes: in
                 projection = DisplayProjection(item.run_id, item.thread_id, interval_ms=interval_ms,
                                                max_bytes=max_bytes)  # fmt: skip
             ended = is_terminal(item) and item.run_id == projection.run_id
-            record = projection.offer(events, n, timestamp_ms=timestamp_ms(item), ended=ended, source=item,
-                                      encoded=encoded, observer=observer)  # fmt: skip
+            stamp = 0 if burst else timestamp_ms(item)
+            record = projection.offer(events, n, timestamp_ms=stamp, ended=ended, source=item, encoded=encoded,
+                                      observer=observer)  # fmt: skip
             n += len(events)
             if record is not None:
                 totals.records += 1
@@ -77,13 +83,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--max-bytes", type=int, default=1048588)
+    parser.add_argument("--source-time", choices=("occurred", "burst"), default="occurred")
     args = parser.parse_args()
     runs = load_runs(args.corpus)
     items = sum(len(lines) for lines in runs)
     print(f"corpus:     {len(runs)} runs, {items} items")
     print(f"core:       {describe()}")
     convert_only(runs)
-    convert_and_project(runs, args.interval_ms, args.max_bytes, Totals())
+    burst = args.source_time == "burst"
+    convert_and_project(runs, args.interval_ms, args.max_bytes, Totals(), burst=burst)
     alone: list[float] = []
     projected: list[float] = []
     totals = Totals()
@@ -93,13 +101,13 @@ def main() -> None:
         alone.append(time.process_time() - start)
         totals = Totals()
         start = time.process_time()
-        convert_and_project(runs, args.interval_ms, args.max_bytes, totals)
+        convert_and_project(runs, args.interval_ms, args.max_bytes, totals, burst=burst)
         projected.append(time.process_time() - start)
     base, with_display = min(alone) / items * 1e6, min(projected) / items * 1e6
     print(f"convert:    {base:6.1f} us CPU per source item (decode + stream observer + encode_event, "
           f"best of {args.repeat})")
     print(f"+ display:  {with_display:6.1f} us CPU per source item (the same, plus DisplayProjection.offer, "
-          f"interval {args.interval_ms} ms, max {args.max_bytes} bytes)")
+          f"interval {args.interval_ms} ms, max {args.max_bytes} bytes, source time {args.source_time})")
     print(f"projection: {with_display - base:6.1f} us per source item; conversion alone runs "
           f"{base / with_display:.2f}x the time of conversion + display")
     print(f"records:    {totals.records} display records ({totals.records / items:.2f} per source item, "

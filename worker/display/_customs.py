@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii
@@ -187,7 +186,7 @@ class CustomFolder:
                 # Escaping is per character, so the JSON grows by the escaped text without its quotes.
                 held.size += len(encode_basestring_ascii(text)) - 2
         else:
-            first = copy.deepcopy(dict(event))
+            first = _held_copy(event)
             held = ArgumentStream(
                 stream=stream,
                 key=ledger.observation_key(),
@@ -205,6 +204,13 @@ class CustomFolder:
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
         return ledger.put(held.key, "observation", "completed", content, held.at)
+
+
+def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event with fresh dicts along the path to `value.event.delta`, where the stream grows it in place."""
+    value = event["value"]
+    source = value["event"]
+    return {**event, "value": {**value, "event": {**source, "delta": dict(source["delta"])}}}
 
 
 def _detached_delta(value: dict[str, Any]) -> dict[str, Any]:

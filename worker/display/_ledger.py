@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -109,27 +109,6 @@ class Entry:
                 item = self.item()
                 self.json = item.__pydantic_serializer__.to_json(item)
         return self.json
-
-
-class ItemsView(Mapping[str, Item]):
-    """Read-only view of a ledger's items by id, in first-seen (ordinal) order."""
-
-    __slots__ = ("_entries",)
-
-    def __init__(self, entries: dict[str, Entry]) -> None:
-        self._entries = entries
-
-    def __getitem__(self, key: str) -> Item:
-        return self._entries[key].item()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
 
 
 class Ledger:

@@ -32,9 +32,44 @@ OMITTED: dict[str, JsonValue] = {"omitted": True}
 _PARTS_OMITTED = "Result parts omitted: display size limit exceeded."
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# Each byte of UTF-8 text mapped to what escaping adds for the character it starts: a two-byte sequence becomes
+# six characters (+4), a three-byte one six (+3), a four-byte one a surrogate pair of twelve (+8), DEL six (+5).
+_GROWTH = bytes(
+    ord("2") if 0xC0 <= code <= 0xDF else ord("3") if 0xE0 <= code <= 0xEF else ord("4") if 0xF0 <= code <= 0xF7
+    else ord("d") if code == 0x7F else ord(".")
+    for code in range(256)
+)  # fmt: skip
+
+
+def _has_float(value: object) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_float(item) for item in value)
+    return False
+
+
 def json_size(value: object) -> int:
-    """Length of the compact, ASCII-escaped JSON text of `value` (the measure every display bound uses)."""
-    return len(json.dumps(value, separators=(",", ":")))
+    """Length of the compact, ASCII-escaped JSON text of `value` (the measure every display bound uses).
+
+    Without floats (whose spelling may differ), orjson's UTF-8 text gives it: its length plus what escaping adds
+    per non-ASCII character and DEL; anything orjson cannot write is measured by the stdlib.
+    """
+    if not _has_float(value):
+        try:
+            raw = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+        else:
+            if raw.isascii():
+                return len(raw) + 5 * raw.count(b"\x7f")
+            grown = raw.translate(_GROWTH)
+            escaped = 4 * grown.count(b"2") + 3 * grown.count(b"3") + 8 * grown.count(b"4") + 5 * grown.count(b"d")
+            return len(raw) + escaped
+    return len(_ENCODER.encode(value))
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:
@@ -46,7 +81,7 @@ def json_size_exceeds(value: object, limit: int) -> bool:
     try:
         quick = len(orjson.dumps(value))
     except (TypeError, orjson.JSONEncodeError):
-        quick = limit
+        return json_size(value) > limit
     return 6 * quick > limit and json_size(value) > limit
 
 

@@ -10,8 +10,9 @@ import orjson
 from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call, published_failure
 from worker.display._json import ORJSON_AGREES
-from worker.display._ledger import FINISHED, ItemsView, Ledger, event_time
+from worker.display._ledger import FINISHED, Ledger, event_time
 from worker.display._standard import check_event, fold_standard
+from worker.display._view import ItemsView
 from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
 from worker.display.items import Item, ItemRef, Observed, StreamPosition

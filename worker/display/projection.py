@@ -4,18 +4,31 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from ag_ui.core import BaseEvent
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
 from pydantic import ValidationError
 
+from worker._value import FrozenValue
 from worker.display._json import loads_object
 from worker.display.bounding import bound_event
 from worker.display.fold import DisplayFold
 from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
-from worker.observe import ObserverContinuation, encode_event
+from worker.observe import FRAGMENT_EVENT_NAME, ObserverContinuation, encode_event
 from worker.wire import HarnessItem
 
 __all__ = [
@@ -40,6 +53,12 @@ _RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _NOTE_SLACK = 256
 
 Headers = tuple[tuple[str, bytes], ...]
+# Event classes whose own fields are all text (or small integers, as `timestamp`).
+_TEXT_FIELDS_ONLY: frozenset[type[BaseEvent]] = frozenset({
+    TextMessageStartEvent, TextMessageContentEvent, TextMessageEndEvent, ToolCallStartEvent, ToolCallArgsEvent,
+    ToolCallEndEvent, ReasoningMessageStartEvent, ReasoningMessageContentEvent, ReasoningMessageEndEvent,
+    ReasoningEncryptedValueEvent,
+})  # fmt: skip
 
 
 def record_overhead(key: bytes, headers: Headers) -> int:
@@ -56,17 +75,20 @@ class ExportsContinuation(Protocol):
     def export(self) -> ObserverContinuation: ...
 
 
-@dataclass(frozen=True, slots=True)
-class DisplayRecord:
+class DisplayRecord(FrozenValue):
     """One record for the display topic: key = root run id, value = the run's snapshot JSON, headers `agui-seq`
     (the n of the last event folded in) and `thread-id`; `evicted` counts the items paged out since the previous
     record."""
 
-    key: bytes
-    value: bytes
-    headers: Headers
-    agui_seq: int
-    evicted: int
+    __slots__ = ("agui_seq", "evicted", "headers", "key", "value")
+    _FIELDS = ("key", "value", "headers", "agui_seq", "evicted")
+
+    def __init__(self, key: bytes, value: bytes, headers: Headers, agui_seq: int, evicted: int) -> None:
+        self.key: Final = key
+        self.value: Final = value
+        self.headers: Final = headers
+        self.agui_seq: Final = agui_seq
+        self.evicted: Final = evicted
 
 
 def _utf8(text: str) -> bytes:
@@ -77,9 +99,20 @@ def event_json(event: BaseEvent, encoded: bytes | None = None) -> dict[str, Any]
     """The bounded event as the display fold reads it: `bound_event(event)`'s JSON object, taken from `encoded`
     (the event's output record value) when no bound applies."""
     bounded = bound_event(event)
-    if bounded is event and encoded is not None:
-        return loads_object(encoded)
-    return loads_object(encode_event(bounded))
+    data = encoded if bounded is event and encoded is not None else encode_event(bounded)
+    return loads_object(data, numbers=_numbers(bounded))
+
+
+def _numbers(event: BaseEvent) -> bool:
+    """Whether the event's JSON may hold an arbitrary number: anything but a part event without `rawEvent`,
+    `metadata` or extra fields other than text, or a CUSTOM fragment frame."""
+    if type(event) in _TEXT_FIELDS_ONLY:
+        if event.raw_event is not None or event.metadata is not None:
+            return True
+        extra = event.__pydantic_extra__
+        return extra is not None and any(not isinstance(value, str) for value in extra.values())
+    return not (isinstance(event, CustomEvent) and event.name == FRAGMENT_EVENT_NAME and event.raw_event is None
+                and event.metadata is None and not event.__pydantic_extra__)  # fmt: skip
 
 
 class DisplayProjection:
@@ -93,8 +126,17 @@ class DisplayProjection:
     """
 
     __slots__ = (
-        "_anchor", "_fold", "_headers_key", "_interval", "_max_bytes", "_next", "_published", "_skipped", "_thread",
-        "_thread_bytes", "_withheld",
+        "_anchor",
+        "_fold",
+        "_headers_key",
+        "_interval",
+        "_max_bytes",
+        "_next",
+        "_published",
+        "_skipped",
+        "_thread_bytes",
+        "_thread_id",
+        "_withheld",
     )  # fmt: skip
 
     def __init__(
@@ -106,7 +148,7 @@ class DisplayProjection:
         if max_bytes < 1024:
             raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
         self._fold = DisplayFold(run_id)
-        self._thread = thread_id
+        self._thread_id = thread_id
         self._thread_bytes = _utf8(thread_id)
         self._headers_key = _utf8(run_id)
         self._interval = interval_ms
@@ -123,7 +165,7 @@ class DisplayProjection:
 
     @property
     def thread_id(self) -> str:
-        return self._thread
+        return self._thread_id
 
     @property
     def next_seq(self) -> int:
@@ -233,7 +275,7 @@ class DisplayProjection:
         """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
         return {
             "format": _STATE_FORMAT,
-            "thread_id": self._thread,
+            "thread_id": self._thread_id,
             "interval_ms": self._interval,
             "max_bytes": self._max_bytes,
             "next_seq": self._next,
