@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -55,12 +56,39 @@ def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
     return found if isinstance(found, dict) else None
 
 
+class HeldArguments:
+    """The open argument stream as the folder holds it (`ArgumentStream` is its exported form)."""
+
+    __slots__ = ("at", "event", "key", "sequence", "size", "stream")
+
+    def __init__(  # noqa: PLR0917  # ArgumentStream's fields, in its order
+        self, stream: JsonValue, key: str, at: datetime, sequence: int, event: dict[str, Any] | None, size: int
+    ) -> None:
+        self.stream = stream
+        self.key = key
+        self.at = at
+        self.sequence = sequence
+        self.event = event
+        self.size = size
+
+    @classmethod
+    def of(cls, exported: ArgumentStream) -> HeldArguments:
+        """The held stream of an exported one (whose values it takes over)."""
+        return cls(exported.stream, exported.key, exported.at, exported.sequence, exported.event, exported.size)
+
+    def export(self) -> ArgumentStream:
+        """The exported form; it shares values with this stream until copied."""
+        return ArgumentStream(
+            stream=self.stream, key=self.key, at=self.at, sequence=self.sequence, event=self.event, size=self.size
+        )
+
+
 class CustomFolder:
     """Folds CUSTOM events after fragment reassembly; holds the assembler and the open argument stream."""
 
     def __init__(self, assembler: CustomEventAssembler, arguments: ArgumentStream | None) -> None:
         self.assembler = assembler
-        self.arguments = arguments
+        self.arguments = None if arguments is None else HeldArguments.of(arguments)
         self.completed: Mapping[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
 
     def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> str | None:
@@ -187,14 +215,8 @@ class CustomFolder:
                 held.size += len(encode_basestring_ascii(text)) - 2
         else:
             first = _held_copy(event)
-            held = ArgumentStream(
-                stream=stream,
-                key=ledger.observation_key(),
-                at=event_time(event),
-                sequence=ledger.sequence,
-                event=first,
-                size=json_size(first["value"]),
-            )
+            held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
+                                 json_size(first["value"]))  # fmt: skip
             self.arguments = held
         held.sequence = ledger.sequence
         if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:

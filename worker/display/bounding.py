@@ -52,37 +52,45 @@ def _has_float(value: object) -> bool:
     return False
 
 
+def _escaped_size(raw: bytes) -> int:
+    """The ASCII-escaped length of JSON whose orjson UTF-8 text is `raw` (no floats in it)."""
+    if raw.isascii():
+        return len(raw) + 5 * raw.count(b"\x7f")
+    grown = raw.translate(_GROWTH)
+    return len(raw) + 4 * grown.count(b"2") + 3 * grown.count(b"3") + 8 * grown.count(b"4") + 5 * grown.count(b"d")
+
+
+def _orjson_text(value: object) -> bytes | None:
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
 def json_size(value: object) -> int:
     """Length of the compact, ASCII-escaped JSON text of `value` (the measure every display bound uses).
 
     Without floats (whose spelling may differ), orjson's UTF-8 text gives it: its length plus what escaping adds
     per non-ASCII character and DEL; anything orjson cannot write is measured by the stdlib.
     """
-    if not _has_float(value):
-        try:
-            raw = orjson.dumps(value)
-        except (TypeError, orjson.JSONEncodeError):
-            pass
-        else:
-            if raw.isascii():
-                return len(raw) + 5 * raw.count(b"\x7f")
-            grown = raw.translate(_GROWTH)
-            escaped = 4 * grown.count(b"2") + 3 * grown.count(b"3") + 8 * grown.count(b"4") + 5 * grown.count(b"d")
-            return len(raw) + escaped
-    return len(_ENCODER.encode(value))
+    raw = None if _has_float(value) else _orjson_text(value)
+    return len(_ENCODER.encode(value)) if raw is None else _escaped_size(raw)
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:
-    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that text is short enough to settle it.
+    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that settles it.
 
     Per character the escaped text is at most six times orjson's (a DEL escapes to six characters; a number is
-    spelled at most two characters longer), so a value whose orjson text is within a sixth of the limit fits.
+    spelled at most two characters longer), and never shorter unless a float is spelled shorter.
     """
-    try:
-        quick = len(orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):
+    raw = _orjson_text(value)
+    if raw is None:
         return json_size(value) > limit
-    return 6 * quick > limit and json_size(value) > limit
+    if 6 * len(raw) <= limit:
+        return False
+    if _has_float(value):
+        return len(_ENCODER.encode(value)) > limit
+    return len(raw) > limit or _escaped_size(raw) > limit
 
 
 def bound_event(event: BaseEvent) -> BaseEvent:

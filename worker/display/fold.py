@@ -208,7 +208,8 @@ class DisplayFold:
             continuation = self._continuation(observer)
             return continuation.__pydantic_serializer__.to_json(continuation)
         observed = self._observer.export() if observer is None else observer
-        arguments = self._customs.arguments
+        held = self._customs.arguments
+        arguments = None if held is None else held.export()
         return b"".join((
             b'{"run_id":', orjson.dumps(ledger.run_id),
             b',"position":{"attempt":%d,"sequence":%d},"next_ordinal":%d,"full_content":'
@@ -250,7 +251,7 @@ class DisplayFold:
             retain_content=self._policy.retain_content,
             response_groups=ledger.response_groups,
             memory_sources=ledger.memory_sources,
-            arguments=self._customs.arguments,
+            arguments=None if self._customs.arguments is None else self._customs.arguments.export(),
             fragments=self._customs.assembler.export(),
             observer=self._observer.export() if observer is None else observer,
         )
