@@ -13,14 +13,17 @@ run's first and last events are published.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.convert import load_runs  # noqa: E402
+from bench.convert import load_runs, memory_per_stream  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.display import DisplayProjection  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
@@ -77,6 +80,40 @@ def convert_and_project(
                 totals.evicted += record.evicted
 
 
+def memory_per_projection(runs: list[list[bytes]], streams: int, interval_ms: int) -> tuple[float, float]:
+    """Bytes retained per open projection fed the first half of a golden run (beside its observer, not counted),
+    and the mean length of the display record such a projection would publish."""
+    halves = []
+    for lines in runs:
+        observer = HarnessAguiStreamObserver(retain_events=False)
+        batches = []
+        n = 0
+        for line in lines[: max(1, len(lines) // 2)]:
+            with contextlib.suppress(ValueError, TypeError):
+                item = decode_item(line)
+                events = observer.observe(item)
+                batches.append((item, events, [encode_event(event) for event in events], n))
+                n += len(events)
+        if batches:
+            halves.append(batches)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    projections = []
+    for index in range(streams):
+        batches = halves[index % len(halves)]
+        first = batches[0][0]
+        projection = DisplayProjection(first.run_id, first.thread_id, interval_ms=interval_ms)
+        for item, events, encoded, n in batches:
+            projection.offer(events, n, timestamp_ms=timestamp_ms(item), ended=False, source=item, encoded=encoded)
+        projections.append(projection)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    sizes = [len(projection.fold.export_json()) for projection in projections]
+    return (after - before) / streams, sum(sizes) / len(sizes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
@@ -84,6 +121,7 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--max-bytes", type=int, default=1048588)
     parser.add_argument("--source-time", choices=("occurred", "burst"), default="occurred")
+    parser.add_argument("--streams", type=int, default=1000)
     args = parser.parse_args()
     runs = load_runs(args.corpus)
     items = sum(len(lines) for lines in runs)
@@ -113,6 +151,10 @@ def main() -> None:
     print(f"records:    {totals.records} display records ({totals.records / items:.2f} per source item, "
           f"{totals.records / len(runs):.1f} per run), {totals.bytes / max(totals.records, 1):,.0f} bytes each "
           f"on average, {totals.evicted} items evicted")
+    held, shown = memory_per_projection(runs, args.streams, args.interval_ms)
+    observer = memory_per_stream(runs, args.streams)
+    print(f"memory:     {held:,.0f} bytes per open projection ({args.streams} streams, mid-run; its snapshot JSON "
+          f"{shown:,.0f} bytes) beside {observer:,.0f} bytes per open stream observer")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from pydantic import JsonValue
 
-from worker.display._json import ORJSON_AGREES
+from worker.display._json import ORJSON_AGREES, loads_object
 from worker.display.bounding import ContentPolicy
 from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition, item_id
 from worker.display.memory import MemorySource
@@ -60,7 +60,7 @@ class Entry:
         self.last = first
         self.started = started
         self.ended: datetime | None = None
-        self.content: dict[str, JsonValue] = {}
+        self.content: dict[str, JsonValue] | None = {}  # None once only `json` holds it (a finished item)
         self.refs = refs
         self.model: Item | None = None
         self.json: bytes | None = None
@@ -73,8 +73,15 @@ class Entry:
         entry.last = item.last_stream_id
         entry.ended = item.ended_at
         entry.content = item.content
-        entry.model = item
         return entry
+
+    def contents(self) -> dict[str, JsonValue]:
+        """The item's content (read back from its JSON when only that is kept)."""
+        if self.content is None:
+            assert self.json is not None, "an item's content is released only once its JSON is written"
+            content: dict[str, JsonValue] = loads_object(self.json)["content"]
+            return content
+        return self.content
 
     def item(self) -> Item:
         """The validated (hence detached) model of this entry."""
@@ -88,7 +95,7 @@ class Entry:
                 last_stream_id=self.last,
                 started_at=self.started,
                 ended_at=self.ended,
-                content=self.content,
+                content=self.contents(),
                 content_refs=self.refs,
             )
         return self.model
@@ -104,7 +111,8 @@ class Entry:
                     "ended_at": self.ended, "content": self.content,
                 }  # fmt: skip
                 with contextlib.suppress(TypeError, orjson.JSONEncodeError):
-                    self.json = orjson.dumps(fields, option=orjson.OPT_UTC_Z)
+                    # A copy: orjson's own bytes keep the capacity of its working buffer, kilobytes for any text.
+                    self.json = bytes(memoryview(orjson.dumps(fields, option=orjson.OPT_UTC_Z)))
             if self.json is None:
                 item = self.item()
                 self.json = item.__pydantic_serializer__.to_json(item)
@@ -162,7 +170,7 @@ class Ledger:
     def content_of(self, key: str) -> dict[str, JsonValue]:
         """A shallow copy of an item's content (empty for a new item)."""
         found = self.entries.get(key)
-        return dict(found.content) if found is not None else {}
+        return dict(found.contents()) if found is not None else {}
 
     def state_of(self, key: str) -> ItemState:
         found = self.entries.get(key)
@@ -204,7 +212,7 @@ class Ledger:
     def ref(self, key: str) -> ItemRef:
         """The reference to item `key` as it stands."""
         entry = self.entries[key]
-        content = entry.content
+        content = entry.contents()
         group = content.get("responseGroup")
         failure = content.get("failure")
         return ItemRef(
@@ -251,7 +259,11 @@ class Ledger:
         """The JSON array of every item, in order; only items changed since the last call are written anew."""
         jsons, order = self.jsons, self.order
         for index in self.stale:
-            jsons[index] = order[index].to_json()
+            entry = order[index]
+            jsons[index] = entry.to_json()
+            if entry.state in FINISHED:  # rarely changed again: its JSON alone is kept, the content read back if it is
+                entry.content = None
+                entry.model = None
         self.stale.clear()
         return b"[" + b",".join(jsons) + b"]"  # type: ignore[arg-type]  # every stale place was just filled
 

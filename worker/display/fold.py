@@ -15,7 +15,7 @@ from worker.display._standard import check_event, fold_standard
 from worker.display._view import ItemsView
 from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
-from worker.display.items import Item, ItemRef, Observed, StreamPosition
+from worker.display.items import Item, ItemKind, ItemRef, Observed, StreamPosition
 from worker.display.memory import MemorySource
 from worker.display.snapshot import DisplayContinuation, DisplaySnapshot, Eviction
 from worker.errors import ConfigError
@@ -113,7 +113,7 @@ class DisplayFold:
             key = self._fold_one(event)
             ref = None if key is None else ledger.ref(key)
             if ref is not None and event["type"] == "TEXT_MESSAGE_END":
-                ref = _with_memory(ref, ledger.entries[ref.id].content)
+                ref = _with_memory(ref, ledger.entries[ref.id].contents())
             records.append(Observed(sequence=ledger.sequence, event=dict(event), item=ref))
         if records and source is not None:
             failed = self._fail_tool_call(failed_tool_call(source), records[-1].event)
@@ -226,6 +226,10 @@ class DisplayFold:
     def item_json(self, item_id: str) -> bytes:
         """The JSON of one held item, as `export_json` writes it."""
         return self._ledger.entries[item_id].to_json()
+
+    def item_kind(self, item_id: str) -> ItemKind:
+        """The kind of one held item."""
+        return self._ledger.entries[item_id].kind
 
     def capture_delta(self) -> DisplaySnapshot:
         """The items changed since the previous capture (by ordinal) with the current continuation."""

@@ -250,10 +250,9 @@ class DisplayProjection:
         """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
         would not make it fit (the record is then withheld)."""
         fold = self._fold
-        items = fold.items
         savings = []
         for key in fold.evictable(ended=ended):
-            kept = 0 if items[key].kind == "observation" else len(key) + 3  # the id stays in the note
+            kept = 0 if fold.item_kind(key) == "observation" else len(key) + 3  # the id stays in the note
             savings.append((key, len(fold.item_json(key)) + 1 - kept))
         if len(value) - sum(saving for _, saving in savings) + _NOTE_SLACK > budget:
             return value, 0
