@@ -96,3 +96,27 @@ def test_a_gap_run_error_ends_the_display() -> None:
     assert record is not None and record.agui_seq == n
     last = DisplaySnapshot.model_validate_json(record.value).items[-1]
     assert last.kind == "observation" and last.content["code"] == "source_gap"
+
+
+def test_writing_records_retains_no_memory() -> None:
+    import gc  # noqa: PLC0415
+    import tracemalloc  # noqa: PLC0415
+
+    lines = lines_of("r0014")
+    projection = DisplayProjection("run-4395033b08d60e06219057d257acb052", "thread", interval_ms=0)
+    for batch in worker_batches(lines):
+        projection.offer(batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
+                         source=batch.item, encoded=batch.encoded)  # fmt: skip
+    fold = projection.fold
+    fold.export_json()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            fold.export_json()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < len(fold.export_json()), f"{grown} bytes retained by 200 snapshots"

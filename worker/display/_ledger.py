@@ -265,7 +265,8 @@ class Ledger:
                 entry.content = None
                 entry.model = None
         self.stale.clear()
-        return b"[" + b",".join(jsons) + b"]"  # type: ignore[arg-type]  # every stale place was just filled
+        # One join: mypyc 1.x leaks the middle result of `b"[" + ... + b"]"`.
+        return b"".join((b"[", b",".join(jsons), b"]"))  # type: ignore[arg-type]  # every stale place was filled
 
     def eviction(self) -> Eviction | None:
         """What was evicted so far, or None when nothing was."""
