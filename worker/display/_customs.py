@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from datetime import datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import orjson
 from pydantic import JsonValue
 
+from worker.display._json import ORJSON_AGREES
 from worker.display._ledger import Ledger, event_time, scope_of
 from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size
 from worker.display.fragments import CustomEventAssembler
@@ -75,6 +78,16 @@ class HeldArguments:
     def of(cls, exported: ArgumentStream) -> HeldArguments:
         """The held stream of an exported one (whose values it takes over)."""
         return cls(exported.stream, exported.key, exported.at, exported.sequence, exported.event, exported.size)
+
+    def to_json(self) -> bytes:
+        """`export().model_dump_json()` as bytes (orjson writes the same text for these fields when it agrees)."""
+        if ORJSON_AGREES:
+            fields = {"stream": self.stream, "key": self.key, "at": self.at, "sequence": self.sequence,
+                      "event": self.event, "size": self.size}  # fmt: skip
+            with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+                return orjson.dumps(fields, option=orjson.OPT_UTC_Z)
+        exported = self.export()
+        return exported.__pydantic_serializer__.to_json(exported)
 
     def export(self) -> ArgumentStream:
         """The exported form; it shares values with this stream until copied."""

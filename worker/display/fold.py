@@ -209,7 +209,6 @@ class DisplayFold:
             return continuation.__pydantic_serializer__.to_json(continuation)
         observed = self._observer.export() if observer is None else observer
         held = self._customs.arguments
-        arguments = None if held is None else held.export()
         return b"".join((
             b'{"run_id":', orjson.dumps(ledger.run_id),
             b',"position":{"attempt":%d,"sequence":%d},"next_ordinal":%d,"full_content":'
@@ -217,7 +216,7 @@ class DisplayFold:
             b"true" if self._policy.full_content else b"false",
             b',"response_groups":', orjson.dumps(ledger.response_groups),
             b',"arguments":',
-            b"null" if arguments is None else arguments.__pydantic_serializer__.to_json(arguments),
+            b"null" if held is None else held.to_json(),
             b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'
             % (b"true" if assembler.gap else b"false", assembler.max_bytes, assembler.max_pending),
             b',"observer":', observed.__pydantic_serializer__.to_json(observed), b"}",
