@@ -20,6 +20,14 @@ ROOT = Path(__file__).resolve().parent
 # stay interpreted (mypyc cannot compile their classes); so does everything that talks to Kafka.
 COMPILED = [
     "worker/_value.py",
+    "worker/display/_customs.py",
+    "worker/display/_failures.py",
+    "worker/display/_json.py",
+    "worker/display/_ledger.py",
+    "worker/display/_standard.py",
+    "worker/display/bounding.py",
+    "worker/display/fold.py",
+    "worker/display/projection.py",
     "worker/wire/_agent.py",
     "worker/wire/_decode.py",
     "worker/wire/_fields.py",

@@ -5,6 +5,7 @@
     ├── AguiObservationError    an observer refused an item or a call               (also ValueError)
     ├── ConfigError             a setting is missing or inconsistent                 (also ValueError)
     ├── GapError                a run's source history has a hole (halt policy)
+    ├── DisplayGapError         a display reader was handed a run's AG-UI events with one missing
     ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
@@ -23,6 +24,7 @@ __all__ = [
     "ConfigError",
     "DeadlineError",
     "DecodeError",
+    "DisplayGapError",
     "FencedError",
     "GapError",
     "KafkaWorkerError",
@@ -55,6 +57,19 @@ class ConfigError(WorkerError, ValueError):
 
 class GapError(WorkerError):
     """A run's source history has a hole and the gap policy says to halt the partition."""
+
+
+class DisplayGapError(WorkerError):
+    """A display reader got a run's AG-UI event past the one it continues with; `expected` and `got` are agui-seq."""
+
+    def __init__(self, run_id: str, expected: int, got: int) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"display of run {run_id} continues at agui-seq {expected} but got {got}: read the output topic "
+            f"from an earlier offset (the events {expected}..{got - 1} are missing)"
+        )
 
 
 class ShardedReplayError(WorkerError):

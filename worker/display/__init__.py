@@ -6,6 +6,7 @@ from worker.display.bounding import (
     MAX_OBSERVATION_BYTES,
     ContentPolicy,
     bound_event,
+    bound_event_json,
     bounding_processor,
     json_size,
 )
@@ -22,10 +23,22 @@ from worker.display.items import (
     item_id,
 )
 from worker.display.memory import FileSource, MemorySource, RecordSource, memory_sources
-from worker.display.snapshot import ArgumentStream, DisplayContinuation, DisplaySnapshot
+from worker.display.projection import (
+    DEFAULT_DISPLAY_INTERVAL_MS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DisplayProjection,
+    DisplayRecord,
+    ExportsContinuation,
+    event_json,
+    record_overhead,
+)
+from worker.display.reader import DisplayReader, read_display
+from worker.display.snapshot import ArgumentStream, DisplayContinuation, DisplaySnapshot, Eviction
 
 __all__ = [
     "AUTHORED_INPUT_EVENT_NAMES",
+    "DEFAULT_DISPLAY_INTERVAL_MS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "MAX_FIELD_CHARS",
     "MAX_OBSERVATION_BYTES",
     "ArgumentStream",
@@ -35,7 +48,12 @@ __all__ = [
     "CustomEventAssembler",
     "DisplayContinuation",
     "DisplayFold",
+    "DisplayProjection",
+    "DisplayReader",
+    "DisplayRecord",
     "DisplaySnapshot",
+    "Eviction",
+    "ExportsContinuation",
     "FileSource",
     "FragmentState",
     "Item",
@@ -47,8 +65,12 @@ __all__ = [
     "RecordSource",
     "StreamPosition",
     "bound_event",
+    "bound_event_json",
     "bounding_processor",
+    "event_json",
     "item_id",
     "json_size",
     "memory_sources",
+    "read_display",
+    "record_overhead",
 ]

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import json
 from collections.abc import Mapping
+from datetime import datetime
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import orjson
 from pydantic import JsonValue
 
+from worker.display._json import ORJSON_AGREES
 from worker.display._ledger import Ledger, event_time, scope_of
 from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size
 from worker.display.fragments import CustomEventAssembler
-from worker.display.items import ItemRef, ItemState
+from worker.display.items import ItemState
 from worker.display.memory import memory_sources
 from worker.display.snapshot import ArgumentStream
 
@@ -55,20 +59,60 @@ def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
     return found if isinstance(found, dict) else None
 
 
+class HeldArguments:
+    """The open argument stream as the folder holds it (`ArgumentStream` is its exported form)."""
+
+    __slots__ = ("at", "event", "key", "sequence", "size", "stream")
+
+    def __init__(  # noqa: PLR0917  # ArgumentStream's fields, in its order
+        self, stream: JsonValue, key: str, at: datetime, sequence: int, event: dict[str, Any] | None, size: int
+    ) -> None:
+        self.stream = stream
+        self.key = key
+        self.at = at
+        self.sequence = sequence
+        self.event = event
+        self.size = size
+
+    @classmethod
+    def of(cls, exported: ArgumentStream) -> HeldArguments:
+        """The held stream of an exported one (whose values it takes over)."""
+        return cls(exported.stream, exported.key, exported.at, exported.sequence, exported.event, exported.size)
+
+    def to_json(self) -> bytes:
+        """`export().model_dump_json()` as bytes (orjson writes the same text for these fields when it agrees)."""
+        if ORJSON_AGREES:
+            fields = {"stream": self.stream, "key": self.key, "at": self.at, "sequence": self.sequence,
+                      "event": self.event, "size": self.size}  # fmt: skip
+            with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+                return orjson.dumps(fields, option=orjson.OPT_UTC_Z)
+        exported = self.export()
+        return exported.__pydantic_serializer__.to_json(exported)
+
+    def export(self) -> ArgumentStream:
+        """The exported form; it shares values with this stream until copied."""
+        return ArgumentStream(
+            stream=self.stream, key=self.key, at=self.at, sequence=self.sequence, event=self.event, size=self.size
+        )
+
+
 class CustomFolder:
     """Folds CUSTOM events after fragment reassembly; holds the assembler and the open argument stream."""
 
     def __init__(self, assembler: CustomEventAssembler, arguments: ArgumentStream | None) -> None:
         self.assembler = assembler
-        self.arguments = arguments
+        self.arguments = None if arguments is None else HeldArguments.of(arguments)
+        self.completed: Mapping[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
 
-    def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> ItemRef | None:
+    def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> str | None:
+        self.completed = None
         streamed = _argument_delta(event)
         if streamed is not None:
             return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
         whole = self.assembler.accept(event)
         if whole is None:
             return None
+        self.completed = whole
         name = whole.get("name")
         value: JsonValue = whole.get("value")
         source = _nested(value, "event")
@@ -84,9 +128,9 @@ class CustomFolder:
         if authored and source is not None and "message_id" in source and "content" in source:
             return self._fold_input(ledger, whole, source, media=media)
         if source is not None:
-            ref = self._fold_tool(ledger, whole, source)
-            if ref is not None:
-                return ref
+            handled, key = self._fold_tool(ledger, whole, source)
+            if handled:
+                return key
         if ledger.policy.full_content and name in _PART_EVENTS:
             return None
         content: dict[str, JsonValue] = {
@@ -109,7 +153,9 @@ class CustomFolder:
         ledger.memory_sources[scope] = (*kept, *fresh)
 
     @staticmethod
-    def _fold_input(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool) -> ItemRef:
+    def _fold_input(
+        ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool
+    ) -> str | None:
         message_id = str(source["message_id"])
         content: dict[str, JsonValue] = {"messageId": message_id, "role": "user"}
         for field in ("subagentRunId", "metadata"):
@@ -125,8 +171,9 @@ class CustomFolder:
         return ledger.put(key, "text_message", "completed", content, event_time(whole))
 
     @staticmethod
-    def _fold_tool(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue]) -> ItemRef | None:
-        """Native tool parts, unpresented tool results and tool supplements update their tool-call item."""
+    def _fold_tool(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue]) -> tuple[bool, str | None]:
+        """Native tool parts, unpresented tool results and tool supplements update their tool-call item: (True, its
+        id, or None when it was evicted); (False, None) for any other event."""
         name = whole.get("name")
         part = _nested(source, "part")
         native = part is not None and part.get("part_kind") in _NATIVE_PARTS
@@ -135,10 +182,10 @@ class CustomFolder:
         elif name in _SUPPLEMENTS:
             origin = source
         else:
-            return None
+            return False, None
         call_id = origin.get("tool_call_id") if origin is not None else None
         if origin is None or not isinstance(call_id, str):
-            return None
+            return False, None
         subagent = whole.get("subagentRunId")
         provider = str(origin.get("provider_name") or "provider") if native else None
         key = ledger.key("tool_call", f"native:{provider}:{call_id}" if native else call_id, subagent)
@@ -169,35 +216,43 @@ class CustomFolder:
             content["arguments_complete"] = True
         else:
             state = _put_outcome(ledger, content, origin)
-        return ledger.put(key, "tool_call", state, content, event_time(whole))
+        return True, ledger.put(key, "tool_call", state, content, event_time(whole))
 
-    def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> ItemRef:
+    def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> str | None:
         """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
         held = self.arguments
         if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
             if held.event is not None:
                 held.event["value"]["event"]["delta"]["args_delta"] += text
                 # Escaping is per character, so the JSON grows by the escaped text without its quotes.
-                held.size += json_size(text) - 2
+                held.size += len(encode_basestring_ascii(text)) - 2
         else:
-            first = copy.deepcopy(dict(event))
-            held = ArgumentStream(
-                stream=stream,
-                key=ledger.observation_key(),
-                at=event_time(event),
-                sequence=ledger.sequence,
-                event=first,
-                size=json_size(first["value"]),
-            )
+            first = _held_copy(event)
+            held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
+                                 json_size(first["value"]))  # fmt: skip
             self.arguments = held
         held.sequence = ledger.sequence
         if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
             held.event = None
-        value: JsonValue = copy.deepcopy(held.event["value"]) if held.event is not None else dict(OMITTED)
+        value: JsonValue = _detached_delta(held.event["value"]) if held.event is not None else dict(OMITTED)
         content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
         return ledger.put(held.key, "observation", "completed", content, held.at)
+
+
+def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event with fresh dicts along the path to `value.event.delta`, where the stream grows it in place."""
+    value = event["value"]
+    source = value["event"]
+    return {**event, "value": {**value, "event": {**source, "delta": dict(source["delta"])}}}
+
+
+def _detached_delta(value: dict[str, Any]) -> dict[str, Any]:
+    """`value` with fresh dicts along the path to `event.delta.args_delta`, the only place a held argument stream
+    changes: the item keeps this copy while the stream keeps growing its own."""
+    source = value["event"]
+    return {**value, "event": {**source, "delta": dict(source["delta"])}}
 
 
 def _put_outcome(ledger: Ledger, content: dict[str, JsonValue], part: dict[str, JsonValue]) -> ItemState:

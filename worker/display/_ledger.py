@@ -1,26 +1,38 @@
-"""The fold's item ledger: items by id in first-seen order, dense ordinals, position, per-scope context."""
+"""The fold's item ledger: items by id in first-seen order, dense ordinals, position, per-scope context, paging."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from pydantic import JsonValue
 
+from worker.display._json import ORJSON_AGREES, loads_object
 from worker.display.bounding import ContentPolicy
 from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition, item_id
 from worker.display.memory import MemorySource
+from worker.display.snapshot import Eviction
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_FINISHED: frozenset[ItemState] = frozenset({"completed", "failed"})
+FINISHED: frozenset[ItemState] = frozenset({"completed", "failed"})
 ROOT_SCOPE = "root"
+_AT: dict[int, datetime] = {}
 
 
 def event_time(event: Mapping[str, Any]) -> datetime:
     """The event's own epoch-millisecond `timestamp` as a UTC datetime; the epoch when it carries none."""
     stamp = event.get("timestamp")
-    return _EPOCH + timedelta(milliseconds=stamp) if isinstance(stamp, int) else _EPOCH
+    if not isinstance(stamp, int):
+        return _EPOCH
+    at = _AT.get(stamp)
+    if at is None:
+        if len(_AT) >= 4096:
+            _AT.clear()
+        at = _AT[stamp] = _EPOCH + timedelta(milliseconds=stamp)
+    return at
 
 
 def scope_of(subagent_run_id: object) -> str:
@@ -28,19 +40,114 @@ def scope_of(subagent_run_id: object) -> str:
     return subagent_run_id if isinstance(subagent_run_id, str) and subagent_run_id else ROOT_SCOPE
 
 
-class Ledger:
-    """Owns every item; `put` replaces an item whole, keeping its ordinal, first stream id and start time."""
+class Entry:
+    """One item as the ledger holds it: plain fields, its `Item` model and JSON built on demand and kept
+    until the next change."""
 
-    def __init__(self, run_id: str, attempt: int, items: Iterable[Item], first: int, policy: ContentPolicy) -> None:
+    __slots__ = (
+        "content", "ended", "first", "index", "json", "key", "kind", "last", "model", "ordinal", "refs", "started",
+        "state",
+    )  # fmt: skip
+
+    def __init__(  # noqa: PLR0917  # built per new item
+        self, key: str, ordinal: int, kind: ItemKind, first: str, started: datetime, refs: dict[str, Any]
+    ) -> None:
+        self.key = key
+        self.ordinal = ordinal
+        self.kind: ItemKind = kind
+        self.state: ItemState = "in_progress"
+        self.first = first
+        self.last = first
+        self.started = started
+        self.ended: datetime | None = None
+        self.content: dict[str, JsonValue] | None = {}  # None once only `json` holds it (a finished item)
+        self.refs = refs
+        self.model: Item | None = None
+        self.json: bytes | None = None
+        self.index = 0  # its place in the ledger's order
+
+    @classmethod
+    def of(cls, item: Item) -> Entry:
+        entry = cls(item.id, item.ordinal, item.kind, item.first_stream_id, item.started_at, item.content_refs)
+        entry.state = item.state
+        entry.last = item.last_stream_id
+        entry.ended = item.ended_at
+        entry.content = item.content
+        return entry
+
+    def contents(self) -> dict[str, JsonValue]:
+        """The item's content (read back from its JSON when only that is kept)."""
+        if self.content is None:
+            assert self.json is not None, "an item's content is released only once its JSON is written"
+            content: dict[str, JsonValue] = loads_object(self.json)["content"]
+            return content
+        return self.content
+
+    def item(self) -> Item:
+        """The validated (hence detached) model of this entry."""
+        if self.model is None:
+            self.model = Item(
+                id=self.key,
+                ordinal=self.ordinal,
+                kind=self.kind,
+                state=self.state,
+                first_stream_id=self.first,
+                last_stream_id=self.last,
+                started_at=self.started,
+                ended_at=self.ended,
+                content=self.contents(),
+                content_refs=self.refs,
+            )
+        return self.model
+
+    def to_json(self) -> bytes:
+        """The item's JSON, byte for byte as `Item.model_dump_json()` writes it (orjson writes the same text for
+        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model)."""
+        if self.json is None:
+            if ORJSON_AGREES and not self.refs:
+                fields = {
+                    "id": self.key, "ordinal": self.ordinal, "kind": self.kind, "state": self.state,
+                    "first_stream_id": self.first, "last_stream_id": self.last, "started_at": self.started,
+                    "ended_at": self.ended, "content": self.content,
+                }  # fmt: skip
+                with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+                    # A copy: orjson's own bytes keep the capacity of its working buffer, kilobytes for any text.
+                    self.json = bytes(memoryview(orjson.dumps(fields, option=orjson.OPT_UTC_Z)))
+            if self.json is None:
+                item = self.item()
+                self.json = item.__pydantic_serializer__.to_json(item)
+        return self.json
+
+
+class Ledger:
+    """Owns every item; `put` replaces an item whole, keeping its ordinal, first stream id and start time.
+
+    An evicted item is gone for good: a later change to it is refused (counted in `refused`), never recreated.
+    """
+
+    def __init__(  # noqa: PLR0917  # the fold's constructor arguments, in its order
+        self, run_id: str, attempt: int, items: Iterable[Item], first: int, policy: ContentPolicy,
+        evicted: Eviction | None = None,
+    ) -> None:  # fmt: skip
         self.run_id = run_id
         self.attempt = attempt
         self.policy = policy
-        self.items: dict[str, Item] = {item.id: item.model_copy(deep=True) for item in items}
-        self.next_ordinal = first + len(self.items)
+        self.entries: dict[str, Entry] = {item.id: Entry.of(item.model_copy(deep=True)) for item in items}
+        self.order: list[Entry] = list(self.entries.values())  # by ordinal, with each item's JSON beside it
+        self.jsons: list[bytes | None] = [None] * len(self.order)
+        self.stale: set[int] = set(range(len(self.order)))
+        for index, entry in enumerate(self.order):
+            entry.index = index
+        self.next_ordinal = first + len(self.entries)
         self.sequence = 0
         self.response_groups: dict[str, str] = {}
         self.memory_sources: dict[str, tuple[MemorySource, ...]] = {}
-        self.changed: set[str] = set(self.items)
+        self.changed: set[str] = set(self.entries)
+        self.evicted_count = 0 if evicted is None else evicted.count
+        self.evicted_ordinals: list[list[int]] = [] if evicted is None else [list(r) for r in evicted.ordinals]
+        self.evicted_ids: dict[str, None] = {} if evicted is None else dict.fromkeys(evicted.ids)
+        self.refused = 0 if evicted is None else evicted.refused
+        self._last_key: tuple[str, str, str] = ("", "", "")
 
     @property
     def position(self) -> StreamPosition:
@@ -49,7 +156,12 @@ class Ledger:
     def key(self, kind: ItemKind, source_id: str, subagent_run_id: object = None) -> str:
         """The id of the item of `kind` for `source_id`, qualified by a subagent run id when there is one."""
         scoped = f"{subagent_run_id}:{source_id}" if subagent_run_id else source_id
-        return item_id(self.run_id, kind, scoped)
+        last_kind, last_scoped, last_key = self._last_key
+        if last_kind == kind and last_scoped == scoped:
+            return last_key
+        key = item_id(self.run_id, kind, scoped)
+        self._last_key = (kind, scoped, key)
+        return key
 
     def observation_key(self) -> str:
         """The id of an observation made by the event at the current position."""
@@ -57,46 +169,123 @@ class Ledger:
 
     def content_of(self, key: str) -> dict[str, JsonValue]:
         """A shallow copy of an item's content (empty for a new item)."""
-        found = self.items.get(key)
-        return dict(found.content) if found is not None else {}
+        found = self.entries.get(key)
+        return dict(found.contents()) if found is not None else {}
 
     def state_of(self, key: str) -> ItemState:
-        found = self.items.get(key)
+        found = self.entries.get(key)
         return found.state if found is not None else "in_progress"
 
     def group(self, scope: str) -> str | None:
         return self.response_groups.get(scope)
 
-    def put(self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime) -> ItemRef:
+    def put(
+        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime
+    ) -> str | None:
+        """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
+
+        The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change.
+        """
+        entry = self.entries.get(key)
         here = f"{self.attempt}-{self.sequence}"
-        before = self.items.get(key)
-        if before is None:
-            ordinal, first_id, started = self.next_ordinal, here, at
+        if entry is None:
+            if key in self.evicted_ids:
+                self.refused += 1
+                return None
+            entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {})
             self.next_ordinal += 1
-            refs = {}
+            entry.index = len(self.order)
+            self.order.append(entry)
+            self.jsons.append(None)
         else:
-            ordinal, first_id, started = before.ordinal, before.first_stream_id, before.started_at
-            refs = before.content_refs
-        self.items[key] = Item(
-            id=key,
-            ordinal=ordinal,
-            kind=kind,
-            state=state,
-            first_stream_id=first_id,
-            last_stream_id=here,
-            started_at=started,
-            ended_at=at if state in _FINISHED else None,
-            content=content,
-            content_refs=refs,
-        )
+            entry.model = None
+            entry.json = None
+        self.stale.add(entry.index)
+        entry.kind = kind
+        entry.state = state
+        entry.last = here
+        entry.ended = at if state in FINISHED else None
+        entry.content = content
         self.changed.add(key)
+        return key
+
+    def ref(self, key: str) -> ItemRef:
+        """The reference to item `key` as it stands."""
+        entry = self.entries[key]
+        content = entry.contents()
         group = content.get("responseGroup")
         failure = content.get("failure")
         return ItemRef(
             id=key,
-            kind=kind,
-            state=state,
-            ordinal=ordinal,
+            kind=entry.kind,
+            state=entry.state,
+            ordinal=entry.ordinal,
             response_group=group if isinstance(group, str) else None,
             failure=failure if isinstance(failure, dict) else None,
         )
+
+    def refuse(self) -> None:
+        """Count a change addressed to an evicted item."""
+        self.refused += 1
+
+    def evict(self, keys: Iterable[str]) -> int:
+        """Remove the items `keys` for good, recording their ordinals and (except observations, whose ids no later
+        event can name) their ids; returns how many were removed."""
+        removed = 0
+        for key in keys:
+            entry = self.entries.pop(key)
+            self.changed.discard(key)
+            if entry.kind != "observation":
+                self.evicted_ids[key] = None
+            ranges = self.evicted_ordinals
+            if ranges and ranges[-1][1] + 1 == entry.ordinal:
+                ranges[-1][1] = entry.ordinal
+            else:
+                ranges.append([entry.ordinal, entry.ordinal])
+            removed += 1
+        if removed:
+            self.evicted_ordinals = _merged(self.evicted_ordinals)
+            self.evicted_count += removed
+            self.order = list(self.entries.values())
+            self.jsons = [entry.json for entry in self.order]
+            self.stale = set()
+            for index, entry in enumerate(self.order):
+                entry.index = index
+                if entry.json is None:
+                    self.stale.add(index)
+        return removed
+
+    def items_json(self) -> bytes:
+        """The JSON array of every item, in order; only items changed since the last call are written anew."""
+        jsons, order = self.jsons, self.order
+        for index in self.stale:
+            entry = order[index]
+            jsons[index] = entry.to_json()
+            if entry.state in FINISHED:  # rarely changed again: its JSON alone is kept, the content read back if it is
+                entry.content = None
+                entry.model = None
+        self.stale.clear()
+        # One join: mypyc 1.x leaks the middle result of `b"[" + ... + b"]"`.
+        return b"".join((b"[", b",".join(jsons), b"]"))  # type: ignore[arg-type]  # every stale place was filled
+
+    def eviction(self) -> Eviction | None:
+        """What was evicted so far, or None when nothing was."""
+        if not self.evicted_count:
+            return None
+        return Eviction(
+            count=self.evicted_count,
+            ordinals=[(low, high) for low, high in self.evicted_ordinals],
+            ids=list(self.evicted_ids),
+            refused=self.refused,
+        )
+
+
+def _merged(ranges: list[list[int]]) -> list[list[int]]:
+    """Inclusive ordinal ranges sorted and joined where they touch."""
+    out: list[list[int]] = []
+    for low, high in sorted(ranges):
+        if out and low <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], high)
+        else:
+            out.append([low, high])
+    return out

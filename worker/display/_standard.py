@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from worker.display._ledger import Ledger, event_time, scope_of
-from worker.display.items import ItemKind, ItemRef, ItemState
+from worker.display.items import ItemKind, ItemState
 from worker.errors import AguiObservationError
 
 # Event type -> (item kind, field naming the item's source id).
@@ -62,8 +62,9 @@ def check_event(event: Mapping[str, Any]) -> None:
         raise AguiObservationError(f"display fold got a {kind_name} event whose delta is not a string")
 
 
-def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> ItemRef | None:
-    """Fold one non-CUSTOM event into its item; None for an event type the display does not track."""
+def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> str | None:
+    """Fold one non-CUSTOM event into its item and return the item's id; None for an event type the display does
+    not track or an item that was evicted."""
     kind_name = event["type"]
     if kind_name in LIFECYCLE_EVENTS:
         whole: dict[str, JsonValue] = dict(event)

@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from worker.observe import AguiEventProcessor
 
@@ -17,6 +18,7 @@ __all__ = [
     "OMITTED",
     "ContentPolicy",
     "bound_event",
+    "bound_event_json",
     "bounding_processor",
     "json_size",
 ]
@@ -30,9 +32,65 @@ OMITTED: dict[str, JsonValue] = {"omitted": True}
 _PARTS_OMITTED = "Result parts omitted: display size limit exceeded."
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# Each byte of UTF-8 text mapped to what escaping adds for the character it starts: a two-byte sequence becomes
+# six characters (+4), a three-byte one six (+3), a four-byte one a surrogate pair of twelve (+8), DEL six (+5).
+_GROWTH = bytes(
+    ord("2") if 0xC0 <= code <= 0xDF else ord("3") if 0xE0 <= code <= 0xEF else ord("4") if 0xF0 <= code <= 0xF7
+    else ord("d") if code == 0x7F else ord(".")
+    for code in range(256)
+)  # fmt: skip
+
+
+def _has_float(value: object) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_float(item) for item in value)
+    return False
+
+
+def _escaped_size(raw: bytes) -> int:
+    """The ASCII-escaped length of JSON whose orjson UTF-8 text is `raw` (no floats in it)."""
+    if raw.isascii():
+        return len(raw) + 5 * raw.count(b"\x7f")
+    grown = raw.translate(_GROWTH)
+    return len(raw) + 4 * grown.count(b"2") + 3 * grown.count(b"3") + 8 * grown.count(b"4") + 5 * grown.count(b"d")
+
+
+def _orjson_text(value: object) -> bytes | None:
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
 def json_size(value: object) -> int:
-    """Length of the compact, ASCII-escaped JSON text of `value` (the measure every display bound uses)."""
-    return len(json.dumps(value, separators=(",", ":")))
+    """Length of the compact, ASCII-escaped JSON text of `value` (the measure every display bound uses).
+
+    Without floats (whose spelling may differ), orjson's UTF-8 text gives it: its length plus what escaping adds
+    per non-ASCII character and DEL; anything orjson cannot write is measured by the stdlib.
+    """
+    raw = None if _has_float(value) else _orjson_text(value)
+    return len(_ENCODER.encode(value)) if raw is None else _escaped_size(raw)
+
+
+def json_size_exceeds(value: object, limit: int) -> bool:
+    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that settles it.
+
+    Per character the escaped text is at most six times orjson's (a DEL escapes to six characters; a number is
+    spelled at most two characters longer), and never shorter unless a float is spelled shorter.
+    """
+    raw = _orjson_text(value)
+    if raw is None:
+        return json_size(value) > limit
+    if 6 * len(raw) <= limit:
+        return False
+    if _has_float(value):
+        return len(_ENCODER.encode(value)) > limit
+    return len(raw) > limit or _escaped_size(raw) > limit
 
 
 def bound_event(event: BaseEvent) -> BaseEvent:
@@ -47,6 +105,29 @@ def bound_event(event: BaseEvent) -> BaseEvent:
             return event.model_copy(update={"content": [TextPart(text=_PARTS_OMITTED)]})
     elif isinstance(event, ToolCallArgsEvent) and len(event.delta) > MAX_FIELD_CHARS:
         return event.model_copy(update={"delta": event.delta[: MAX_FIELD_CHARS + 1]})
+    return event
+
+
+def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
+    """`bound_event` for an event as its JSON object (read from an output topic): the same object when no bound
+    applies, else the bounded event's JSON object."""
+    kind = event.get("type")
+    if kind == "TOOL_CALL_ARGS":
+        delta = event.get("delta")
+        if isinstance(delta, str) and len(delta) > MAX_FIELD_CHARS:
+            return {**event, "delta": delta[: MAX_FIELD_CHARS + 1]}
+    elif kind == "TOOL_CALL_RESULT":
+        content = event.get("content")
+        if isinstance(content, str):
+            return {**event, "content": content[: MAX_FIELD_CHARS + 1]} if len(content) > MAX_FIELD_CHARS else event
+        try:
+            model = ToolCallResultEvent.model_validate(event)
+        except ValidationError:
+            return event  # not one the observer made; the fold reads what it can
+        bounded = bound_event(model)
+        if bounded is not model:
+            dumped: dict[str, Any] = bounded.model_dump(mode="json", by_alias=True)
+            return dumped
     return event
 
 
@@ -84,10 +165,10 @@ class ContentPolicy:
 
     def keeps_value(self, value: JsonValue) -> bool:
         """Whether a tool result value or part list fits (or need not fit) the field bound."""
-        return self.unbounded or json_size(value) <= MAX_FIELD_CHARS
+        return self.unbounded or not json_size_exceeds(value, MAX_FIELD_CHARS)
 
     def observation_value(self, value: JsonValue, *, summary: bool) -> JsonValue:
         """The value an observation keeps: OMITTED when it is over MAX_OBSERVATION_BYTES and not retained."""
         if self.retain_content or (self.full_content and summary):
             return value
-        return dict(OMITTED) if json_size(value) > MAX_OBSERVATION_BYTES else value
+        return dict(OMITTED) if json_size_exceeds(value, MAX_OBSERVATION_BYTES) else value

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from worker.display._customs import CustomFolder
-from worker.display._failures import failed_tool_call
-from worker.display._ledger import Ledger, event_time
+from worker.display._failures import failed_tool_call, published_failure
+from worker.display._json import ORJSON_AGREES
+from worker.display._ledger import FINISHED, Ledger, event_time
 from worker.display._standard import check_event, fold_standard
+from worker.display._view import ItemsView
 from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
-from worker.display.items import Item, ItemRef, Observed, StreamPosition
+from worker.display.items import Item, ItemKind, ItemRef, Observed, StreamPosition
 from worker.display.memory import MemorySource
-from worker.display.snapshot import DisplayContinuation, DisplaySnapshot
+from worker.display.snapshot import DisplayContinuation, DisplaySnapshot, Eviction
 from worker.errors import ConfigError
-from worker.observe import AguiEventProcessor, HarnessAguiStreamObserver
+from worker.observe import AguiEventProcessor, HarnessAguiStreamObserver, ObserverContinuation
 from worker.wire import HarnessItem
 
 __all__ = ["DisplayFold"]
@@ -37,9 +40,10 @@ class DisplayFold:
         retain_content: bool = False,
         processor: AguiEventProcessor | None = None,
         continuation: DisplayContinuation | None = None,
+        evicted: Eviction | None = None,
     ) -> None:
         self._policy = ContentPolicy(full_content=full_content, retain_content=retain_content)
-        self._ledger = Ledger(run_id, attempt, items, first, self._policy)
+        self._ledger = Ledger(run_id, attempt, items, first, self._policy, evicted)
         self._process = bounding_processor(processor, bounded=not self._policy.unbounded)
         self._customs = CustomFolder(CustomEventAssembler(), None)
         if continuation is None:
@@ -66,6 +70,7 @@ class DisplayFold:
             retain_content=state.retain_content,
             processor=processor,
             continuation=state,
+            evicted=snapshot.evicted,
         )
 
     @property
@@ -83,8 +88,13 @@ class DisplayFold:
 
     @property
     def items(self) -> Mapping[str, Item]:
-        """Read-only view of the items by id, in first-seen order."""
-        return MappingProxyType(self._ledger.items)
+        """Read-only view of the items held, by id, in first-seen order."""
+        return ItemsView(self._ledger.entries)
+
+    @property
+    def evicted(self) -> Eviction | None:
+        """What `evict` removed so far (None when nothing was)."""
+        return self._ledger.eviction()
 
     def events(self, source: HarnessItem) -> list[dict[str, Any]]:
         """Observe one source item and return its AG-UI events as the JSON dicts the stream carries."""
@@ -100,51 +110,143 @@ class DisplayFold:
         records: list[Observed] = []
         for event in batch:
             ledger.sequence += 1
-            ref = self._fold_one(event)
+            key = self._fold_one(event)
+            ref = None if key is None else ledger.ref(key)
             if ref is not None and event["type"] == "TEXT_MESSAGE_END":
-                ref = _with_memory(ref, ledger.items[ref.id])
+                ref = _with_memory(ref, ledger.entries[ref.id].contents())
             records.append(Observed(sequence=ledger.sequence, event=dict(event), item=ref))
         if records and source is not None:
-            failed = self._fail_tool_call(source, records[-1].event)
+            failed = self._fail_tool_call(failed_tool_call(source), records[-1].event)
             if failed is not None:
-                records[-1] = records[-1].model_copy(update={"item": failed})
+                records[-1] = records[-1].model_copy(update={"item": ledger.ref(failed)})
         return records
 
-    def _fold_one(self, event: Mapping[str, Any]) -> ItemRef | None:
+    def apply(
+        self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None, *, published: bool = False
+    ) -> None:
+        """`fold` without building records: the same items and continuation. With `published` (events read back
+        from an output topic, with no source items) each whole non-success tool-result CUSTOM fails its call as
+        `source=` would have; give such events one source item's worth at a time or fewer.
+
+        The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
+        ledger = self._ledger
+        batch = events if isinstance(events, list | tuple) else list(events)
+        for event in batch:
+            check_event(event)
+        customs = self._customs
+        for event in batch:
+            ledger.sequence += 1
+            self._fold_one(event)
+            if published and customs.completed is not None:
+                self._fail_tool_call(published_failure(customs.completed), event)
+        if batch and source is not None:
+            self._fail_tool_call(failed_tool_call(source), batch[-1])
+
+    def _fold_one(self, event: Mapping[str, Any]) -> str | None:
         if event["type"] == "CUSTOM":
             return self._customs.fold(self._ledger, event)
+        self._customs.completed = None
         return fold_standard(self._ledger, event)
 
-    def _fail_tool_call(self, source: HarnessItem, last: Mapping[str, Any]) -> ItemRef | None:
-        failed = failed_tool_call(source)
+    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: Mapping[str, Any]) -> str | None:
         if failed is None:
             return None
         call_id, message, run_id = failed
-        subagent = run_id if run_id != self._observer.run_id else None
-        key = self._ledger.key("tool_call", call_id, subagent)
-        if key not in self._ledger.items:
+        root = self._observer.run_id or self._ledger.run_id
+        key = self._ledger.key("tool_call", call_id, run_id if run_id != root else None)
+        if key not in self._ledger.entries:
+            if key in self._ledger.evicted_ids:
+                self._ledger.refuse()
             return None
         content = self._ledger.content_of(key)
         content["failure"] = {"code": "tool_failed", "message": message}
         return self._ledger.put(key, "tool_call", "failed", content, event_time(last))
 
+    def evictable(self, *, ended: bool = False) -> list[str]:
+        """Ids of the items `evict` may remove, in ordinal order: every finished item except an argument stream
+        the next event could still extend; every item at all once the run has `ended`."""
+        entries = self._ledger.entries
+        if ended:
+            return list(entries)
+        held = self._customs.arguments
+        growing = held.key if held is not None and held.sequence == self._ledger.sequence else None
+        return [key for key, entry in entries.items() if entry.state in FINISHED and key != growing]
+
+    def evict(self, item_ids: Iterable[str], *, ended: bool = False) -> int:
+        """Remove items for good (each must be `evictable`), keeping the ordinal count; a later event addressing
+        one is refused and counted in `evicted.refused`. Returns how many were removed."""
+        keys = list(item_ids)
+        allowed = set(self.evictable(ended=ended))
+        refused = [key for key in keys if key not in allowed]
+        if refused:
+            raise ConfigError(f"display items {refused[:3]} cannot be evicted: not finished or not held")
+        return self._ledger.evict(keys)
+
     def export(self) -> DisplaySnapshot:
         """A detached cut of every item and the continuation; open items stay open."""
-        items = list(self._ledger.items.values())
-        return DisplaySnapshot(items=items, continuation=self.export_continuation()).model_copy(deep=True)
+        items = [entry.item() for entry in self._ledger.entries.values()]
+        snapshot = DisplaySnapshot(items=items, continuation=self.export_continuation(), evicted=self.evicted)
+        return snapshot.model_copy(deep=True)
+
+    def export_json(self, observer: ObserverContinuation | None = None) -> bytes:
+        """`export().model_dump_json()` as bytes, built from each item's JSON kept since its last change; with
+        `observer`, that continuation stands in for the fold's own observer's."""
+        ledger = self._ledger
+        parts = [b'{"items":', ledger.items_json(), b',"continuation":', self._continuation_json(observer)]
+        eviction = ledger.eviction()
+        if eviction is not None:
+            parts += (b',"evicted":', eviction.__pydantic_serializer__.to_json(eviction))
+        parts.append(b"}")
+        return b"".join(parts)
+
+    def _continuation_json(self, observer: ObserverContinuation | None) -> bytes:
+        """The continuation's JSON as its model writes it: by hand for the usual parts, through the model when
+        memory sources, retained content or pending fragments are in it."""
+        ledger = self._ledger
+        assembler = self._customs.assembler
+        if ledger.memory_sources or self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
+            continuation = self._continuation(observer)
+            return continuation.__pydantic_serializer__.to_json(continuation)
+        observed = self._observer.export() if observer is None else observer
+        held = self._customs.arguments
+        return b"".join((
+            b'{"run_id":', orjson.dumps(ledger.run_id),
+            b',"position":{"attempt":%d,"sequence":%d},"next_ordinal":%d,"full_content":'
+            % (ledger.attempt, ledger.sequence, ledger.next_ordinal),
+            b"true" if self._policy.full_content else b"false",
+            b',"response_groups":', orjson.dumps(ledger.response_groups),
+            b',"arguments":',
+            b"null" if held is None else held.to_json(),
+            b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'
+            % (b"true" if assembler.gap else b"false", assembler.max_bytes, assembler.max_pending),
+            b',"observer":', observed.__pydantic_serializer__.to_json(observed), b"}",
+        ))  # fmt: skip
+
+    def item_json(self, item_id: str) -> bytes:
+        """The JSON of one held item, as `export_json` writes it."""
+        return self._ledger.entries[item_id].to_json()
+
+    def item_kind(self, item_id: str) -> ItemKind:
+        """The kind of one held item."""
+        return self._ledger.entries[item_id].kind
 
     def capture_delta(self) -> DisplaySnapshot:
         """The items changed since the previous capture (by ordinal) with the current continuation."""
         ledger = self._ledger
-        items = sorted((ledger.items[key] for key in ledger.changed), key=lambda item: item.ordinal)
-        snapshot = DisplaySnapshot(items=items, continuation=self.export_continuation())
+        entries = sorted((ledger.entries[key] for key in ledger.changed), key=lambda entry: entry.ordinal)
+        snapshot = DisplaySnapshot(
+            items=[entry.item() for entry in entries], continuation=self.export_continuation(), evicted=self.evicted
+        )
         ledger.changed.clear()
         return snapshot.model_copy(deep=True)
 
     def export_continuation(self) -> DisplayContinuation:
         """A detached copy of the parser state alone, without the items."""
+        return self._continuation(None).model_copy(deep=True)
+
+    def _continuation(self, observer: ObserverContinuation | None) -> DisplayContinuation:
         ledger = self._ledger
-        continuation = DisplayContinuation(
+        return DisplayContinuation(
             run_id=ledger.run_id,
             position=ledger.position,
             next_ordinal=ledger.next_ordinal,
@@ -152,16 +254,15 @@ class DisplayFold:
             retain_content=self._policy.retain_content,
             response_groups=ledger.response_groups,
             memory_sources=ledger.memory_sources,
-            arguments=self._customs.arguments,
+            arguments=None if self._customs.arguments is None else self._customs.arguments.export(),
             fragments=self._customs.assembler.export(),
-            observer=self._observer.export(),
+            observer=self._observer.export() if observer is None else observer,
         )
-        return continuation.model_copy(deep=True)
 
 
-def _with_memory(ref: ItemRef, item: Item) -> ItemRef:
+def _with_memory(ref: ItemRef, content: Mapping[str, Any]) -> ItemRef:
     """An END reference carries the memory sources its message was answered with."""
-    sources = item.content.get("memory_sources")
+    sources = content.get("memory_sources")
     if not isinstance(sources, list):
         return ref
     parsed = tuple(MemorySource.model_validate(source) for source in sources)

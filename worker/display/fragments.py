@@ -65,6 +65,11 @@ class CustomEventAssembler:
         self._buffered = 0
 
     @property
+    def pending(self) -> int:
+        """How many fragmented events are incomplete."""
+        return len(self._pending)
+
+    @property
     def buffered_bytes(self) -> int:
         """UTF-8 bytes held by all incomplete assemblies."""
         return self._buffered
@@ -74,7 +79,7 @@ class CustomEventAssembler:
         state = FragmentState(
             pending=self._pending, gap=self.gap, max_bytes=self.max_bytes, max_pending=self.max_pending
         )
-        return state.model_copy(deep=True)
+        return state.model_copy(deep=True) if self._pending else state
 
     @classmethod
     def restore(cls, state: FragmentState) -> CustomEventAssembler:

@@ -12,7 +12,7 @@ from worker.display.items import Item, StreamPosition
 from worker.display.memory import MemorySource
 from worker.observe import ObserverContinuation
 
-__all__ = ["ArgumentStream", "DisplayContinuation", "DisplaySnapshot"]
+__all__ = ["ArgumentStream", "DisplayContinuation", "DisplaySnapshot", "Eviction"]
 
 
 class ArgumentStream(BaseModel):
@@ -49,9 +49,22 @@ class DisplayContinuation(BaseModel):
     observer: ObserverContinuation = Field(default_factory=ObserverContinuation)
 
 
+class Eviction(BaseModel):
+    """Items paged out of a fold for good: how many, their ordinals (inclusive, merged ranges), and the ids of
+    those a later event could still name, which the fold refuses to recreate; `refused` counts such events."""
+
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(ge=1)
+    ordinals: list[tuple[int, int]]
+    ids: list[str] = Field(default_factory=list)
+    refused: int = Field(default=0, ge=0)
+
+
 class DisplaySnapshot(BaseModel):
-    """All items (completed and still open) with the continuation that resumes the fold after them."""
+    """The items still held (completed and open) with the continuation that resumes the fold after them, and
+    what was evicted before (absent when nothing was)."""
 
     model_config = ConfigDict(extra="forbid")
     items: list[Item]
     continuation: DisplayContinuation
+    evicted: Eviction | None = Field(default=None, exclude_if=lambda evicted: evicted is None)

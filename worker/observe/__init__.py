@@ -1,7 +1,7 @@
 """Harness → AG-UI observers, their continuation, and the output encoding (conversion-spec §1b, §1c)."""
 
 from worker.errors import AguiObservationError
-from worker.observe._content import execution_value, public_value, tool_result_content
+from worker.observe._content import execution_value, public_tool_result_content, public_value, tool_result_content
 from worker.observe._continuation import CursorModel, ObserverContinuation, StateModel
 from worker.observe._encode import encode_event
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
@@ -22,6 +22,7 @@ __all__ = [
     "encode_event",
     "execution_value",
     "fragment_custom_event",
+    "public_tool_result_content",
     "public_value",
     "tool_result_content",
     "validate_replacement",

@@ -9,7 +9,7 @@ from ag_ui.core import AudioPart, DocumentPart, FileSource, ImagePart, TextPart,
 from worker.observe._json import sorted_json
 from worker.wire import binary_size, is_media
 
-__all__ = ["execution_value", "media_description", "public_value", "tool_result_content"]
+__all__ = ["execution_value", "media_description", "public_tool_result_content", "public_value", "tool_result_content"]
 
 _CONTENT_KEY = "a13n.tool-content"
 
@@ -91,4 +91,27 @@ def tool_result_content(value: Any) -> str | list[Any]:
     parts: list[Any] = []
     for item, described in zip(items, descriptions, strict=True):
         parts.append(TextPart(text=_text(item)) if described is None else _part(described))
+    return parts
+
+
+def _omitted_description(value: Any) -> bool:
+    """Whether `value` is shaped as the description of media whose payload `media_description` left out."""
+    if not isinstance(value, dict) or value.get("payload_omitted") is not True:
+        return False
+    if value.get("kind") == "binary":
+        return list(value) == ["kind", "media_type", "size_bytes", "payload_omitted"]
+    return list(value) == ["kind", "payload_omitted", "media_type"]
+
+
+def public_tool_result_content(public: Any) -> str | list[Any]:
+    """`tool_result_content(value)` computed from `public_value(value)` alone, reading every media description
+    back as media; exact unless `value` holds no native media but, at its top level, an object shaped as the
+    description of media without payload."""
+    items = public if isinstance(public, list) else [public]
+    media = [is_media(item) or _omitted_description(item) for item in items]
+    if not any(media):
+        return _text(public)
+    parts: list[Any] = []
+    for item, described in zip(items, media, strict=True):
+        parts.append(_part(item) if described else TextPart(text=_text(item)))
     return parts

@@ -1,0 +1,309 @@
+"""A root run's display projection: its published AG-UI events folded into the display records (the run's
+`DisplaySnapshot`, compacted by run id) that a late-joining UI starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from pydantic import ValidationError
+
+from worker._value import FrozenValue
+from worker.display._json import loads_object
+from worker.display.bounding import bound_event
+from worker.display.fold import DisplayFold
+from worker.display.snapshot import DisplaySnapshot
+from worker.errors import AguiObservationError, ConfigError, WorkerError
+from worker.observe import FRAGMENT_EVENT_NAME, ObserverContinuation, encode_event
+from worker.wire import HarnessItem
+
+__all__ = [
+    "DEFAULT_DISPLAY_INTERVAL_MS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DisplayProjection",
+    "DisplayRecord",
+    "ExportsContinuation",
+    "event_json",
+    "record_overhead",
+]
+
+DEFAULT_DISPLAY_INTERVAL_MS = 1000
+# Kafka's default max.message.bytes of a topic.
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+_STATE_FORMAT = 1
+# Record batch header of the v2 format; per record: length, attributes, timestamp and offset deltas, key and value
+# lengths, header count (varints at their widest).
+_BATCH_OVERHEAD = 61
+_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
+# Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
+_NOTE_SLACK = 256
+
+Headers = tuple[tuple[str, bytes], ...]
+# Event classes whose own fields are all text (or small integers, as `timestamp`).
+_TEXT_FIELDS_ONLY: frozenset[type[BaseEvent]] = frozenset({
+    TextMessageStartEvent, TextMessageContentEvent, TextMessageEndEvent, ToolCallStartEvent, ToolCallArgsEvent,
+    ToolCallEndEvent, ReasoningMessageStartEvent, ReasoningMessageContentEvent, ReasoningMessageEndEvent,
+    ReasoningEncryptedValueEvent,
+})  # fmt: skip
+
+
+def record_overhead(key: bytes, headers: Headers) -> int:
+    """Bytes a record of `key` and `headers` adds to its value in a one-record batch, at most."""
+    return (
+        _BATCH_OVERHEAD + _RECORD_OVERHEAD + len(key)
+        + sum(10 + len(name.encode()) + len(value) for name, value in headers)
+    )  # fmt: skip
+
+
+class ExportsContinuation(Protocol):
+    """An observer whose continuation a display record carries (`HarnessAguiStreamObserver`)."""
+
+    def export(self) -> ObserverContinuation: ...
+
+
+class DisplayRecord(FrozenValue):
+    """One record for the display topic: key = root run id, value = the run's snapshot JSON, headers `agui-seq`
+    (the n of the last event folded in) and `thread-id`; `evicted` counts the items paged out since the previous
+    record."""
+
+    __slots__ = ("agui_seq", "evicted", "headers", "key", "value")
+    _FIELDS = ("key", "value", "headers", "agui_seq", "evicted")
+
+    def __init__(self, key: bytes, value: bytes, headers: Headers, agui_seq: int, evicted: int) -> None:
+        self.key: Final = key
+        self.value: Final = value
+        self.headers: Final = headers
+        self.agui_seq: Final = agui_seq
+        self.evicted: Final = evicted
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")
+
+
+def event_json(event: BaseEvent, encoded: bytes | None = None) -> dict[str, Any]:
+    """The bounded event as the display fold reads it: `bound_event(event)`'s JSON object, taken from `encoded`
+    (the event's output record value) when no bound applies."""
+    bounded = bound_event(event)
+    data = encoded if bounded is event and encoded is not None else encode_event(bounded)
+    return loads_object(data, numbers=_numbers(bounded))
+
+
+def _numbers(event: BaseEvent) -> bool:
+    """Whether the event's JSON may hold an arbitrary number: anything but a part event without `rawEvent`,
+    `metadata` or extra fields other than text, or a CUSTOM fragment frame."""
+    if type(event) in _TEXT_FIELDS_ONLY:
+        if event.raw_event is not None or event.metadata is not None:
+            return True
+        extra = event.__pydantic_extra__
+        return extra is not None and any(not isinstance(value, str) for value in extra.values())
+    return not (isinstance(event, CustomEvent) and event.name == FRAGMENT_EVENT_NAME and event.raw_event is None
+                and event.metadata is None and not event.__pydantic_extra__)  # fmt: skip
+
+
+class DisplayProjection:
+    """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
+
+    Everything it returns is a function of those events, their source items and the source timestamps given: a
+    replay or a `restore(export())` followed by the same calls returns the same records. A record is due with the
+    run's first events, then when a source timestamp lies `interval_ms` or more from the last record's (either way:
+    a producer's clock may step back), and always with the run's last events. A record never exceeds `max_bytes`:
+    finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_fold",
+        "_headers_key",
+        "_interval",
+        "_max_bytes",
+        "_next",
+        "_published",
+        "_skipped",
+        "_thread_bytes",
+        "_thread_id",
+        "_withheld",
+    )  # fmt: skip
+
+    def __init__(
+        self, run_id: str, thread_id: str, *, interval_ms: int = DEFAULT_DISPLAY_INTERVAL_MS,
+        max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:  # fmt: skip
+        if interval_ms < 0:
+            raise ConfigError(f"display interval must be >= 0 ms, got {interval_ms}")
+        if max_bytes < 1024:
+            raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
+        self._fold = DisplayFold(run_id)
+        self._thread_id = thread_id
+        self._thread_bytes = _utf8(thread_id)
+        self._headers_key = _utf8(run_id)
+        self._interval = interval_ms
+        self._max_bytes = max_bytes
+        self._next = 0  # n of the next event
+        self._published = -1  # agui-seq of the last record returned
+        self._anchor = 0  # source timestamp of the last record returned
+        self._skipped = 0
+        self._withheld = 0
+
+    @property
+    def run_id(self) -> str:
+        return self._fold.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self._thread_id
+
+    @property
+    def next_seq(self) -> int:
+        """The n the next offered event must have."""
+        return self._next
+
+    @property
+    def published_seq(self) -> int:
+        """agui-seq of the last record returned (-1 before the first)."""
+        return self._published
+
+    @property
+    def skipped(self) -> int:
+        """Batches the fold refused as malformed (as `convert --display` reports an error line for them)."""
+        return self._skipped
+
+    @property
+    def withheld(self) -> int:
+        """Due records not returned because the snapshot could not fit `max_bytes` even with every finished item
+        evicted."""
+        return self._withheld
+
+    @property
+    def fold(self) -> DisplayFold:
+        """The fold itself (read it; feeding it directly breaks the projection's sequence)."""
+        return self._fold
+
+    def offer(
+        self,
+        events: Sequence[BaseEvent],
+        first_seq: int,
+        *,
+        timestamp_ms: int,
+        ended: bool,
+        source: HarnessItem | None = None,
+        encoded: Sequence[bytes] | None = None,
+        observer: ExportsContinuation | None = None,
+    ) -> DisplayRecord | None:
+        """Fold the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...) and
+        return the display record due after them, if any.
+
+        `source` is the item they came from (None for an event the worker made itself, such as a gap's RUN_ERROR),
+        `timestamp_ms` the source record's timestamp, `ended` whether nothing more will be published for the run,
+        `encoded` the events' output record values when at hand, `observer` the run's observer, whose
+        continuation the record then carries (as `convert --display` prints it).
+        """
+        if first_seq != self._next:
+            raise WorkerError(
+                f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
+            )
+        if events:
+            if encoded is not None and len(encoded) != len(events):
+                raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+            try:
+                batch = [event_json(event, None if encoded is None else encoded[i]) for i, event in enumerate(events)]
+                self._fold.apply(batch, source)
+            except AguiObservationError:
+                self._skipped += 1
+            self._next += len(events)
+        last = self._next - 1
+        if last <= self._published:
+            return None
+        if not ended and self._published >= 0 and abs(timestamp_ms - self._anchor) < self._interval:
+            return None
+        self._anchor = timestamp_ms
+        headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
+        budget = self._max_bytes - record_overhead(self._headers_key, headers)
+        continuation = None if observer is None else observer.export()
+        value = self._fold.export_json(continuation)
+        evicted = 0
+        if len(value) > budget:
+            value, evicted = self._page(value, budget, continuation, ended=ended)
+        if len(value) > budget:
+            self._withheld += 1
+            return None
+        self._published = last
+        return DisplayRecord(self._headers_key, value, headers, last, evicted)
+
+    def _page(
+        self, value: bytes, budget: int, continuation: ObserverContinuation | None, *, ended: bool
+    ) -> tuple[bytes, int]:
+        """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
+        would not make it fit (the record is then withheld)."""
+        fold = self._fold
+        savings = []
+        for key in fold.evictable(ended=ended):
+            kept = 0 if fold.item_kind(key) == "observation" else len(key) + 3  # the id stays in the note
+            savings.append((key, len(fold.item_json(key)) + 1 - kept))
+        if len(value) - sum(saving for _, saving in savings) + _NOTE_SLACK > budget:
+            return value, 0
+        evicted = 0
+        index = 0
+        while len(value) > budget and index < len(savings):
+            excess = len(value) - budget + _NOTE_SLACK
+            chosen: list[str] = []
+            while index < len(savings) and excess > 0:
+                key, saving = savings[index]
+                index += 1
+                excess -= saving
+                chosen.append(key)
+            evicted += fold.evict(chosen, ended=ended)
+            value = fold.export_json(continuation)
+        return value, evicted
+
+    def export(self) -> dict[str, Any]:
+        """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
+        return {
+            "format": _STATE_FORMAT,
+            "thread_id": self._thread_id,
+            "interval_ms": self._interval,
+            "max_bytes": self._max_bytes,
+            "next_seq": self._next,
+            "published_seq": self._published,
+            "anchor_ms": self._anchor,
+            "skipped": self._skipped,
+            "withheld": self._withheld,
+            "fold": loads_object(self._fold.export_json()),
+        }
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any]) -> DisplayProjection:
+        """The projection that continues exactly where the exported one stood; ConfigError for a state it cannot
+        read (an unknown format version included)."""
+        version = state.get("format")
+        if version != _STATE_FORMAT:
+            raise ConfigError(f"display projection state has format {version!r}; this worker reads {_STATE_FORMAT}")
+        try:
+            snapshot = DisplaySnapshot.model_validate(state["fold"])
+            projection = cls(
+                snapshot.continuation.run_id, str(state["thread_id"]), interval_ms=int(state["interval_ms"]),
+                max_bytes=int(state["max_bytes"]),
+            )  # fmt: skip
+            projection._fold = DisplayFold.restore(snapshot)
+            projection._next = int(state["next_seq"])
+            projection._published = int(state["published_seq"])
+            projection._anchor = int(state["anchor_ms"])
+            projection._skipped = int(state["skipped"])
+            projection._withheld = int(state["withheld"])
+        except (KeyError, TypeError, ValueError, ValidationError) as exc:
+            raise ConfigError(f"display projection state is not readable: {type(exc).__name__}: {exc}") from exc
+        return projection
