@@ -1,0 +1,228 @@
+"""Recovery is invisible: an adversarial source processed calmly and under chaos gives identical topics.
+
+One group runs a single uninterrupted worker; another group processes the same source while its workers are
+killed with SIGKILL, join, leave and restart. The output topics must hold the same records per key (values and
+every header) and the dead-letter topics the same dead letter per source offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from tests.kafka.adversarial import adversarial_source
+from tests.kafka.support import WorkerProcess, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+
+SEED = 20261201
+# Small enough that the open-stream cap is reached and the ended-stream memory forgets, per partition.
+LIMITS = ("--max-open-streams", "6", "--closed-stream-memory", "10")
+FAST_GROUP = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000")
+
+
+@dataclass(frozen=True)
+class Rec:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+    def header(self, name: str) -> str:
+        return next((v.decode() for k, v in self.headers if k == name), "")
+
+
+@dataclass(frozen=True)
+class Sink:
+    output: str
+    dlq: str
+    group: str
+
+
+async def read_topic(bootstrap: str, topic: str) -> list[Rec]:
+    """Every committed record of `topic`, read to the end offsets taken at start (no writer may be running)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(await consumer.partitions_for_topic(topic) or ())]
+        assert tps, f"topic {topic} has no partitions"
+        consumer.assign(tps)
+        end = await consumer.end_offsets(tps)
+        todo = {tp for tp in tps if end[tp] > 0}
+        out: list[Rec] = []
+        deadline = time.monotonic() + 60
+        while todo:
+            assert time.monotonic() < deadline, f"reading {topic} stalled before {end}"
+            for recs in (await consumer.getmany(*todo, timeout_ms=500)).values():
+                out.extend(Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers)) for r in recs)
+            for tp in list(todo):
+                if await consumer.position(tp) >= end[tp]:
+                    todo.discard(tp)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def wait_caught_up(bootstrap: str, group: str, source: str, timeout_s: float) -> None:
+    """Until the group's committed offset of every source partition is the partition's end offset."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        tps = [TopicPartition(source, p) for p in sorted(await consumer.partitions_for_topic(source) or ())]
+        end = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+            behind = {tp.partition: (committed[tp].offset if tp in committed else -1, end[tp])
+                      for tp in tps if tp not in committed or committed[tp].offset < end[tp]}
+            if not behind:
+                return
+            assert time.monotonic() < deadline, f"group {group} not caught up: (committed, end) {behind}"
+            await asyncio.sleep(0.5)
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def outputs_by_key(records: list[Rec]) -> dict[bytes | None, list[tuple[tuple[tuple[str, bytes], ...], bytes | None]]]:
+    """Each key's output records in publication order (partition then offset), with every header."""
+    grouped: dict[bytes | None, list[tuple[tuple[tuple[str, bytes], ...], bytes | None]]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        grouped[r.key].append((r.headers, r.value))
+    return dict(grouped)
+
+
+def dead_letters_by_origin(records: list[Rec]) -> dict[tuple[str, str], list[Rec]]:
+    """Dead letters by the source partition and offset they stand for."""
+    grouped: dict[tuple[str, str], list[Rec]] = defaultdict(list)
+    for r in records:
+        grouped[(r.header("dlq-source-partition"), r.header("dlq-source-offset"))].append(r)
+    return dict(grouped)
+
+
+def _first_difference(calm: dict, chaos: dict) -> str:  # type: ignore[type-arg]
+    missing = sorted(set(calm) - set(chaos), key=repr)[:3]
+    extra = sorted(set(chaos) - set(calm), key=repr)[:3]
+    changed = sorted((k for k in set(calm) & set(chaos) if calm[k] != chaos[k]), key=repr)
+    detail = ""
+    if changed:
+        k = changed[0]
+        a, b = calm[k], chaos[k]
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        detail = f"; first changed {k!r} at #{at} of {len(a)} calm / {len(b)} chaos: " \
+                 f"calm {a[at] if at < len(a) else None!r:.300} chaos {b[at] if at < len(b) else None!r:.300}"
+    return f"{len(missing)}+ missing {missing}, {len(extra)}+ extra {extra}, {len(changed)} changed{detail}"
+
+
+class Chaos:
+    """Workers of one group killed, started, stopped at seeded moments; at most `most` run at once."""
+
+    def __init__(self, make: Callable[[str], WorkerProcess], rng: random.Random, most: int = 3) -> None:
+        self._make = make
+        self._rng = rng
+        self._most = most
+        self.workers: list[WorkerProcess] = []
+        self.actions: Counter[str] = Counter()
+
+    def live(self) -> list[WorkerProcess]:
+        return [w for w in self.workers if w.alive]
+
+    def start(self) -> None:
+        self.workers.append(self._make(f"chaos{len(self.workers)}").start())
+        self.actions["start"] += 1
+
+    def step(self) -> None:
+        live = self.live()
+        roll = self._rng.random()
+        if not live or (roll < 0.25 and len(live) < self._most):
+            self.start()
+        elif roll < 0.75:
+            self._rng.choice(live).kill()
+            self.actions["kill -9"] += 1
+            if len(live) == 1 or self._rng.random() < 0.6:
+                self.start()
+        else:
+            if len(live) > 1:
+                assert self._rng.choice(live).stop() == 0, "a graceful leave must exit 0"
+                self.actions["leave"] += 1
+            else:
+                self.start()
+
+
+def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, topic_factory, tmp_path: Path) -> None:
+    trouble = adversarial_source(SEED)
+    assert trouble.late_starts and trouble.mis_keyed and trouble.gaps and trouble.poison, trouble
+    source = topic_factory("source", partitions=3)
+    calm = Sink(topic_factory("calm-out", partitions=3), topic_factory("calm-dlq", partitions=2), f"calm-{source}")
+    chaotic = Sink(topic_factory("chaos-out", partitions=3), topic_factory("chaos-dlq", partitions=2),
+                   f"chaos-{source}")
+
+    def worker(sink: Sink, name: str) -> WorkerProcess:
+        return WorkerProcess(tmp_path, name, kafka_bootstrap, source, sink.output, sink.dlq, sink.group,
+                             *LIMITS, *FAST_GROUP)
+
+    rng = random.Random(SEED)
+    chaos = Chaos(lambda name: worker(chaotic, name), rng)
+    calm_worker = worker(calm, "calm").start()
+
+    async def scenario() -> None:
+        chaos.start()
+        feeder = asyncio.create_task(produce(kafka_bootstrap, source, trouble.records, pace_s=0.004))
+        while not feeder.done():
+            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            chaos.step()
+        await feeder
+        if not chaos.live():
+            chaos.start()
+        await asyncio.gather(
+            wait_caught_up(kafka_bootstrap, chaotic.group, source, timeout_s=180),
+            wait_caught_up(kafka_bootstrap, calm.group, source, timeout_s=180),
+        )
+
+    try:
+        asyncio.run(scenario())
+        for w in [calm_worker, *chaos.live()]:
+            assert w.stop() == 0, w.log()[-3000:]
+        assert chaos.actions["kill -9"] >= 4, chaos.actions
+        topics = asyncio.run(_read_all(kafka_bootstrap, calm, chaotic))
+    except AssertionError:
+        for w in [calm_worker, *chaos.workers]:
+            print(f"---- {w.log_path.name}\n{w.log()[-2500:]}")
+        raise
+    finally:
+        for w in [calm_worker, *chaos.workers]:
+            if w.alive:
+                w.kill()
+    calm_out, chaos_out, calm_dlq, chaos_dlq = topics
+    assert calm_out, "the calm worker published nothing"
+    a, b = outputs_by_key(calm_out), outputs_by_key(chaos_out)
+    assert a == b, f"output topics differ ({chaos.actions}): {_first_difference(a, b)}"
+    c, d = dead_letters_by_origin(calm_dlq), dead_letters_by_origin(chaos_dlq)
+    assert all(len(v) == 1 for v in c.values()), "the calm worker dead-lettered a record twice"
+    reasons_c = {k: [(r.key, r.value, r.headers) for r in v] for k, v in c.items()}
+    reasons_d = {k: [(r.key, r.value, r.headers) for r in v] for k, v in d.items()}
+    assert reasons_c == reasons_d, \
+        f"dead-letter topics differ ({chaos.actions}): {_first_difference(reasons_c, reasons_d)}"
+    seen = Counter(r.header("dlq-reason") for r in calm_dlq)
+    assert {"duplicate", "gap", "mis-keyed", "decode-error", "open-stream-cap"} <= set(seen), seen
+
+
+async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec]]:
+    calm_out, chaos_out, calm_dlq, chaos_dlq = await asyncio.gather(
+        read_topic(bootstrap, calm.output), read_topic(bootstrap, chaos.output),
+        read_topic(bootstrap, calm.dlq), read_topic(bootstrap, chaos.dlq),
+    )
+    return calm_out, chaos_out, calm_dlq, chaos_dlq
