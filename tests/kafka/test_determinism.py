@@ -49,14 +49,22 @@ class Sink:
     group: str
 
 
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        await consumer._client.force_metadata_update()
+        parts = consumer.partitions_for_topic(topic)
+    assert parts, f"topic {topic} has no partitions"
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
 async def read_topic(bootstrap: str, topic: str) -> list[Rec]:
     """Every committed record of `topic`, read to the end offsets taken at start (no writer may be running)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(await consumer.partitions_for_topic(topic) or ())]
-        assert tps, f"topic {topic} has no partitions"
+        tps = await _partitions(consumer, topic)
         consumer.assign(tps)
         end = await consumer.end_offsets(tps)
         todo = {tp for tp in tps if end[tp] > 0}
@@ -81,7 +89,7 @@ async def wait_caught_up(bootstrap: str, group: str, source: str, timeout_s: flo
     await admin.start()
     await consumer.start()
     try:
-        tps = [TopicPartition(source, p) for p in sorted(await consumer.partitions_for_topic(source) or ())]
+        tps = await _partitions(consumer, source)
         end = await consumer.end_offsets(tps)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -155,8 +163,9 @@ class Chaos:
             if len(live) == 1 or self._rng.random() < 0.6:
                 self.start()
         else:
-            if len(live) > 1:
-                assert self._rng.choice(live).stop() == 0, "a graceful leave must exit 0"
+            settled = [w for w in live if w.log_records()]  # its signal handlers are in place
+            if len(live) > 1 and settled:
+                assert self._rng.choice(settled).stop() == 0, "a graceful leave must exit 0"
                 self.actions["leave"] += 1
             else:
                 self.start()
