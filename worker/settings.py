@@ -80,6 +80,29 @@ class Settings(BaseSettings):
     closed_stream_memory: int = Field(
         10_000, ge=0, description="Ended streams remembered per partition, to recognise late duplicates."
     )
+    changelog: bool = Field(
+        True, description=(
+            "Checkpoint each partition's state to a compacted changelog topic in its transactions, so a rebuild "
+            "restores it and replays only the records since; off, a rebuild replays from the oldest open run."
+        ),
+    )
+    changelog_topic: str = Field(
+        "", description=(
+            "The changelog topic, co-partitioned with the source and compacted; created when missing. Empty: "
+            "`<group id>.changelog`."
+        ),
+    )
+    changelog_replication_factor: int = Field(
+        0, ge=0, le=32, description=(
+            "Replication factor the worker creates the changelog topic with; 0: the source topic's."
+        ),
+    )
+    checkpoint_interval_ms: int = Field(
+        1_000, ge=0, le=3_600_000, description=(
+            "A partition's changed state goes to the changelog at most this often, in the transaction that "
+            "commits its offset, and always on revocation and shutdown; 0: in every transaction."
+        ),
+    )
     rebuild_lookback_ms: int = Field(
         24 * 3_600_000, ge=0, description=(
             "How far back from the current time a rebuild replays when the committed offset carries no "
@@ -141,12 +164,22 @@ class Settings(BaseSettings):
             raise ValueError(f"must be written module:attribute (e.g. my_hooks.redact:processor), got {value!r}")
         return value
 
+    @property
+    def changelog_topic_name(self) -> str:
+        """The changelog topic: `changelog_topic`, or `<group id>.changelog` when that is empty."""
+        return self.changelog_topic or f"{self.group_id}.changelog"
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if len({self.source_topic, self.output_topic, self.dlq_topic}) != 3:
             raise ConfigError(
                 "source_topic, output_topic and dlq_topic must differ: "
                 f"{self.source_topic!r}, {self.output_topic!r}, {self.dlq_topic!r}"
+            )
+        if self.changelog and self.changelog_topic_name in {self.source_topic, self.output_topic, self.dlq_topic}:
+            raise ConfigError(
+                f"changelog_topic {self.changelog_topic_name!r} must differ from the source, output and dead-letter "
+                "topics"
             )
         if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
             raise ConfigError(f"security_protocol={self.security_protocol} needs sasl_mechanism")

@@ -207,6 +207,7 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, t
             assert w.stop() == 0, w.log()[-3000:]
         assert chaos.actions["kill -9"] >= 4, chaos.actions
         topics = asyncio.run(_read_all(kafka_bootstrap, calm, chaotic))
+        said = [str(r.get("msg", "")) for w in chaos.workers for r in w.log_records()]
     except AssertionError:
         for w in [calm_worker, *chaos.workers]:
             print(f"---- {w.log_path.name}\n{w.log()[-2500:]}")
@@ -227,6 +228,7 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, t
         f"dead-letter topics differ ({chaos.actions}): {_first_difference(reasons_c, reasons_d)}"
     seen = Counter(r.header("dlq-reason") for r in calm_dlq)
     assert {"duplicate", "gap", "mis-keyed", "decode-error", "open-stream-cap"} <= set(seen), seen
+    assert any(m.startswith("partition rebuilt: restored") for m in said), "no rebuild restored a checkpoint"
 
 
 async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec]]:

@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.stream import decode_replay_metadata
 
-__all__ = ["ReplayWindow", "plan_replay", "read_committed"]
+__all__ = ["ReplayWindow", "plan_replay", "read_committed", "tail_window"]
 
 _log = logging.getLogger(__name__)
 
@@ -25,7 +25,9 @@ class ReplayWindow:
     tp: TopicPartition
     start: int
     committed: int
-    source: str  # "metadata", "lookback", "none" (no commit yet) or "clamped" (history lost to retention)
+    # "metadata", "lookback", "none" (no commit yet), "changelog" (the tail after a checkpoint) or "clamped"
+    # (history lost to retention)
+    source: str
     lost_history: bool
 
     @property
@@ -84,3 +86,15 @@ async def plan_replay(
             )
         windows[tp] = ReplayWindow(tp, max(r, low), max(c, low), "clamped" if lost else source, lost)
     return windows
+
+
+def tail_window(window: ReplayWindow, checkpoint: int, log_start: dict[TopicPartition, int]) -> ReplayWindow:
+    """The replay after a changelog checkpoint at `checkpoint` (at most `window.committed`): `[K, C)`, clamped to
+    the log start when retention deleted part of it."""
+    low = log_start[window.tp]
+    lost = checkpoint < low
+    if lost:
+        _log.warning("changelog checkpoint below log start: history since it lost to retention",
+                     extra={"topic": window.tp.topic, "partition": window.tp.partition, "offset": checkpoint,
+                            "log_start": low})
+    return ReplayWindow(window.tp, max(checkpoint, low), window.committed, "clamped" if lost else "changelog", lost)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -48,6 +49,7 @@ class PartitionRun:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fault: BaseException | None = None
     throttled: bool = False  # fetching paused because `backlog` passed its bound
+    checkpointed_at: float = 0.0  # time.monotonic() of the last changelog checkpoint (or of going live)
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +73,7 @@ class PartitionRun:
         self.inbox_records = 0
         self.commit_task = None
         self.fault = None
+        self.checkpointed_at = time.monotonic()
         self.phase = Phase.LIVE
 
     def offer(self, recs: list[Any]) -> None:

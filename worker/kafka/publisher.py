@@ -235,30 +235,56 @@ class Publisher:
                 await asyncio.shield(task)
 
     async def commit_now(self, p: PartitionRun) -> bool:
-        """Settle any in-flight commit, then commit what is open; used on revoke, halt and shutdown."""
+        """Settle any in-flight commit, then commit what is open with the partition's state checkpointed; used on
+        revoke, halt and shutdown."""
         await self._settle(p)
-        return p.phase is Phase.LIVE and await self._commit(p)
+        return p.phase is Phase.LIVE and await self._commit(p, final=True)
 
-    async def _commit(self, p: PartitionRun) -> bool:
+    def _checkpoint_due(self, p: PartitionRun, offset: int, final: bool) -> bool:
+        """Whether this commit writes the state to the changelog: when it changed since the last checkpoint and the
+        interval passed, or the changelog does not hold it, or the partition stops being live here."""
+        if not self._s.changelog or p.state.checkpointed == offset:
+            return False
+        interval = self._s.checkpoint_interval_ms / 1000
+        return final or p.state.checkpointed < 0 or time.monotonic() - p.checkpointed_at >= interval
+
+    async def _commit(self, p: PartitionRun, *, final: bool = False) -> bool:
         """Commit the open checkpoint of a live partition; a failure aborts and rebuilds or drops it.
 
         Outcomes consumed since the commit was started are sent into this transaction first: the offset it
-        commits is `next_offset`, so every record below it must have its output inside.
+        commits is `next_offset`, so every record below it must have its output inside. A final commit opens a
+        transaction for the changelog alone when the state moved past its last checkpoint.
         """
+        ckpt = p.checkpoint
+        try:
+            if final and ckpt is not None and not ckpt.is_open and self._checkpoint_due(p, p.next_offset, final):
+                await ckpt.begin()
+        except Exception as exc:
+            self._on_failure(p, exc)
+            return False
         if p.pending and not await self._flush(p):
             return False
-        ckpt = p.checkpoint
         if ckpt is None or not ckpt.is_open:
             return True
         # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset, metadata = _position(p)
+        changes = p.state.checkpoint(offset) if self._checkpoint_due(p, offset, final) else None
         started = ckpt.begun_at
         try:
+            if changes is not None:
+                changelog, partition = self._s.changelog_topic_name, p.tp.partition
+                for key, value in changes:
+                    if not ckpt.append(changelog, key, value, [], partition):
+                        await ckpt.send(changelog, key, value, [], partition)
             stamps = await ckpt.commit(offset, metadata)
         except Exception as exc:
             self._on_failure(p, exc)
             return False
         p.committed = offset
+        if changes is not None:
+            p.checkpointed_at = time.monotonic()
+            self._metrics.checkpoints_total.labels(*p.label).inc()
+            self._metrics.changelog_records_total.labels(*p.label).inc(len(changes))
         self._metrics.transactions_total.labels("committed").inc()
         self._metrics.transaction_duration_seconds.observe(time.monotonic() - started)
         now_ms = time.time() * 1000

@@ -3,8 +3,9 @@
 1. Start the partition's transactional producer. InitProducerId fences any earlier owner and settles its open
    transaction, so the committed offset read next is final. (The supervisor has confirmed ownership first.)
 2. Read the committed offset C and the replay start R from the group.
-3. The state at C: the parked state when the partition stayed with this member and C did not move; otherwise a
-   fresh state replayed over `[R, C)` (a changelog restore to K, then a replay of `[K, C)`, belongs here).
+3. The state at C: the parked state when the partition stayed with this member and C did not move; otherwise
+   the changelog partition's checkpoint at K restored and `[K, C)` replayed; without a usable checkpoint, a
+   fresh state replayed over `[R, C)`, after which the next checkpoint rewrites the changelog.
 
 A producer or consumer this partition no longer needs is closed in the background (`close_later`), so a broker
 that does not answer never holds the partition's task, let alone another partition's.
@@ -22,6 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from worker.errors import CheckpointError
 from worker.kafka._aiokafka import force_close, member_id
 from worker.kafka._clients import (
     MAX_BATCH_BYTES,
@@ -29,18 +31,19 @@ from worker.kafka._clients import (
     make_transactional_producer,
     transactional_id,
 )
+from worker.kafka.changelog import read_changelog
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
-from worker.kafka.offsets import plan_replay, read_committed
+from worker.kafka.offsets import ReplayWindow, plan_replay, read_committed, tail_window
 from worker.kafka.ownership import Ownership, confirm_owner
 from worker.kafka.partition import PartitionRun
-from worker.kafka.publisher import Publisher
+from worker.kafka.publisher import Publisher, log_fields
 from worker.kafka.rebuild import replay_into
 from worker.kafka.routing import KeyRouter
-from worker.kafka.supervisor import Progress, Rebuilt
+from worker.kafka.supervisor import Progress, Rebuilt, Restored
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState, ReplayPool
+from worker.stream import PartitionState, ReplayPool, read_checkpoint_header
 
 __all__ = ["KafkaRebuilder"]
 
@@ -115,30 +118,68 @@ class KafkaRebuilder:
         self, tp: TopicPartition, where: str, producer: AIOKafkaProducer, committed: dict[TopicPartition, Any],
         progress: Progress,
     ) -> Rebuilt:  # fmt: skip
-        """A fresh state replayed over `[R, C)`, publishing nothing; the replay stops when its position stops."""
+        """The state at C: the changelog's checkpoint at K restored and `[K, C)` replayed, or, without a usable
+        checkpoint, a fresh state replayed over `[R, C)`; both publish nothing and stop when the position does."""
         replay = make_replay_consumer(self._s)
+        ctp = TopicPartition(self._s.changelog_topic_name, tp.partition) if self._s.changelog else None
         try:
             await bounded(replay.start(), self._d.call_s, "replay-start", where)
-            # Assigned (and paused), the topic joins the client's metadata now: the offset look-ups of the plan
-            # find their leaders at once instead of failing, refreshing and retrying after the 100 ms back-off.
-            replay.assign([tp])
-            replay.pause(tp)
+            # Assigned (and paused), the topics join the client's metadata now: the offset look-ups find their
+            # leaders at once instead of failing, refreshing and retrying after the 100 ms back-off.
+            replay.assign([tp] if ctp is None else [tp, ctp])
+            replay.pause(*replay.assignment())
             windows = await bounded(plan_replay(replay, committed, [tp], self._s.rebuild_lookback_ms),
                                     self._d.call_s, "replay-plan", where)
-            state = self._state_factory(tp)
-            if self._pool is not None:
+            window = windows[tp]
+            restored: Restored | None = None
+            values: dict[bytes, bytes] = {}
+            if ctp is not None:
+                values = await read_changelog(replay, ctp, tp)
+                restored = self._restore(tp, values, window)
+            state = restored.state if restored is not None else self._state_factory(tp)
+            if restored is not None:
+                window = tail_window(window, restored.offset, await replay.beginning_offsets([tp]))
+            elif self._pool is not None:
                 await self._pool.start()  # helpers still starting: the wait counts in the rebuild, not the replay
             started = time.monotonic()
             # The helper pool serves one rebuild at a time; a rebuild that finds it busy replays in-process (the
-            # same result: the pool's merge stands in for exactly that replay or is not used).
-            counts = await replay_into(replay, windows, {tp: state}, progress=progress, pool=self._pool,
+            # same result: the pool's merge stands in for exactly that replay or is not used). A changelog's tail
+            # is short: always in-process.
+            counts = await replay_into(replay, {tp: window}, {tp: state}, progress=progress,
+                                       pool=self._pool if restored is None else None,
                                        on_fallback=lambda _: self._metrics.replay_fallbacks_total.inc())
             replay_s = time.monotonic() - started
         finally:
             self._background(replay.stop())
-        window = windows[tp]
+        if ctp is not None and restored is None:
+            state.adopt_changelog_keys(values)  # the next checkpoint rewrites the changelog to this state
         return Rebuilt(producer, state, window.committed, kept=False, window=window, replayed=counts[tp],
-                       replay_s=replay_s)
+                       replay_s=replay_s, restored=restored)
+
+    def _restore(self, tp: TopicPartition, values: dict[bytes, bytes], window: ReplayWindow) -> Restored | None:
+        """The checkpoint of changelog `values` restored, or None (logged and counted) when it cannot serve:
+        there is none, it is unreadable, or it lies beyond C (the group's offsets were reset below it).
+        CheckpointVersionError, a format this release cannot read, is raised: guessing could publish wrongly."""
+        fresh = self._state_factory(tp)
+        reason = ""
+        try:
+            header = read_checkpoint_header(values, tp.topic, tp.partition)
+            if header is None:
+                reason = "none"
+            elif header.offset > window.committed:
+                reason = "ahead"
+                _log.warning("changelog checkpoint at offset %d lies beyond the committed offset %d (the group's "
+                             "offsets were reset): discarded, the partition is rebuilt by replay", header.offset,
+                             window.committed, extra=log_fields(tp))
+            else:
+                state, offset = PartitionState.restore(tp.topic, tp.partition, values, **fresh.options,
+                                                       core=fresh.core)
+                return Restored(state, offset, len(values))
+        except CheckpointError as exc:
+            reason = "unreadable"
+            _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=log_fields(tp))
+        self._metrics.changelog_fallbacks_total.labels(reason).inc()
+        return None
 
     def close_later(self, producer: AIOKafkaProducer) -> None:
         """Close a producer in the background: a broker that does not answer delays nobody."""

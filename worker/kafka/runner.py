@@ -146,6 +146,8 @@ class KafkaRunner:
             inspector = TopicInspector(self._admin, self._s)
             await inspector.check_broker()
             limits = await inspector.limits()
+            if self._s.changelog:
+                await inspector.changelog()
             await self._consumer.start()
         except BaseException:
             with contextlib.suppress(Exception):

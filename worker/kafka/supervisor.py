@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from worker.errors import DeadlineError
+from worker.errors import CheckpointVersionError, DeadlineError
 from worker.kafka._aiokafka import observe_producer
 from worker.kafka.deadlines import Deadlines, backoff_s
 from worker.kafka.diagnosis import Diagnosis, Fault, Names, diagnose, settle
@@ -33,12 +33,21 @@ from worker.ops.health import PartitionState as Readiness
 from worker.settings import Settings
 from worker.stream import PartitionState
 
-__all__ = ["Fetcher", "Member", "PartitionSupervisor", "Rebuilder", "Rebuilt"]
+__all__ = ["Fetcher", "Member", "PartitionSupervisor", "Rebuilder", "Rebuilt", "Restored"]
 
 _log = logging.getLogger(__name__)
 _OWNER_POLL_FIRST_S = 0.25
 
 Progress = Callable[[TopicPartition, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A state restored from the changelog's checkpoint at source offset `offset`, read from `records` keys."""
+
+    state: PartitionState
+    offset: int
+    records: int
 
 
 @dataclass(slots=True)
@@ -53,6 +62,7 @@ class Rebuilt:
     replayed: int = 0
     replay_s: float = 0.0
     rebuild_s: float = 0.0
+    restored: Restored | None = None  # the checkpoint the replay started from, if the changelog had a usable one
 
 
 class Rebuilder(Protocol):
@@ -192,6 +202,11 @@ class PartitionSupervisor:
                 if ownership is not Ownership.OWNER:
                     await self._until_owner(ownership)
                 rebuilt = await rebuilder.rebuild(self.tp, self._kept, self._progress)
+            except CheckpointVersionError as exc:  # guessing could publish wrongly: held until the group moves it
+                self._hold("failed")
+                self._m.metrics.partition_failures_total.labels(*self.run.label).inc()
+                _log.error("partition held: %s", exc, extra=self._fields())
+                await asyncio.Event().wait()
             except Exception as exc:
                 failures += 1
                 delay = backoff_s(failures, self._m.deadlines.backoff_max_s)
@@ -249,10 +264,16 @@ class PartitionSupervisor:
         m.rebuild_duration_seconds.observe(rebuilt.rebuild_s)
         if w.lost_history:
             m.retention_gaps_total.labels(*p.label).inc()
+        timing = self._fields(replay_seconds=round(rebuilt.replay_s, 4), rebuild_seconds=round(rebuilt.rebuild_s, 4))
+        restored = rebuilt.restored
+        if restored is not None:
+            _log.info("partition rebuilt: restored %d open and %d ended streams from the changelog at offset %d, "
+                      "replayed %d records of [%d, %d) (%s), live from %d", p.state.open_streams,
+                      p.state.remembered_streams, restored.offset, rebuilt.replayed, w.start, w.committed, w.source,
+                      w.committed, extra=timing)
+            return
         _log.info("partition rebuilt: replayed %d records of [%d, %d) (%s), live from %d",
-                  rebuilt.replayed, w.start, w.committed, w.source, w.committed,
-                  extra=self._fields(replay_seconds=round(rebuilt.replay_s, 4),
-                                     rebuild_seconds=round(rebuilt.rebuild_s, 4)))
+                  rebuilt.replayed, w.start, w.committed, w.source, w.committed, extra=timing)
 
     async def _live(self) -> _End:
         """Process fetched records and commit on time until the partition fails, halts or is stopped."""

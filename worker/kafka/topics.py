@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
@@ -31,8 +31,9 @@ _log = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`, assumed when a topic's is unreadable
 SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
 MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
-_UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
+_UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
+_CLEANUP = "cleanup.policy"
 
 
 def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
@@ -100,6 +101,68 @@ class TopicInspector:
                     f"needs at least {MIN_TOPIC_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
                 )
         return limits
+
+    async def changelog(self) -> int:
+        """Create the changelog topic when missing (compacted, with the source's partition count and, unless set,
+        its replication); returns the largest changelog record it takes. ConfigError when an existing one is not
+        co-partitioned with the source or not compacted, or when the worker may not create it."""
+        s = self._s
+        topic, source = s.changelog_topic_name, s.source_topic
+        (described,) = await self._admin.describe_topics([source])
+        partitions = len(described["partitions"])
+        if topic not in set(await self._admin.list_topics()):
+            await self._create_changelog(topic, partitions, s.changelog_replication_factor
+                                         or len(described["partitions"][0]["replicas"]))  # fmt: skip
+        (found,) = await self._admin.describe_topics([topic])
+        if found["error_code"] == _TOPIC_DENIED:
+            raise ConfigError(f"changelog_topic {topic!r} cannot be described: grant this client Describe on it")
+        if found["error_code"]:
+            raise for_code(found["error_code"])(f"describing topic {topic!r}")
+        if len(found["partitions"]) != partitions:
+            raise ConfigError(
+                f"changelog_topic {topic!r} has {len(found['partitions'])} partitions and source_topic {source!r} "
+                f"{partitions}: the state of source partition p lives in changelog partition p. Delete the changelog "
+                "topic (the next rebuilds replay the source instead) or name a new one with --changelog-topic"
+            )
+        configs = await self._configs(topic, (_CLEANUP, _MAX_MESSAGE))
+        policy = configs.get(_CLEANUP)
+        if policy is not None and policy.replace(" ", "") != "compact":
+            raise ConfigError(
+                f"changelog_topic {topic!r} has {_CLEANUP}={policy}; it must be exactly 'compact' (with 'delete', "
+                "retention would drop the state of runs that stay open longer): set it with kafka-configs.sh "
+                f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
+            )
+        size = configs.get(_MAX_MESSAGE)
+        return record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
+
+    async def _create_changelog(self, topic: str, partitions: int, replication: int) -> None:
+        response = await self._admin.create_topics([NewTopic(topic, partitions, replication,
+                                                              topic_configs={_CLEANUP: "compact"})])
+        for name, code, *_ in response.topic_errors:
+            if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
+                raise ConfigError(
+                    f"changelog_topic {name!r} does not exist and this client may not create it: create it "
+                    f"(compacted, {partitions} partitions like the source) or grant Create on it"
+                )
+            if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
+                raise for_code(code)(f"creating changelog topic {name!r}")
+        _log.info("changelog topic created: %s, %d partitions, replication %d, compacted", topic, partitions,
+                  replication)
+
+    async def _configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str]:
+        """The named configs of `topic` that could be read (a config this client may not read is warned about)."""
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(names))
+        found: dict[str, str] = {}
+        for response in await self._admin.describe_configs([resource]):
+            for entry in response.to_object()["resources"]:
+                for name in names:
+                    value = _config(entry, name)
+                    if value is not None:
+                        found[name] = value
+                    else:
+                        self._warn_once(f"topic:{topic}:{name}", "%s of topic %r is unreadable (error code %d): "
+                                        "not checked", name, topic, entry["error_code"])
+        return found
 
     async def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t, {_MAX_MESSAGE: None}) for t in topics]

@@ -135,6 +135,18 @@ class Metrics:
             "Rebuilds whose replay on helper processes could not be used and ran again in the worker process.",
             registry=r,
         )
+        self.changelog_fallbacks_total = Counter(
+            f"{p}changelog_fallbacks_total",
+            "Rebuilds that found no usable changelog checkpoint and replayed from the oldest open run, by reason "
+            "(none, ahead: the offsets were reset below it, unreadable).",
+            ["reason"], registry=r,
+        )
+        self.checkpoints_total = Counter(
+            f"{p}checkpoints_total", "Partition state checkpoints written to the changelog topic.", _TP, registry=r
+        )
+        self.changelog_records_total = Counter(
+            f"{p}changelog_records_total", "Changelog records written (tombstones included).", _TP, registry=r
+        )
         self.retention_gaps_total = Counter(
             f"{p}retention_gaps_total", "Rebuilds whose history started below the log start offset.",
             _TP, registry=r,
@@ -219,6 +231,8 @@ class Metrics:
                 self.rebuild_retries_total,
                 self.pending_records,
                 self.backpressure_pauses_total,
+                self.checkpoints_total,
+                self.changelog_records_total,
             )),
         )
 

@@ -147,6 +147,17 @@ class PartitionState:
         )  # fmt: skip
 
     @property
+    def core(self) -> StreamCore:
+        """The conversion core this state decodes, observes and encodes with."""
+        return self._core
+
+    @property
+    def checkpointed(self) -> int:
+        """The source offset of the last checkpoint taken or restored; -1 when the changelog is not known to hold
+        this state (none yet, or a state rebuilt without it)."""
+        return self._checkpointed
+
+    @property
     def open_streams(self) -> int:
         """Streams holding state, including those closed by a RUN_ERROR and still waiting for their terminal."""
         return len(self._streams)

@@ -1,0 +1,59 @@
+"""The changelog partition of one source partition, read to its end and folded into the latest value per key.
+
+Read with `read_committed`, so only the state of committed transactions counts, and read until the position
+reaches the last stable offset taken at the start (transaction markers occupy offsets: stopping at a record
+would wait forever for one that is a marker).
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from worker.errors import CheckpointError, RebuildError
+
+__all__ = ["read_changelog"]
+
+_FETCH = 10_000  # records per fetch
+
+
+async def read_changelog(
+    consumer: AIOKafkaConsumer, ctp: TopicPartition, source: TopicPartition, *, stall_timeout_s: float = 30.0
+) -> dict[bytes, bytes]:
+    """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed.
+
+    `consumer` must be a read_committed consumer assigned `ctp`. CheckpointError for a record without a key;
+    RebuildError when the position stops moving before the end.
+    """
+    start = (await consumer.beginning_offsets([ctp]))[ctp]
+    end = (await consumer.end_offsets([ctp]))[ctp]
+    values: dict[bytes, bytes] = {}
+    if end <= start:
+        return values
+    consumer.seek(ctp, start)
+    consumer.resume(ctp)
+    moved = time.monotonic()
+    position = start
+    try:
+        while position < end:
+            fetched = (await consumer.getmany(ctp, timeout_ms=200, max_records=_FETCH)).get(ctp, [])
+            for rec in fetched:
+                if rec.offset >= end:
+                    break
+                if rec.key is None:
+                    raise CheckpointError(f"the record at offset {rec.offset} of {ctp.topic}[{ctp.partition}] has no "
+                                          "key", topic=source.topic, partition=source.partition)
+                if rec.value is None:
+                    values.pop(rec.key, None)
+                else:
+                    values[rec.key] = rec.value
+            now = await consumer.position(ctp)
+            if now > position:
+                position, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall_timeout_s:
+                raise RebuildError(f"reading changelog {ctp.topic}[{ctp.partition}] made no progress for "
+                                   f"{stall_timeout_s:.0f}s at offset {position} of {end}")
+    finally:
+        consumer.pause(ctp)
+    return values
