@@ -66,6 +66,7 @@ def _container_broker() -> tuple[KafkaBroker, Callable[[], None]]:
         "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "3",
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+        "KAFKA_LOG_CLEANER_BACKOFF_MS": "500",
     }.items():
         container.with_env(key, value)
     container.start(timeout=180)

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
@@ -273,3 +274,90 @@ async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int:
         return -1 if entry is None else int(entry.offset)
     finally:
         await admin.close()
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One record as `read_topic` read it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+    def header(self, name: str) -> str:
+        return next((v.decode() for k, v in self.headers if k == name), "")
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        await consumer._client.force_metadata_update()
+        parts = consumer.partitions_for_topic(topic)
+    assert parts, f"topic {topic} has no partitions"
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+async def read_topic(bootstrap: str, topic: str) -> list[Rec]:
+    """Every committed record of `topic`, read to the end offsets taken at start (no writer may be running)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = await _partitions(consumer, topic)
+        consumer.assign(tps)
+        end = await consumer.end_offsets(tps)
+        todo = {tp for tp in tps if end[tp] > 0}
+        out: list[Rec] = []
+        deadline = time.monotonic() + 60
+        while todo:
+            assert time.monotonic() < deadline, f"reading {topic} stalled before {end}"
+            for recs in (await consumer.getmany(*todo, timeout_ms=500)).values():
+                out.extend(Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers)) for r in recs)
+            for tp in list(todo):
+                if await consumer.position(tp) >= end[tp]:
+                    todo.discard(tp)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def wait_caught_up(
+    bootstrap: str, group: str, source: str, timeout_s: float, partitions: set[int] | None = None
+) -> None:
+    """Until the group's committed offset of every source partition (of those in `partitions`) is its end offset."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        tps = [tp for tp in await _partitions(consumer, source) if partitions is None or tp.partition in partitions]
+        end = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+            except KafkaError:  # the group coordinator is still starting (a fresh broker)
+                committed = {}
+            behind = {tp.partition: (committed[tp].offset if tp in committed else -1, end[tp])
+                      for tp in tps if tp not in committed or committed[tp].offset < end[tp]}
+            if not behind:
+                return
+            assert time.monotonic() < deadline, f"group {group} not caught up: (committed, end) {behind}"
+            await asyncio.sleep(0.5)
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def reset_offsets(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """What `kafka-consumer-groups.sh --reset-offsets --to-offset` does for an empty group (no metadata)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = await _partitions(consumer, topic)
+        consumer.assign(tps)
+        await consumer.commit(dict.fromkeys(tps, offset))
+    finally:
+        await consumer.stop()

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.kafka.adversarial import adversarial_source
-from tests.kafka.support import WorkerProcess, produce
+from tests.kafka.support import Rec, WorkerProcess, produce, read_topic, wait_caught_up
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -31,78 +28,10 @@ FAST_GROUP = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000")
 
 
 @dataclass(frozen=True)
-class Rec:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-
-    def header(self, name: str) -> str:
-        return next((v.decode() for k, v in self.headers if k == name), "")
-
-
-@dataclass(frozen=True)
 class Sink:
     output: str
     dlq: str
     group: str
-
-
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        await consumer._client.force_metadata_update()
-        parts = consumer.partitions_for_topic(topic)
-    assert parts, f"topic {topic} has no partitions"
-    return [TopicPartition(topic, p) for p in sorted(parts)]
-
-
-async def read_topic(bootstrap: str, topic: str) -> list[Rec]:
-    """Every committed record of `topic`, read to the end offsets taken at start (no writer may be running)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        tps = await _partitions(consumer, topic)
-        consumer.assign(tps)
-        end = await consumer.end_offsets(tps)
-        todo = {tp for tp in tps if end[tp] > 0}
-        out: list[Rec] = []
-        deadline = time.monotonic() + 60
-        while todo:
-            assert time.monotonic() < deadline, f"reading {topic} stalled before {end}"
-            for recs in (await consumer.getmany(*todo, timeout_ms=500)).values():
-                out.extend(Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers)) for r in recs)
-            for tp in list(todo):
-                if await consumer.position(tp) >= end[tp]:
-                    todo.discard(tp)
-        return out
-    finally:
-        await consumer.stop()
-
-
-async def wait_caught_up(bootstrap: str, group: str, source: str, timeout_s: float) -> None:
-    """Until the group's committed offset of every source partition is the partition's end offset."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
-    try:
-        tps = await _partitions(consumer, source)
-        end = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-            behind = {tp.partition: (committed[tp].offset if tp in committed else -1, end[tp])
-                      for tp in tps if tp not in committed or committed[tp].offset < end[tp]}
-            if not behind:
-                return
-            assert time.monotonic() < deadline, f"group {group} not caught up: (committed, end) {behind}"
-            await asyncio.sleep(0.5)
-    finally:
-        await consumer.stop()
-        await admin.close()
 
 
 def outputs_by_key(records: list[Rec]) -> dict[bytes | None, list[tuple[tuple[tuple[str, bytes], ...], bytes | None]]]:
