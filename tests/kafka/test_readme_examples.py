@@ -17,6 +17,7 @@ import pytest
 from tests.kafka.conftest import KafkaBroker, TopicFactory, UniqueNames
 from tests.kafka.support import WorkerProcess
 from tests.test_readme import _section, python_blocks
+from worker.settings import Settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -39,12 +40,14 @@ def readme_topic_commands() -> dict[str, dict[str, str]]:
     return out
 
 
-def test_the_readme_creates_the_three_topics_replicated() -> None:
+def test_the_readme_creates_the_topics_replicated_and_the_changelog_co_partitioned() -> None:
     topics = readme_topic_commands()
-    assert set(topics) == {"harness.events", "agui.events", "harness.events.dlq"}
+    changelog = f"{Settings().group_id}.changelog"
+    assert set(topics) == {"harness.events", "agui.events", "harness.events.dlq", changelog}
     for name, options in topics.items():
         assert options["--replication-factor"] == "3" and options["min.insync.replicas"] == "2", name
-        assert options["cleanup.policy"] == "delete", name
+        assert options["cleanup.policy"] == ("compact" if name == changelog else "delete"), name
+    assert topics[changelog]["--partitions"] == topics["harness.events"]["--partitions"]
 
 
 async def _lines_until(proc: asyncio.subprocess.Process, done: str, within_s: float) -> list[str]:

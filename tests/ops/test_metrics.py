@@ -40,6 +40,9 @@ EXPECTED = {
     "deadline_expirations_total": ("counter", {"call"}),
     "pending_records": ("gauge", {"topic", "partition"}),
     "backpressure_pauses_total": ("counter", {"topic", "partition"}),
+    "changelog_fallbacks_total": ("counter", {"reason"}),
+    "checkpoints_total": ("counter", {"topic", "partition"}),
+    "changelog_records_total": ("counter", {"topic", "partition"}),
     "worker_info": ("gauge", {"version"}),
 }
 UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", "_ready", "_info")
@@ -74,6 +77,9 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.deadline_expirations_total.labels(call="commit").inc()
     m.pending_records.labels(**tp).set(7)
     m.backpressure_pauses_total.labels(**tp).inc()
+    m.changelog_fallbacks_total.labels(reason="ahead").inc()
+    m.checkpoints_total.labels(**tp).inc()
+    m.changelog_records_total.labels(**tp).inc(3)
 
 
 def test_every_contract_metric_is_exposed_with_its_type_and_labels() -> None:
