@@ -2,6 +2,7 @@
 aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
 
     .venv/bin/python -m bench.e2e [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
+        [--parts abcdefg] [--history 1000000] [--history-streams 10000]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
@@ -24,7 +25,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,6 +63,7 @@ class Worker:
     name: str
     commit_interval_ms: int = 100
     replay_processes: int = 0
+    extra: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -71,7 +73,7 @@ class Worker:
             "--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
             "--group-id", self.group, "--transactional-id-prefix", self.group,
             "--commit-interval-ms", str(self.commit_interval_ms), "--replay-processes", str(self.replay_processes),
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json",
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json", *self.extra,
         ]  # fmt: skip
         with (self.logdir / f"{self.name}.log").open("ab") as log:
             self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -411,6 +413,92 @@ async def rebuild(
     return results
 
 
+@dataclass(frozen=True)
+class HistoryRebuild:
+    """One partition of `streams` open streams with `history` records after the oldest one's start, rebuilt by a
+    restarted worker from its changelog and, again, without it (replay from the oldest open run)."""
+
+    history: int
+    streams: int
+    live_rate: float
+    changelog_s: float
+    changelog_records: int
+    fallback_s: float
+    fallback_records: int
+
+
+def _history_items(tag: str, streams: int, history: int) -> Iterator[tuple[bytes, bytes]]:
+    """`streams` runs opened (run_started, then a text part) and fed `history` text deltas round-robin; none ends."""
+    stamp = "2026-12-01T00:00:00Z"
+    keys = [f"run-h{tag}-{i:06d}" for i in range(streams)]
+
+    def item(i: int, seq: int, event: dict[str, Any]) -> tuple[bytes, bytes]:
+        body = {"thread_id": f"thread-h{tag}-{i}", "run_id": keys[i], "sequence": seq, "occurred_at": stamp,
+                "event": event}
+        return keys[i].encode(), json.dumps(body, separators=(",", ":")).encode()
+
+    for i in range(streams):
+        yield item(i, 0, {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}})
+    for i in range(streams):
+        yield item(i, 1, {"event_kind": "part_start", "index": 0, "previous_part_kind": None,
+                          "part": {"part_kind": "text", "content": "", "id": None, "provider_name": None,
+                                   "provider_details": None}})
+    for n in range(history):
+        i = n % streams
+        yield item(i, 2 + n // streams, {"event_kind": "part_delta", "index": 0, "delta": {
+            "part_delta_kind": "text", "content_delta": "word ", "provider_name": None, "provider_details": None}})
+
+
+async def _produce_fast(bootstrap: str, topic: str, items: Iterator[tuple[bytes, bytes]]) -> int:
+    """Send `items` to partition 0 of `topic` in full batches, acknowledged before it returns; how many."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+                                max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024)  # fmt: skip
+    await producer.start()
+    sent, pending = 0, []
+    try:
+        batch = producer.create_batch()
+        for key, value in items:
+            if batch.append(timestamp=None, key=key, value=value) is None:
+                pending.append(await producer.send_batch(batch, topic, partition=0))
+                batch = producer.create_batch()
+                batch.append(timestamp=None, key=key, value=value)
+                if len(pending) >= 64:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            sent += 1
+        pending.append(await producer.send_batch(batch, topic, partition=0))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
+    """Start `worker`, wait for its one rebuild; its duration and the records it replayed."""
+    worker.start()
+    try:
+        m = await worker.wait_ready(partitions=1, within_s=900)
+        while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
+            await asyncio.sleep(0.05)
+            m = await worker.metrics()
+    finally:
+        worker.stop()
+    return m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")), int(
+        m.get("harness_agui_rebuild_records_total", 0))
+
+
+async def history_rebuild(make: Callable[[str, tuple[str, ...]], Worker], streams: int, history: int) -> HistoryRebuild:
+    """Fill a partition, process it live (checkpoints at the default interval), stop; then time a restart's
+    rebuild with the changelog and one with `--no-changelog` (replay from the oldest open run)."""
+    live = make("f-live", ())
+    tag = secrets.token_hex(3)
+    total = await _produce_fast(live.bootstrap, live.source, _history_items(tag, streams, history))
+    live_rate, _ = await worker_throughput(live, total, partitions=1)
+    changelog_s, changelog_records = await _rebuild_seconds(make("f-restore", ()))
+    fallback_s, fallback_records = await _rebuild_seconds(make("f-fallback", ("--no-changelog",)))
+    return HistoryRebuild(history, streams, live_rate, changelog_s, changelog_records, fallback_s, fallback_records)
+
+
 def _replay_seconds(worker: Worker) -> float:
     """The replay phase of the rebuild (reading and re-running history), from the worker's log line."""
     path = worker.logdir / f"{worker.name}.log"
@@ -473,15 +561,56 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     # warms the broker's JIT, so each figure is the best of its rounds.
     eos_runs: list[Rate] = []
     plain_runs: list[Rate] = []
+    bare_runs: list[Rate] = []  # (g): the worker without the changelog
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
         plain_runs.append(await passthrough_throughput(bootstrap, src, topic("plain"), filled.items))
-        print(f"round {round_}: (a) worker, exactly-once {eos_runs[-1].items_per_s:,.0f} items/s; "
-              f"(b) plain passthrough {plain_runs[-1].items_per_s:,.0f} items/s", file=sys.stderr)
+        said = (f"round {round_}: (a) worker, exactly-once {eos_runs[-1].items_per_s:,.0f} items/s; "
+                f"(b) plain passthrough {plain_runs[-1].items_per_s:,.0f} items/s")
+        if "g" in args.parts:
+            worker_g = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-g{round_}", logdir, f"g{round_}",
+                              extra=("--no-changelog",))
+            bare_runs.append(await worker_throughput(worker_g, filled.items, 3))
+            said += f"; (g) without the changelog {bare_runs[-1].items_per_s:,.0f} items/s"
+        print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
     eos, plain = best_eos.items_per_s, best_plain.items_per_s
     core_us = await conversion_cost(bootstrap, src, filled.items)
+    rows = [
+        ("(a) worker exactly-once throughput", f"{eos:,.0f} items/s",
+         f"{filled.items} items, 3 partitions, best of {_rates([r.items_per_s for r in eos_runs])}"),
+        ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s",
+         f"no transactions, no conversion, best of {_rates([r.items_per_s for r in plain_runs])}"),
+        ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
+        (
+            "    ratio of each round",
+            " / ".join(f"{a.items_per_s / b.items_per_s:.2f}" for a, b in zip(eos_runs, plain_runs, strict=True)),
+            "(a) against the (b) that ran right after it",
+        ),
+        (
+            "    CPU per item",
+            f"{best_eos.cpu_us_per_item:.0f} / {best_plain.cpu_us_per_item:.0f} µs",
+            f"worker / passthrough process, best rounds; conversion alone (no Kafka, same records) {core_us:.0f} µs",
+        ),
+    ]
+    if bare_runs:
+        bare = max(bare_runs)
+        cost = 1 - eos / bare.items_per_s
+        rows += [
+            ("(g) worker without the changelog", f"{bare.items_per_s:,.0f} items/s",
+             f"--no-changelog, best of {_rates([r.items_per_s for r in bare_runs])}"),
+            ("    checkpoints' cost", f"{cost:.0%}", "(a), checkpoints every 1000 ms, against (g): goal <= 10% "
+             + ("OK" if cost <= 0.10 else "MISSED")),
+            ("    ratio of each round", " / ".join(f"{a.items_per_s / g.items_per_s:.2f}"
+                                                   for a, g in zip(eos_runs, bare_runs, strict=True)),
+             f"(a) against the (g) of its round; CPU per item {best_eos.cpu_us_per_item:.0f} against "
+             f"{bare.cpu_us_per_item:.0f} µs"),
+        ]
+    if "f" in args.parts:
+        rows += await _history_rows(bootstrap, args, logdir, tag, topic, dlq)
+    if not set(args.parts) & set("cde"):
+        return rows
 
     paced: list[tuple[float, list[tuple[float, float]], float, CpuUse]] = []
     for share in (2, 4):  # half the measured maximum (the goal), then a quarter for context
@@ -515,21 +644,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     steady_live = max(r.live_rate for r in steady_runs)
     goal_p99 = args.commit_interval_ms + 100
     return [
-        ("(a) worker exactly-once throughput", f"{eos:,.0f} items/s",
-         f"{filled.items} items, 3 partitions, best of {_rates([r.items_per_s for r in eos_runs])}"),
-        ("(b) plain aiokafka passthrough", f"{plain:,.0f} items/s",
-         f"no transactions, no conversion, best of {_rates([r.items_per_s for r in plain_runs])}"),
-        ("    ratio a/b", f"{eos / plain:.2f}", "goal >= 0.5 " + ("OK" if eos / plain >= 0.5 else "MISSED")),
-        (
-            "    ratio of each round",
-            " / ".join(f"{a.items_per_s / b.items_per_s:.2f}" for a, b in zip(eos_runs, plain_runs, strict=True)),
-            "(a) against the (b) that ran right after it",
-        ),
-        (
-            "    CPU per item",
-            f"{best_eos.cpu_us_per_item:.0f} / {best_plain.cpu_us_per_item:.0f} µs",
-            f"worker / passthrough process, best rounds; conversion alone (no Kafka, same records) {core_us:.0f} µs",
-        ),
+        *rows,
         *(row for rate, timeline, own, cpu in paced for row in _delay_rows(rate, timeline, own, cpu, goal_p99)),
         (
             "(d) rebuild of one partition",
@@ -574,6 +689,38 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     ]
 
 
+async def _history_rows(
+    bootstrap: str, args: argparse.Namespace, logdir: Path, tag: str, topic: Callable[[str, int], str], dlq: str
+) -> list[tuple[str, str, str]]:
+    """(f): the rebuild of a partition of many open runs after `--history` records and after twice as many."""
+    results = []
+    for history in (args.history, 2 * args.history):
+        src, out = topic("source-f", 1), topic("agui-f", 1)
+        group = f"bench-{tag}-f{history}"
+
+        def make(name: str, extra: tuple[str, ...], src: str = src, out: str = out, group: str = group,
+                 history: int = history) -> Worker:
+            return Worker(bootstrap, src, out, dlq, group, logdir, f"{name}-{history}",
+                          replay_processes=args.replay_processes, extra=extra)
+
+        results.append(await history_rebuild(make, args.history_streams, history))
+        r = results[-1]
+        print(f"(f) {r.history:,} records: live {r.live_rate:,.0f} items/s; rebuild from the changelog "
+              f"{r.changelog_s:.2f} s, by replay {r.fallback_s:.2f} s", file=sys.stderr)
+    one, two = results
+    rows = []
+    for r in results:
+        rows.append((f"(f) rebuild, {r.streams:,} open runs, {r.history:,} records", f"{r.changelog_s:.2f} s",
+                     f"from the changelog, {r.changelog_records:,} records replayed after the checkpoint; by replay "
+                     f"{r.fallback_s:.2f} s ({r.fallback_records:,} records, {args.replay_processes} helpers): "
+                     f"{r.fallback_s / r.changelog_s:.0f}x, goal >= 10x "
+                     + ("OK" if r.fallback_s >= 10 * r.changelog_s else "MISSED")))
+    growth = two.changelog_s / one.changelog_s - 1
+    rows.append(("    twice the history", f"{growth:+.0%}", "changelog rebuild, goal < 15% "
+                 + ("OK" if abs(growth) < 0.15 else "MISSED") + f"; by replay {two.fallback_s / one.fallback_s:.1f}x"))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=50000, help="source items for (a) and (b)")
@@ -585,6 +732,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
+    parser.add_argument("--parts", default="abcdefg",
+                        help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost")
+    parser.add_argument("--history", type=int, default=1_000_000,
+                        help="records after the oldest open run's start in (f); it runs this and twice this")
+    parser.add_argument("--history-streams", type=int, default=10_000, help="open runs of the partition in (f)")
     args = parser.parse_args(argv)
     logdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()

@@ -270,7 +270,10 @@ async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        entry = (await admin.list_consumer_group_offsets(group, partitions=[tp])).get(tp)
+        try:
+            entry = (await admin.list_consumer_group_offsets(group, partitions=[tp])).get(tp)
+        except KafkaError:  # the group coordinator is still starting (a fresh broker): nothing committed yet
+            return -1
         return -1 if entry is None else int(entry.offset)
     finally:
         await admin.close()

@@ -72,11 +72,13 @@ def test_many_interleaved_runs_through_one_worker(topics: Topics) -> None:
     assert w.stop() == 0, w.log()[-3000:]
 
 
-@pytest.mark.parametrize("helpers", [0, 2], ids=["replay-in-worker", "replay-in-2-helpers"])
-def test_kill_9_mid_stream_then_restart(topics: Topics, helpers: int) -> None:
+@pytest.mark.parametrize(("changelog", "helpers"), [(True, 0), (False, 0), (False, 2)],
+                         ids=["changelog", "replay-in-worker", "replay-in-2-helpers"])
+def test_kill_9_mid_stream_then_restart(topics: Topics, changelog: bool, helpers: int) -> None:
     runs = corpus(copies=2)
     records = interleave(runs)
-    w1 = topics.worker("w1").start()
+    mode = () if changelog else ("--no-changelog",)
+    w1 = topics.worker("w1", *mode).start()
 
     async def scenario() -> None:
         feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
@@ -85,10 +87,12 @@ def test_kill_9_mid_stream_then_restart(topics: Topics, helpers: int) -> None:
         await feeder
 
     asyncio.run(scenario())
-    w2 = topics.worker("w2", "--replay-processes", str(helpers)).start()
+    w2 = topics.worker("w2", *mode, "--replay-processes", str(helpers)).start()
     _finish(topics, runs, [w2])
     rebuilt = [m for m in _log_messages(w2) if m.startswith("partition rebuilt")]
     assert rebuilt, "the restarted worker never rebuilt its partitions"
+    restored = [m for m in rebuilt if m.startswith("partition rebuilt: restored")]
+    assert len(restored) == (len(rebuilt) if changelog else 0), rebuilt
     by_helpers = [m for m in _log_messages(w2) if m.startswith("replayed by helper processes")]
     assert bool(by_helpers) == bool(helpers), w2.log()[-3000:]
 
