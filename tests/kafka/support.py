@@ -364,3 +364,22 @@ async def reset_offsets(bootstrap: str, group: str, topic: str, offset: int) -> 
         await consumer.commit(dict.fromkeys(tps, offset))
     finally:
         await consumer.stop()
+
+
+class RecordBatch:
+    """A stand-in of the record batch a checkpoint fills (aiokafka's BatchBuilder surface), for stand-in producers:
+    `create_batch` returns one, `send_batch` reads its `records`."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None,
+               headers: list[tuple[str, bytes]]) -> object:
+        self.records.append((key, value, headers))
+        return object()
+
+    def record_count(self) -> int:
+        return len(self.records)
+
+    def close(self) -> None:
+        return None

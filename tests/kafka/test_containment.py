@@ -13,6 +13,7 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
+from tests.kafka.support import RecordBatch
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, golden_source, item
 from worker.kafka.partition import PartitionRun, Phase
@@ -41,6 +42,16 @@ class _Producer:
     async def send(self, topic: str, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes]],
                    partition: int | None = None) -> asyncio.Future[object]:
         self.sent.append((topic, key, value, dict(headers)))
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    def create_batch(self) -> RecordBatch:
+        return RecordBatch()
+
+    async def send_batch(self, batch: RecordBatch, topic: str, *, partition: int) -> asyncio.Future[object]:
+        for key, value, headers in batch.records:
+            await self.send(topic, value, key, headers, partition)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut

@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 
 import worker.kafka.checkpoint as checkpoint_module
 import worker.kafka.publisher as publisher_module
+from tests.kafka.support import RecordBatch
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
 from worker.kafka.partition import PartitionRun, Phase
@@ -22,14 +23,18 @@ from worker.kafka.publisher import Publisher
 from worker.kafka.source import to_source_record
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState, decode_replay_metadata
+from worker.stream import PartitionState, decode_replay_metadata, read_checkpoint_header
 
 TP = TopicPartition(TOPIC, 0)
+
+
+CHANGELOG = Settings().changelog_topic_name
 
 
 @dataclass
 class _Txn:
     sources: list[int] = field(default_factory=list)  # source offsets of the records sent in it
+    changelog: list[tuple[bytes, bytes | None]] = field(default_factory=list)  # changelog records sent in it
     offset: int | None = None
     metadata: str | None = None
 
@@ -50,7 +55,28 @@ class _RecordingProducer:
                    partition: int | None = None) -> asyncio.Future[object]:
         assert self._open is not None, "send outside a transaction"
         assert isinstance(headers, list), "aiokafka's record builder takes headers as a list only"
-        self._open.sources.append(int(dict(headers)["source-offset"]))
+        self._record(topic, key, value, headers)
+        return self._done()
+
+    def create_batch(self) -> RecordBatch:
+        return RecordBatch()
+
+    async def send_batch(self, batch: RecordBatch, topic: str, *, partition: int) -> asyncio.Future[object]:
+        assert self._open is not None, "send outside a transaction"
+        for key, value, headers in batch.records:
+            self._record(topic, key, value, headers)
+        return self._done()
+
+    def _record(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]) -> None:
+        assert self._open is not None
+        if topic == CHANGELOG:
+            assert key is not None and not headers
+            self._open.changelog.append((key, value))
+        else:
+            self._open.sources.append(int(dict(headers)["source-offset"]))
+
+    @staticmethod
+    def _done() -> asyncio.Future[object]:
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
@@ -86,8 +112,9 @@ def _source(streams: int, items: int) -> list[_Rec]:
 
 
 async def _publish(batches: list[list[_Rec]], *, max_records: int, interval_ms: int, commit_s: float,
-                   pause_s: float) -> tuple[PartitionRun, _RecordingProducer]:
-    settings = Settings(max_records_per_transaction=max_records, commit_interval_ms=interval_ms)
+                   pause_s: float, checkpoint_ms: int = 1000) -> tuple[PartitionRun, _RecordingProducer]:
+    settings = Settings(max_records_per_transaction=max_records, commit_interval_ms=interval_ms,
+                        checkpoint_interval_ms=checkpoint_ms)
     failures: list[BaseException] = []
 
     def on_failure(p: PartitionRun, exc: BaseException) -> None:
@@ -150,6 +177,36 @@ def test_replay_metadata_names_the_oldest_open_stream_at_the_committed_offset() 
             state.process(to_source_record(rec), publish=False)
         assert decode_replay_metadata(txn.metadata) == state.replay_from(txn.offset)
 
+
+
+@pytest.mark.parametrize("checkpoint_ms", [0, 5])
+def test_each_checkpoint_is_the_state_at_the_offset_its_transaction_commits(checkpoint_ms: int) -> None:
+    """The changelog records a transaction carries bring the changelog to the state at exactly the offset it
+    commits; folded over all committed transactions, the changelog equals the final state's image."""
+    source = _source(streams=4, items=6)
+    batches = [source[i:i + 3] for i in range(0, len(source), 3)]
+    _, producer = asyncio.run(_publish(batches, max_records=4, interval_ms=1, commit_s=0.003, pause_s=0.002,
+                                       checkpoint_ms=checkpoint_ms))
+    folded: dict[bytes, bytes] = {}
+    checkpoints = 0
+    for txn in producer.committed:
+        for key, value in txn.changelog:
+            if value is None:
+                folded.pop(key, None)
+            else:
+                folded[key] = value
+        if not txn.changelog:
+            continue
+        checkpoints += 1
+        assert txn.offset is not None
+        header = read_checkpoint_header(folded, TOPIC, 0)
+        assert header is not None and header.offset == txn.offset
+        state = PartitionState(TOPIC, 0, core=FAKE_CORE)
+        for rec in source[: txn.offset]:
+            state.process(to_source_record(rec), publish=False)
+        assert folded == state.image(txn.offset)
+    assert checkpoints >= (len(producer.committed) if checkpoint_ms == 0 else 2)
+    assert header.offset == len(source), "the final commit writes the last state"
 
 
 class _FrozenClock:

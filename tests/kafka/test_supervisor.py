@@ -18,6 +18,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalOperation, ProducerFenced, TransactionalIdAuthorizationFailed
 from aiokafka.producer.transaction_manager import TransactionManager
 
+from tests.kafka.support import RecordBatch
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
 from worker.kafka.deadlines import Deadlines
@@ -82,6 +83,12 @@ class _Producer:
         else:
             fut.set_result(None)
         return fut
+
+    def create_batch(self) -> RecordBatch:
+        return RecordBatch()
+
+    async def send_batch(self, batch: RecordBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        return await self.send(topic, None, None, [], partition)
 
     async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, Any], group_id: str) -> None:
         if not self._txn_manager.is_in_transaction():
