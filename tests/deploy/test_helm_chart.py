@@ -397,7 +397,7 @@ def test_prometheus_rule_carries_the_alerts_the_readme_recommends(render: Render
     [group] = rule["spec"]["groups"]
     exprs = [r["expr"] for r in group["rules"]]
     recommended = _readme_alert_metrics()
-    assert len(recommended) == len(exprs) == 6
+    assert len(recommended) == len(exprs) == 7
     for metric, expr in zip(recommended, exprs, strict=True):
         assert metric in expr
         assert 'namespace="streams"' in expr and 'pod=~"rel-harness-agui-worker-.*"' in expr
