@@ -11,7 +11,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from worker.errors import CheckpointError, RebuildError
+from worker.errors import RebuildError
 
 __all__ = ["read_changelog"]
 
@@ -19,12 +19,12 @@ _FETCH = 10_000  # records per fetch
 
 
 async def read_changelog(
-    consumer: AIOKafkaConsumer, ctp: TopicPartition, source: TopicPartition, *, stall_timeout_s: float = 30.0
+    consumer: AIOKafkaConsumer, ctp: TopicPartition, *, stall_timeout_s: float = 30.0
 ) -> dict[bytes, bytes]:
     """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed.
 
-    `consumer` must be a read_committed consumer assigned `ctp`. CheckpointError for a record without a key;
-    RebuildError when the position stops moving before the end.
+    `consumer` must be a read_committed consumer assigned `ctp`. RebuildError when the position stops moving
+    before the end.
     """
     start = (await consumer.beginning_offsets([ctp]))[ctp]
     end = (await consumer.end_offsets([ctp]))[ctp]
@@ -42,8 +42,7 @@ async def read_changelog(
                 if rec.offset >= end:
                     break
                 if rec.key is None:
-                    raise CheckpointError(f"the record at offset {rec.offset} of {ctp.topic}[{ctp.partition}] has no "
-                                          "key", topic=source.topic, partition=source.partition)
+                    continue  # not the worker's (a compacted topic refuses keyless records anyway)
                 if rec.value is None:
                     values.pop(rec.key, None)
                 else:

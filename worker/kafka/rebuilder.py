@@ -134,7 +134,7 @@ class KafkaRebuilder:
             restored: Restored | None = None
             values: dict[bytes, bytes] = {}
             if ctp is not None:
-                values = await read_changelog(replay, ctp, tp)
+                values = await read_changelog(replay, ctp)
                 restored = self._restore(tp, values, window)
             state = restored.state if restored is not None else self._state_factory(tp)
             if restored is not None:
