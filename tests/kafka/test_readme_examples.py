@@ -17,6 +17,7 @@ import pytest
 from tests.kafka.conftest import KafkaBroker, TopicFactory, UniqueNames
 from tests.kafka.support import WorkerProcess
 from tests.test_readme import _section, python_blocks
+from worker.kafka.topics import CHANGELOG_SEGMENT_BYTES
 from worker.settings import Settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -48,6 +49,7 @@ def test_the_readme_creates_the_topics_replicated_and_the_changelog_co_partition
         assert options["--replication-factor"] == "3" and options["min.insync.replicas"] == "2", name
         assert options["cleanup.policy"] == ("compact" if name == changelog else "delete"), name
     assert topics[changelog]["--partitions"] == topics["harness.events"]["--partitions"]
+    assert topics[changelog]["segment.bytes"] == str(CHANGELOG_SEGMENT_BYTES), "as the worker creates it"
 
 
 async def _lines_until(proc: asyncio.subprocess.Process, done: str, within_s: float) -> list[str]:

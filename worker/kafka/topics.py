@@ -34,6 +34,9 @@ MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages 
 _UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
 _CLEANUP = "cleanup.policy"
+# A restore reads its whole changelog partition, and the active segment is never compacted: small segments keep
+# what a restore reads near the live state, however long the history (Kafka's default is 1 GiB).
+CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
 def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
@@ -136,8 +139,8 @@ class TopicInspector:
         return record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
 
     async def _create_changelog(self, topic: str, partitions: int, replication: int) -> None:
-        response = await self._admin.create_topics([NewTopic(topic, partitions, replication,
-                                                              topic_configs={_CLEANUP: "compact"})])
+        configs = {_CLEANUP: "compact", "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)}
+        response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
             if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
                 raise ConfigError(
@@ -146,8 +149,8 @@ class TopicInspector:
                 )
             if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating changelog topic {name!r}")
-        _log.info("changelog topic created: %s, %d partitions, replication %d, compacted", topic, partitions,
-                  replication)
+        _log.info("changelog topic created: %s, %d partitions, replication %d, compacted in segments of %d bytes",
+                  topic, partitions, replication, CHANGELOG_SEGMENT_BYTES)
 
     async def _configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str]:
         """The named configs of `topic` that could be read (a config this client may not read is warned about)."""
