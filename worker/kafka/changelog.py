@@ -8,29 +8,40 @@ would wait forever for one that is a marker).
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import RebuildError
 
-__all__ = ["read_changelog"]
+__all__ = ["Changelog", "read_changelog"]
 
 _FETCH = 10_000  # records per fetch
 
 
+class Changelog(NamedTuple):
+    """A changelog partition's latest value per key, and how many records (and seconds) reading it took."""
+
+    values: dict[bytes, bytes]
+    records: int
+    seconds: float
+
+
 async def read_changelog(
     consumer: AIOKafkaConsumer, ctp: TopicPartition, *, stall_timeout_s: float = 30.0
-) -> dict[bytes, bytes]:
+) -> Changelog:
     """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed.
 
     `consumer` must be a read_committed consumer assigned `ctp`. RebuildError when the position stops moving
     before the end.
     """
+    began = time.monotonic()
     start = (await consumer.beginning_offsets([ctp]))[ctp]
     end = (await consumer.end_offsets([ctp]))[ctp]
     values: dict[bytes, bytes] = {}
+    read = 0
     if end <= start:
-        return values
+        return Changelog(values, read, time.monotonic() - began)
     consumer.seek(ctp, start)
     consumer.resume(ctp)
     moved = time.monotonic()
@@ -41,6 +52,7 @@ async def read_changelog(
             for rec in fetched:
                 if rec.offset >= end:
                     break
+                read += 1
                 if rec.key is None:
                     continue  # not the worker's (a compacted topic refuses keyless records anyway)
                 if rec.value is None:
@@ -55,4 +67,4 @@ async def read_changelog(
                                    f"{stall_timeout_s:.0f}s at offset {position} of {end}")
     finally:
         consumer.pause(ctp)
-    return values
+    return Changelog(values, read, time.monotonic() - began)

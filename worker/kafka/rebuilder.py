@@ -31,7 +31,7 @@ from worker.kafka._clients import (
     make_transactional_producer,
     transactional_id,
 )
-from worker.kafka.changelog import read_changelog
+from worker.kafka.changelog import Changelog, read_changelog
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
 from worker.kafka.offsets import ReplayWindow, plan_replay, read_committed, tail_window
@@ -134,8 +134,9 @@ class KafkaRebuilder:
             restored: Restored | None = None
             values: dict[bytes, bytes] = {}
             if ctp is not None:
-                values = await read_changelog(replay, ctp)
-                restored = self._restore(tp, values, window)
+                changelog = await read_changelog(replay, ctp)
+                values = changelog.values
+                restored = self._restore(tp, changelog, window)
             state = restored.state if restored is not None else self._state_factory(tp)
             if restored is not None:
                 window = tail_window(window, restored.offset, await replay.beginning_offsets([tp]))
@@ -156,11 +157,12 @@ class KafkaRebuilder:
         return Rebuilt(producer, state, window.committed, kept=False, window=window, replayed=counts[tp],
                        replay_s=replay_s, restored=restored)
 
-    def _restore(self, tp: TopicPartition, values: dict[bytes, bytes], window: ReplayWindow) -> Restored | None:
+    def _restore(self, tp: TopicPartition, changelog: Changelog, window: ReplayWindow) -> Restored | None:
         """The checkpoint of changelog `values` restored, or None (logged and counted) when it cannot serve:
         there is none, it is unreadable, or it lies beyond C (the group's offsets were reset below it).
         CheckpointVersionError, a format this release cannot read, is raised: guessing could publish wrongly."""
         fresh = self._state_factory(tp)
+        values = changelog.values
         reason = ""
         try:
             header = read_checkpoint_header(values, tp.topic, tp.partition)
@@ -172,9 +174,10 @@ class KafkaRebuilder:
                              "offsets were reset): discarded, the partition is rebuilt by replay", header.offset,
                              window.committed, extra=log_fields(tp))
             else:
+                began = time.monotonic()
                 state, offset = PartitionState.restore(tp.topic, tp.partition, values, **fresh.options,
                                                        core=fresh.core)
-                return Restored(state, offset, len(values))
+                return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
         except CheckpointError as exc:
             reason = "unreadable"
             _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=log_fields(tp))

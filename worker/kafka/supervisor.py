@@ -43,11 +43,14 @@ Progress = Callable[[TopicPartition, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class Restored:
-    """A state restored from the changelog's checkpoint at source offset `offset`, read from `records` keys."""
+    """A state restored from the changelog's checkpoint at source offset `offset`: `records` changelog records
+    read in `read_s` seconds, then restored in `restore_s`."""
 
     state: PartitionState
     offset: int
     records: int
+    read_s: float
+    restore_s: float
 
 
 @dataclass(slots=True)
@@ -267,6 +270,8 @@ class PartitionSupervisor:
         timing = self._fields(replay_seconds=round(rebuilt.replay_s, 4), rebuild_seconds=round(rebuilt.rebuild_s, 4))
         restored = rebuilt.restored
         if restored is not None:
+            timing.update(changelog_records=restored.records, changelog_seconds=round(restored.read_s, 4),
+                          restore_seconds=round(restored.restore_s, 4))
             _log.info("partition rebuilt: restored %d open and %d ended streams from the changelog at offset %d, "
                       "replayed %d records of [%d, %d) (%s), live from %d", p.state.open_streams,
                       p.state.remembered_streams, restored.offset, rebuilt.replayed, w.start, w.committed, w.source,
