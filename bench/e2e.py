@@ -421,9 +421,9 @@ class HistoryRebuild:
     history: int
     streams: int
     live_rate: float
-    changelog_s: float
-    changelog_records: int
-    fallback_s: float
+    changelog_s: list[float]  # per round
+    changelog_read: int  # changelog records the restore read
+    fallback_s: list[float]  # per round
     fallback_records: int
 
 
@@ -474,7 +474,7 @@ async def _produce_fast(bootstrap: str, topic: str, items: Iterator[tuple[bytes,
 
 
 async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
-    """Start `worker`, wait for its one rebuild; its duration and the records it replayed."""
+    """Start `worker`, wait for its one rebuild; its duration and the source records it replayed."""
     worker.start()
     try:
         m = await worker.wait_ready(partitions=1, within_s=900)
@@ -487,25 +487,39 @@ async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
         m.get("harness_agui_rebuild_records_total", 0))
 
 
-async def history_rebuild(make: Callable[[str, tuple[str, ...]], Worker], streams: int, history: int) -> HistoryRebuild:
-    """Fill a partition, process it live (checkpoints at the default interval), stop; then time a restart's
-    rebuild with the changelog and one with `--no-changelog` (replay from the oldest open run)."""
+async def history_rebuild(
+    make: Callable[[str, tuple[str, ...]], Worker], streams: int, history: int, rounds: int
+) -> HistoryRebuild:
+    """Fill a partition, process it live (checkpoints at the default interval), stop; then, in alternating
+    rounds, time a restart's rebuild from the changelog and one with `--no-changelog` (replay from the oldest
+    open run)."""
     live = make("f-live", ())
     tag = secrets.token_hex(3)
     total = await _produce_fast(live.bootstrap, live.source, _history_items(tag, streams, history))
     live_rate, _ = await worker_throughput(live, total, partitions=1)
-    changelog_s, changelog_records = await _rebuild_seconds(make("f-restore", ()))
-    fallback_s, fallback_records = await _rebuild_seconds(make("f-fallback", ("--no-changelog",)))
-    return HistoryRebuild(history, streams, live_rate, changelog_s, changelog_records, fallback_s, fallback_records)
+    restores, fallbacks, read, replayed = [], [], 0, 0
+    for round_ in range(rounds):
+        restore = make(f"f-restore{round_}", ())
+        seconds, _ = await _rebuild_seconds(restore)
+        restores.append(seconds)
+        read = int(_rebuild_field(restore, "changelog_records"))
+        seconds, replayed = await _rebuild_seconds(make(f"f-fallback{round_}", ("--no-changelog",)))
+        fallbacks.append(seconds)
+    return HistoryRebuild(history, streams, live_rate, restores, read, fallbacks, replayed)
+
+
+def _rebuild_field(worker: Worker, name: str) -> float:
+    """A field of the worker's "partition rebuilt" log line (nan when it logged none)."""
+    path = worker.logdir / f"{worker.name}.log"
+    for line in path.read_text(errors="replace").splitlines():
+        if '"partition rebuilt' in line:
+            return float(json.loads(line).get(name, "nan"))
+    return float("nan")
 
 
 def _replay_seconds(worker: Worker) -> float:
     """The replay phase of the rebuild (reading and re-running history), from the worker's log line."""
-    path = worker.logdir / f"{worker.name}.log"
-    for line in path.read_text(errors="replace").splitlines():
-        if '"partition rebuilt' in line:
-            return float(json.loads(line).get("replay_seconds", "nan"))
-    return float("nan")
+    return _rebuild_field(worker, "replay_seconds")
 
 
 # ---- the run ----------------------------------------------------------------------
@@ -703,22 +717,28 @@ async def _history_rows(
             return Worker(bootstrap, src, out, dlq, group, logdir, f"{name}-{history}",
                           replay_processes=args.replay_processes, extra=extra)
 
-        results.append(await history_rebuild(make, args.history_streams, history))
+        results.append(await history_rebuild(make, args.history_streams, history, args.rounds))
         r = results[-1]
         print(f"(f) {r.history:,} records: live {r.live_rate:,.0f} items/s; rebuild from the changelog "
-              f"{r.changelog_s:.2f} s, by replay {r.fallback_s:.2f} s", file=sys.stderr)
+              f"{_seconds(r.changelog_s)} s, by replay {_seconds(r.fallback_s)} s", file=sys.stderr)
     one, two = results
     rows = []
     for r in results:
-        rows.append((f"(f) rebuild, {r.streams:,} open runs, {r.history:,} records", f"{r.changelog_s:.2f} s",
-                     f"from the changelog, {r.changelog_records:,} records replayed after the checkpoint; by replay "
-                     f"{r.fallback_s:.2f} s ({r.fallback_records:,} records, {args.replay_processes} helpers): "
-                     f"{r.fallback_s / r.changelog_s:.0f}x, goal >= 10x "
-                     + ("OK" if r.fallback_s >= 10 * r.changelog_s else "MISSED")))
-    growth = two.changelog_s / one.changelog_s - 1
-    rows.append(("    twice the history", f"{growth:+.0%}", "changelog rebuild, goal < 15% "
-                 + ("OK" if abs(growth) < 0.15 else "MISSED") + f"; by replay {two.fallback_s / one.fallback_s:.1f}x"))
+        best, fallback = min(r.changelog_s), min(r.fallback_s)
+        rows.append((f"(f) rebuild, {r.streams:,} open runs, {r.history:,} records", f"{best:.2f} s",
+                     f"from the changelog ({r.changelog_read:,} changelog records read), best of "
+                     f"{_seconds(r.changelog_s)}; by replay {fallback:.2f} s ({r.fallback_records:,} records, "
+                     f"{args.replay_processes} helpers), best of {_seconds(r.fallback_s)}: {fallback / best:.0f}x, "
+                     "goal >= 10x " + ("OK" if fallback >= 10 * best else "MISSED")))
+    growth = min(two.changelog_s) / min(one.changelog_s) - 1
+    rows.append(("    twice the history", f"{growth:+.0%}", "changelog rebuild, best rounds, goal < 15% "
+                 + ("OK" if growth < 0.15 else "MISSED")
+                 + f"; by replay {min(two.fallback_s) / min(one.fallback_s):.1f}x"))
     return rows
+
+
+def _seconds(values: list[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
 
 
 def main(argv: list[str] | None = None) -> int:
