@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
+import orjson
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
@@ -270,20 +271,32 @@ class DisplayProjection:
             value = fold.export_json(continuation)
         return value, evicted
 
+    def skip(self, first_seq: int, count: int) -> None:
+        """Pass over `count` events from n = `first_seq` that were never published (their encoding failed): they
+        are not folded, and the next event offered is n = `first_seq + count`."""
+        if first_seq != self._next or count < 0:
+            raise WorkerError(
+                f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
+            )
+        self._next += count
+
     def export(self) -> dict[str, Any]:
         """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
-        return {
-            "format": _STATE_FORMAT,
-            "thread_id": self._thread_id,
-            "interval_ms": self._interval,
-            "max_bytes": self._max_bytes,
-            "next_seq": self._next,
-            "published_seq": self._published,
-            "anchor_ms": self._anchor,
-            "skipped": self._skipped,
-            "withheld": self._withheld,
-            "fold": loads_object(self._fold.export_json()),
-        }
+        return loads_object(self.export_json())
+
+    def export_json(self) -> bytes:
+        """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
+        return b"".join((
+            b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(self._thread_id),
+            b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"anchor_ms":%d,"skipped":%d,'
+            b'"withheld":%d,"fold":' % (self._interval, self._max_bytes, self._next, self._published, self._anchor,
+                                        self._skipped, self._withheld),
+            self._fold.export_json(), b"}",
+        ))  # fmt: skip
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Through the exported state: `restore(export())` is exact, and the fold's parts need not pickle.
+        return _unpickle, (self.export_json(),)
 
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> DisplayProjection:
@@ -307,3 +320,7 @@ class DisplayProjection:
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ConfigError(f"display projection state is not readable: {type(exc).__name__}: {exc}") from exc
         return projection
+
+
+def _unpickle(state: bytes) -> DisplayProjection:
+    return DisplayProjection.restore(loads_object(state))
