@@ -160,8 +160,8 @@ class _Reader:
             raise self.error(f"is not a JSON object: {value[:80]!r}" if value is not None else "is a tombstone")
         self.data: dict[str, Any] = data
 
-    def error(self, message: str) -> CheckpointError:
-        return CheckpointError(message, topic=self.topic, partition=self.partition, key=self.key)
+    def error(self, message: str, reason: str = "unreadable") -> CheckpointError:
+        return CheckpointError(message, topic=self.topic, partition=self.partition, key=self.key, reason=reason)
 
     def integer(self, name: str, minimum: int, below: int | None = None) -> int:
         value = self.data.get(name)
@@ -267,7 +267,7 @@ def _projection(reader: _Reader, stream: OpenStream, run_id: str) -> DisplayProj
         return None
     if "display" not in reader.data:
         raise reader.error("holds no display state: it was written with the display topic off, and a projection "
-                           "cannot be made up for a run already under way")
+                           "cannot be made up for a run already under way", "display-off")
     if not isinstance(state, dict):
         raise reader.error(f"field 'display' of a converting stream must be an object, got {state!r:.80}")
     try:
