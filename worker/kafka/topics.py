@@ -57,8 +57,9 @@ class TopicLimits:
 
     @property
     def batch_bytes(self) -> int:
-        """The producer's batch size: a batch of small records never exceeds what either topic takes."""
-        return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes)
+        """The producer's batch size: a batch of small records never exceeds what any topic it writes takes."""
+        return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes,
+                   self.display_record_bytes or MAX_BATCH_BYTES)  # fmt: skip
 
 
 class TopicInspector:
