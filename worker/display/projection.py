@@ -29,7 +29,7 @@ from worker.display.bounding import bound_event
 from worker.display.fold import DisplayFold
 from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
-from worker.observe import FRAGMENT_EVENT_NAME, ObserverContinuation, encode_event
+from worker.observe import FRAGMENT_EVENT_NAME, encode_event
 from worker.wire import HarnessItem
 
 __all__ = [
@@ -71,9 +71,10 @@ def record_overhead(key: bytes, headers: Headers) -> int:
 
 
 class ExportsContinuation(Protocol):
-    """An observer whose continuation a display record carries (`HarnessAguiStreamObserver`)."""
+    """An observer whose continuation a display record carries (`HarnessAguiStreamObserver`): `export_data()` is
+    its `ObserverContinuation` as JSON data."""
 
-    def export(self) -> ObserverContinuation: ...
+    def export_data(self) -> dict[str, object]: ...
 
 
 class DisplayRecord(FrozenValue):
@@ -149,6 +150,7 @@ class DisplayProjection:
         if max_bytes < 1024:
             raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
         self._fold = DisplayFold(run_id)
+        self._fold.settle_finished()
         self._thread_id = thread_id
         self._thread_bytes = _utf8(thread_id)
         self._headers_key = _utf8(run_id)
@@ -234,8 +236,8 @@ class DisplayProjection:
         self._anchor = timestamp_ms
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers)
-        continuation = None if observer is None else observer.export()
-        value = self._fold.export_json(continuation)
+        continuation = None if observer is None else orjson.dumps(observer.export_data())
+        value = self._fold.export_json(observer_json=continuation)
         evicted = 0
         if len(value) > budget:
             value, evicted = self._page(value, budget, continuation, ended=ended)
@@ -245,9 +247,7 @@ class DisplayProjection:
         self._published = last
         return DisplayRecord(self._headers_key, value, headers, last, evicted)
 
-    def _page(
-        self, value: bytes, budget: int, continuation: ObserverContinuation | None, *, ended: bool
-    ) -> tuple[bytes, int]:
+    def _page(self, value: bytes, budget: int, continuation: bytes | None, *, ended: bool) -> tuple[bytes, int]:
         """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
         would not make it fit (the record is then withheld)."""
         fold = self._fold
@@ -268,7 +268,7 @@ class DisplayProjection:
                 excess -= saving
                 chosen.append(key)
             evicted += fold.evict(chosen, ended=ended)
-            value = fold.export_json(continuation)
+            value = fold.export_json(observer_json=continuation)
         return value, evicted
 
     def skip(self, first_seq: int, count: int) -> None:
@@ -312,6 +312,7 @@ class DisplayProjection:
                 max_bytes=int(state["max_bytes"]),
             )  # fmt: skip
             projection._fold = DisplayFold.restore(snapshot)
+            projection._fold.settle_finished()
             projection._next = int(state["next_seq"])
             projection._published = int(state["published_seq"])
             projection._anchor = int(state["anchor_ms"])
