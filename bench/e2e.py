@@ -2,7 +2,7 @@
 aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
 
     .venv/bin/python -m bench.e2e [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
-        [--parts abcdefg] [--history 1000000] [--history-streams 10000]
+        [--parts abcdefgh] [--history 1000000] [--history-streams 10000]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
@@ -576,6 +576,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     eos_runs: list[Rate] = []
     plain_runs: list[Rate] = []
     bare_runs: list[Rate] = []  # (g): the worker without the changelog
+    shown_runs: list[Rate] = []  # (h): the worker with the display topic
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
@@ -587,6 +588,11 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
                               extra=("--no-changelog",))
             bare_runs.append(await worker_throughput(worker_g, filled.items, 3))
             said += f"; (g) without the changelog {bare_runs[-1].items_per_s:,.0f} items/s"
+        if "h" in args.parts:  # a display topic of its own each round, created by the worker
+            worker_h = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-h{round_}", logdir, f"h{round_}",
+                              extra=("--display-topic", f"bench.{tag}.display.{next(names)}"))
+            shown_runs.append(await worker_throughput(worker_h, filled.items, 3))
+            said += f"; (h) with the display topic {shown_runs[-1].items_per_s:,.0f} items/s"
         print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
     eos, plain = best_eos.items_per_s, best_plain.items_per_s
@@ -620,6 +626,20 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
                                                    for a, g in zip(eos_runs, bare_runs, strict=True)),
              f"(a) against the (g) of its round; CPU per item {best_eos.cpu_us_per_item:.0f} against "
              f"{bare.cpu_us_per_item:.0f} µs"),
+        ]
+    if shown_runs:
+        shown = max(shown_runs)
+        ratio = shown.items_per_s / eos
+        rows += [
+            ("(h) worker with the display topic", f"{shown.items_per_s:,.0f} items/s",
+             f"--display-topic, a display record per run at most every 1000 ms, best of "
+             f"{_rates([r.items_per_s for r in shown_runs])}"),
+            ("    display / (a)", f"{ratio:.2f}", "goal >= 0.8 " + ("OK" if ratio >= 0.8 else "MISSED")),
+            ("    ratio of each round", " / ".join(f"{h.items_per_s / a.items_per_s:.2f}"
+                                                   for a, h in zip(eos_runs, shown_runs, strict=True)),
+             "(h) against the (a) of its round"),
+            ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
+             "worker with / without the display topic, best rounds"),
         ]
     if "f" in args.parts:
         rows += await _history_rows(bootstrap, args, logdir, tag, topic, dlq)
@@ -752,8 +772,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
-    parser.add_argument("--parts", default="abcdefg",
-                        help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost")
+    parser.add_argument("--parts", default="abcdefgh",
+                        help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost, "
+                             "h display topic cost")
     parser.add_argument("--history", type=int, default=1_000_000,
                         help="records after the oldest open run's start in (f); it runs this and twice this")
     parser.add_argument("--history-streams", type=int, default=10_000, help="open runs of the partition in (f)")

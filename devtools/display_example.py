@@ -63,9 +63,9 @@ async def open_display(bootstrap: str, display_topic: str, output_topic: str, ru
             output_end = (await consumer.end_offsets([output]))[output]
             await consumer.seek_to_beginning(display)
             record = await _read_to_end(consumer, display, key, None)
-            if record is None:  # no display yet: the run has published nothing before output_end
+            if record is None:  # no display record yet: the run published nothing, or every record was withheld
                 reader = DisplayReader(run_id)
-                consumer.seek(output, output_end)
+                await consumer.seek_to_beginning(output)
             else:
                 reader = DisplayReader(run_id, record.value, _seq(record))
                 found = (await consumer.offsets_for_times({output: max(0, record.timestamp - CLOCK_SKEW_MS)}))[output]

@@ -77,12 +77,17 @@ class ShardedReplayError(WorkerError):
 
 
 class CheckpointError(WorkerError):
-    """A changelog partition cannot be restored (unreadable or inconsistent); `key` names the record at fault."""
+    """A changelog partition cannot be restored (unreadable or inconsistent); `key` names the record at fault and
+    `reason` says why in a word: `unreadable`, or `display-off` for a run written without the display state the
+    worker now keeps."""
 
-    def __init__(self, message: str, *, topic: str, partition: int, key: bytes | None = None) -> None:
+    def __init__(
+        self, message: str, *, topic: str, partition: int, key: bytes | None = None, reason: str = "unreadable"
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.key = key
+        self.reason = reason
         where = f"changelog of {topic}[{partition}]"
         super().__init__(f"{where}, record {key!r}: {message}" if key is not None else f"{where}: {message}")
 

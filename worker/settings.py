@@ -103,6 +103,19 @@ class Settings(BaseSettings):
             "commits its offset, and always on revocation and shutdown; 0: in every transaction."
         ),
     )
+    display_topic: str = Field(
+        "", description=(
+            "Compacted topic of each run's display record (its display snapshot, keyed by root run id, "
+            "co-partitioned with the output topic) that a late-joining UI starts from; created when missing. Empty: "
+            "off."
+        ),
+    )
+    display_interval_ms: int = Field(
+        1_000, ge=0, le=3_600_000, description=(
+            "A run's display record is published at most this often, measured on source record timestamps, and "
+            "always with the run's first and last events; 0: after every source record with events."
+        ),
+    )
     rebuild_lookback_ms: int = Field(
         24 * 3_600_000, ge=0, description=(
             "How far back from the current time a rebuild replays when the committed offset carries no "
@@ -180,6 +193,13 @@ class Settings(BaseSettings):
             raise ConfigError(
                 f"changelog_topic {self.changelog_topic_name!r} must differ from the source, output and dead-letter "
                 "topics"
+            )
+        if self.display_topic and self.display_topic in {
+            self.source_topic, self.output_topic, self.dlq_topic, self.changelog_topic_name
+        }:
+            raise ConfigError(
+                f"display_topic {self.display_topic!r} must differ from the source, output, dead-letter and "
+                "changelog topics"
             )
         if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
             raise ConfigError(f"security_protocol={self.security_protocol} needs sasl_mechanism")

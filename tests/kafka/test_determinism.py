@@ -1,8 +1,9 @@
 """Recovery is invisible: an adversarial source processed calmly and under chaos gives identical topics.
 
 One group runs a single uninterrupted worker; another group processes the same source while its workers are
-killed with SIGKILL, join, leave and restart. The output topics must hold the same records per key (values and
-every header) and the dead-letter topics the same dead letter per source offset.
+killed with SIGKILL, join, leave and restart. Both write a display topic. The output and display topics must hold
+the same records per key (values and every header) and the dead-letter topics the same dead letter per source
+offset.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Sink:
     output: str
     dlq: str
     group: str
+    display: str  # created by the workers
 
 
 def outputs_by_key(records: list[Rec]) -> dict[bytes | None, list[tuple[tuple[tuple[str, bytes], ...], bytes | None]]]:
@@ -100,17 +102,20 @@ class Chaos:
                 self.start()
 
 
-def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, topic_factory, tmp_path: Path) -> None:
+def test_chaos_leaves_the_same_topics_as_one_calm_worker(
+    kafka_bootstrap: str, topic_factory, unique_names, tmp_path: Path
+) -> None:
     trouble = adversarial_source(SEED)
     assert trouble.late_starts and trouble.mis_keyed and trouble.gaps and trouble.poison, trouble
     source = topic_factory("source", partitions=3)
-    calm = Sink(topic_factory("calm-out", partitions=3), topic_factory("calm-dlq", partitions=2), f"calm-{source}")
+    calm = Sink(topic_factory("calm-out", partitions=3), topic_factory("calm-dlq", partitions=2), f"calm-{source}",
+                unique_names("calm-display"))
     chaotic = Sink(topic_factory("chaos-out", partitions=3), topic_factory("chaos-dlq", partitions=2),
-                   f"chaos-{source}")
+                   f"chaos-{source}", unique_names("chaos-display"))
 
     def worker(sink: Sink, name: str) -> WorkerProcess:
         return WorkerProcess(tmp_path, name, kafka_bootstrap, source, sink.output, sink.dlq, sink.group,
-                             *LIMITS, *FAST_GROUP)
+                             *LIMITS, *FAST_GROUP, "--display-topic", sink.display)
 
     rng = random.Random(SEED)
     chaos = Chaos(lambda name: worker(chaotic, name), rng)
@@ -145,10 +150,13 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, t
         for w in [calm_worker, *chaos.workers]:
             if w.alive:
                 w.kill()
-    calm_out, chaos_out, calm_dlq, chaos_dlq = topics
+    calm_out, chaos_out, calm_dlq, chaos_dlq, calm_display, chaos_display = topics
     assert calm_out, "the calm worker published nothing"
     a, b = outputs_by_key(calm_out), outputs_by_key(chaos_out)
     assert a == b, f"output topics differ ({chaos.actions}): {_first_difference(a, b)}"
+    shown_a, shown_b = outputs_by_key(calm_display), outputs_by_key(chaos_display)
+    assert sum(len(v) > 1 for v in shown_a.values()) >= 3, "several runs have several display records"
+    assert shown_a == shown_b, f"display topics differ ({chaos.actions}): {_first_difference(shown_a, shown_b)}"
     c, d = dead_letters_by_origin(calm_dlq), dead_letters_by_origin(chaos_dlq)
     assert all(len(v) == 1 for v in c.values()), "the calm worker dead-lettered a record twice"
     reasons_c = {k: [(r.key, r.value, r.headers) for r in v] for k, v in c.items()}
@@ -160,9 +168,9 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(kafka_bootstrap: str, t
     assert any(m.startswith("partition rebuilt: restored") for m in said), "no rebuild restored a checkpoint"
 
 
-async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec]]:
-    calm_out, chaos_out, calm_dlq, chaos_dlq = await asyncio.gather(
+async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec], ...]:
+    return tuple(await asyncio.gather(
         read_topic(bootstrap, calm.output), read_topic(bootstrap, chaos.output),
         read_topic(bootstrap, calm.dlq), read_topic(bootstrap, chaos.dlq),
-    )
-    return calm_out, chaos_out, calm_dlq, chaos_dlq
+        read_topic(bootstrap, calm.display), read_topic(bootstrap, chaos.display),
+    ))  # fmt: skip

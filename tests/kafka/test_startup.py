@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from devtools.kafka_cluster import free_port
 from tests.kafka.support import (
@@ -99,6 +100,65 @@ def test_a_dead_letter_topic_taking_too_small_records_exits_2(kafka_bootstrap: s
     assert status == 2, everything
     assert said == (f"worker: dlq_topic {dlq!r} takes records of at most 10000 bytes (max.message.bytes); the "
                     "worker needs at least 16896: raise the topic's max.message.bytes")
+
+
+DISPLAY_LAYOUTS = [
+    pytest.param({"partitions": 2}, None,
+                 "display_topic {display!r} has 2 partitions and output_topic {output!r} 3: a run's display record "
+                 "must be in the partition of its events", id="display-partitions"),
+    pytest.param({"partitions": 3, "config": {"cleanup.policy": "delete"}}, None,
+                 "display_topic {display!r} has cleanup.policy=delete; it must be compacted",
+                 id="display-not-compacted"),
+    pytest.param({"partitions": 3, "config": {"cleanup.policy": "compact"}}, {"max.message.bytes": "100000"},
+                 "changelog_topic {changelog!r} takes records of at most 100000 bytes (max.message.bytes), less than "
+                 "display_topic {display!r}", id="changelog-too-small"),
+]
+
+
+@pytest.mark.parametrize(("display_layout", "changelog_config", "message"), DISPLAY_LAYOUTS)
+def test_a_display_layout_that_cannot_work_exits_2_naming_the_setting(
+    kafka_bootstrap: str, topic_factory, display_layout: dict[str, object], changelog_config: dict[str, str] | None,
+    message: str,
+) -> None:  # fmt: skip
+    source, output, dlq = topic_factory("source", partitions=3), topic_factory("output", partitions=3), topic_factory()
+    display = topic_factory("display", **display_layout)
+    changelog = topic_factory("changelog", 3, {"cleanup.policy": "compact", **(changelog_config or {})})
+    status, said, everything = _run(kafka_bootstrap, source, output, dlq, "--display-topic", display,
+                                    "--changelog-topic", changelog)  # fmt: skip
+    assert status == 2, everything
+    assert said.startswith("worker: " + message.format(display=display, output=output, changelog=changelog)), said
+    assert "Traceback" not in everything
+
+
+def test_a_missing_display_topic_is_created_compacted_like_the_output(
+    kafka_bootstrap: str, topic_factory, unique_names, tmp_path: Path
+) -> None:
+    source, output, dlq = topic_factory("source"), topic_factory("output", partitions=2), topic_factory("dlq")
+    display = unique_names("display")
+    w = WorkerProcess(tmp_path, "w", kafka_bootstrap, source, output, dlq, f"group-{source}",
+                      "--display-topic", display).start()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not any("display_topic created" in str(r.get("msg")) for r in w.log_records()):
+            assert time.monotonic() < deadline and w.alive, w.log()[-3000:]
+            time.sleep(0.2)
+    finally:
+        assert w.stop() == 0
+
+    async def described() -> tuple[int, str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            (topic,) = await admin.describe_topics([display])
+            (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, display)])
+            (resource,) = response.to_object()["resources"]
+            configs = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
+            policy = configs["cleanup.policy"]
+            return len(topic["partitions"]), policy
+        finally:
+            await admin.close()
+
+    assert asyncio.run(described()) == (2, "compact")
 
 
 def test_an_output_topic_whose_partition_count_changes_stops_the_worker_with_exit_2(

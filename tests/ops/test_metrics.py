@@ -43,6 +43,10 @@ EXPECTED = {
     "changelog_fallbacks_total": ("counter", {"reason"}),
     "checkpoints_total": ("counter", {"topic", "partition"}),
     "changelog_records_total": ("counter", {"topic", "partition"}),
+    "display_records_total": ("counter", set()),
+    "display_bytes_total": ("counter", set()),
+    "display_evicted_items_total": ("counter", set()),
+    "display_withheld_total": ("counter", set()),
     "worker_info": ("gauge", {"version"}),
 }
 UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", "_ready", "_info")

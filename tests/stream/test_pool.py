@@ -148,7 +148,8 @@ async def test_a_cancelled_rebuild_discards_the_helpers(pool: ReplayPool) -> Non
 
 @pytest.mark.timeout(120)
 async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: ReplayPool) -> None:
-    options: dict[str, Any] = {"max_record_bytes": 2048, "closed_stream_memory": 10}
+    options: dict[str, Any] = {"max_record_bytes": 2048, "closed_stream_memory": 10, "display_interval_ms": 0,
+                               "display_max_bytes": 8192}  # fmt: skip
     recs = interleaved(0)
     big = golden_source("s09_big_fragments")
     recs += records([("run-0009", line) for line in big], start=recs[-1].offset + 1)
@@ -163,6 +164,20 @@ async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: 
         await session.finish()
     end = recs[-1].offset + 1
     assert state.image(end) == one.image(end)
+    # and with runs still open, their projections come back from the helpers
+    cut = len(recs) // 3
+    one = PartitionState(TOPIC, 0, core=REAL_CORE, **options)
+    for rec in recs[:cut]:
+        one.process(rec, publish=False)
+    state = PartitionState(TOPIC, 0, core=REAL_CORE, **options)
+    async with pool.session({(TOPIC, 0): state}) as session:
+        assert session is not None
+        session.add(TOPIC, 0, rows(recs[:cut]))
+        await session.flush(everything=True)
+        await session.finish()
+    assert state.open_streams > 0 and b'"display":{' in b"".join(state.image(recs[cut].offset).values())
+    assert state.image(recs[cut].offset) == one.image(recs[cut].offset)
+    assert [state.process(r) for r in recs[cut:]] == [one.process(r) for r in recs[cut:]]
 
 
 @pytest.mark.timeout(120)

@@ -100,7 +100,7 @@ def test_the_public_surface_is_pinned() -> None:
         "run-closed-by-gap", "observation-error", "type-error", "open-stream-cap", "too-large", "internal-error",
     ]
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
-    assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter"]
+    assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter", "display"]
 
 
 def test_replay_builds_no_record_and_encodes_nothing() -> None:

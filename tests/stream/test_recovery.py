@@ -1,5 +1,6 @@
 """Recovery is invisible: restoring the changelog of an earlier checkpoint and replaying the tail gives the state
-and the later outcomes of uninterrupted processing; rebuilding by replay from `replay_from` does not."""
+and the later outcomes of uninterrupted processing, display records included; rebuilding by replay from
+`replay_from` does not."""
 
 from __future__ import annotations
 
@@ -89,6 +90,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         "max_open_streams": draw(st.sampled_from([1, 2, 3, 100_000])),
         "closed_stream_memory": draw(st.sampled_from([0, 1, 2, 10_000])),
         "max_record_bytes": draw(st.sampled_from([None, 2048, 8192])),
+        # the display topic: off, a record after every item with events, or every few milliseconds of source time
+        # (a record's timestamp is its offset in ms), within a limit that makes the projections evict and withhold
+        "display_interval_ms": draw(st.sampled_from([None, 0, 3])),
+        "display_max_bytes": draw(st.sampled_from([1_048_588, 4096])),
     }
     return Scenario(recs, sorted(draw(positions)), sorted(draw(positions)), options)
 
@@ -224,7 +229,9 @@ def test_the_open_stream_cap_decides_otherwise_in_the_fallback_only() -> None:
     assert fallback.verdict is Verdict.GAP
 
 
-def test_a_long_golden_partition_survives_a_restore_at_every_checkpoint() -> None:
+@pytest.mark.parametrize("display", [{}, {"display_interval_ms": 5, "display_max_bytes": 8192}],
+                         ids=["display-off", "display-on"])
+def test_a_long_golden_partition_survives_a_restore_at_every_checkpoint(display: dict[str, int]) -> None:
     names = ["c01_child_completed", "c03_child_nested", "s07_errors", "s04_suspended", "r0063"]
     sources = [(_root(golden_source(n)[0]), golden_source(n)) for n in names]
     pairs: list[Pair] = [(root, lines[i]) for i in range(max(len(s) for _, s in sources)) for root, lines in sources
@@ -232,7 +239,7 @@ def test_a_long_golden_partition_survives_a_restore_at_every_checkpoint() -> Non
     pairs += [(root, lines[0]) for root, lines in sources]  # late sequence 0 of every ended stream
     recs = records(pairs, step=2)
     every = list(range(0, len(recs) + 1, 7))
-    scenario = Scenario(recs, every, every, {"closed_stream_memory": 3, "max_record_bytes": 4096})
+    scenario = Scenario(recs, every, every, {"closed_stream_memory": 3, "max_record_bytes": 4096, **display})
     run = uninterrupted(REAL_CORE, scenario)
     assert sum(o.verdict is Verdict.DUPLICATE for o in run.outcomes[-len(sources):]) >= 2
     for cut in every:

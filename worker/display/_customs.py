@@ -238,7 +238,7 @@ class CustomFolder:
         content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
-        return ledger.put(held.key, "observation", "completed", content, held.at)
+        return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
 
 
 def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:

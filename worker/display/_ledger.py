@@ -148,6 +148,9 @@ class Ledger:
         self.evicted_ids: dict[str, None] = {} if evicted is None else dict.fromkeys(evicted.ids)
         self.refused = 0 if evicted is None else evicted.refused
         self._last_key: tuple[str, str, str] = ("", "", "")
+        # Write a finished item's JSON as it is put, keeping only that: a fold that builds no per-event records
+        # then holds few live containers (they cost every garbage collection a traversal).
+        self.settle = False
 
     @property
     def position(self) -> StreamPosition:
@@ -180,9 +183,11 @@ class Ledger:
         return self.response_groups.get(scope)
 
     def put(
-        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime
-    ) -> str | None:
+        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime, *,
+        growing: bool = False,
+    ) -> str | None:  # fmt: skip
         """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
+        A `growing` item (the next event may change it again) is not settled yet.
 
         The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change.
         """
@@ -200,13 +205,19 @@ class Ledger:
         else:
             entry.model = None
             entry.json = None
-        self.stale.add(entry.index)
         entry.kind = kind
         entry.state = state
         entry.last = here
         entry.ended = at if state in FINISHED else None
         entry.content = content
         self.changed.add(key)
+        if self.settle and state in FINISHED and not growing:
+            self.jsons[entry.index] = entry.to_json()
+            self.stale.discard(entry.index)
+            entry.content = None
+            entry.model = None
+        else:
+            self.stale.add(entry.index)
         return key
 
     def ref(self, key: str) -> ItemRef:

@@ -91,6 +91,11 @@ class DisplayFold:
         """Read-only view of the items held, by id, in first-seen order."""
         return ItemsView(self._ledger.entries)
 
+    def settle_finished(self) -> None:
+        """Keep only the JSON of each item finished from now on (written at once): the same snapshots, fewer live
+        objects for a fold that builds no record per event; reading such an item back costs a parse."""
+        self._ledger.settle = True
+
     @property
     def evicted(self) -> Eviction | None:
         """What `evict` removed so far (None when nothing was)."""
@@ -188,26 +193,35 @@ class DisplayFold:
         snapshot = DisplaySnapshot(items=items, continuation=self.export_continuation(), evicted=self.evicted)
         return snapshot.model_copy(deep=True)
 
-    def export_json(self, observer: ObserverContinuation | None = None) -> bytes:
+    def export_json(
+        self, observer: ObserverContinuation | None = None, *, observer_json: bytes | None = None
+    ) -> bytes:
         """`export().model_dump_json()` as bytes, built from each item's JSON kept since its last change; with
-        `observer`, that continuation stands in for the fold's own observer's."""
+        `observer` (or `observer_json`, its JSON as the model writes it), that continuation stands in for the fold's
+        own observer's."""
         ledger = self._ledger
-        parts = [b'{"items":', ledger.items_json(), b',"continuation":', self._continuation_json(observer)]
+        parts = [b'{"items":', ledger.items_json(), b',"continuation":',
+                 self._continuation_json(observer, observer_json)]  # fmt: skip
         eviction = ledger.eviction()
         if eviction is not None:
             parts += (b',"evicted":', eviction.__pydantic_serializer__.to_json(eviction))
         parts.append(b"}")
         return b"".join(parts)
 
-    def _continuation_json(self, observer: ObserverContinuation | None) -> bytes:
+    def _continuation_json(self, observer: ObserverContinuation | None, observer_json: bytes | None) -> bytes:
         """The continuation's JSON as its model writes it: by hand for the usual parts, through the model when
         memory sources, retained content or pending fragments are in it."""
         ledger = self._ledger
         assembler = self._customs.assembler
         if ledger.memory_sources or self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
+            if observer is None and observer_json is not None:
+                observer = ObserverContinuation.model_validate_json(observer_json)
             continuation = self._continuation(observer)
             return continuation.__pydantic_serializer__.to_json(continuation)
-        observed = self._observer.export() if observer is None else observer
+        if observer is not None:
+            observed = observer.__pydantic_serializer__.to_json(observer)
+        else:  # the observer's data written by orjson, which writes what its model would (ORJSON_AGREES)
+            observed = observer_json if observer_json is not None else orjson.dumps(self._observer.export_data())
         held = self._customs.arguments
         return b"".join((
             b'{"run_id":', orjson.dumps(ledger.run_id),
@@ -219,7 +233,7 @@ class DisplayFold:
             b"null" if held is None else held.to_json(),
             b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'
             % (b"true" if assembler.gap else b"false", assembler.max_bytes, assembler.max_pending),
-            b',"observer":', observed.__pydantic_serializer__.to_json(observed), b"}",
+            b',"observer":', observed, b"}",
         ))  # fmt: skip
 
     def item_json(self, item_id: str) -> bytes:

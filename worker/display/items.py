@@ -25,10 +25,14 @@ ItemKind = Literal["text_message", "reasoning_message", "tool_call", "observatio
 ItemState = Literal["in_progress", "completed", "interrupted", "failed"]
 
 
+_SHA256 = hashlib.sha256()  # copied per id: cheaper than looking the digest up by name each time
+
+
 def item_id(run_id: str, kind: ItemKind, source_id: str) -> str:
     """Stable id of an item: the same run, kind and source id always name the same item, across attempts."""
-    digest = hashlib.sha256(f"{run_id}\0{kind}\0{source_id}".encode()).hexdigest()
-    return f"itm_{digest[:32]}"
+    digest = _SHA256.copy()
+    digest.update(f"{run_id}\0{kind}\0{source_id}".encode())
+    return f"itm_{digest.hexdigest()[:32]}"
 
 
 class StreamPosition(BaseModel):

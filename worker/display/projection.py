@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
+import orjson
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
@@ -28,7 +29,7 @@ from worker.display.bounding import bound_event
 from worker.display.fold import DisplayFold
 from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
-from worker.observe import FRAGMENT_EVENT_NAME, ObserverContinuation, encode_event
+from worker.observe import FRAGMENT_EVENT_NAME, encode_event
 from worker.wire import HarnessItem
 
 __all__ = [
@@ -70,9 +71,10 @@ def record_overhead(key: bytes, headers: Headers) -> int:
 
 
 class ExportsContinuation(Protocol):
-    """An observer whose continuation a display record carries (`HarnessAguiStreamObserver`)."""
+    """An observer whose continuation a display record carries (`HarnessAguiStreamObserver`): `export_data()` is
+    its `ObserverContinuation` as JSON data."""
 
-    def export(self) -> ObserverContinuation: ...
+    def export_data(self) -> dict[str, object]: ...
 
 
 class DisplayRecord(FrozenValue):
@@ -148,6 +150,7 @@ class DisplayProjection:
         if max_bytes < 1024:
             raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
         self._fold = DisplayFold(run_id)
+        self._fold.settle_finished()
         self._thread_id = thread_id
         self._thread_bytes = _utf8(thread_id)
         self._headers_key = _utf8(run_id)
@@ -233,8 +236,8 @@ class DisplayProjection:
         self._anchor = timestamp_ms
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers)
-        continuation = None if observer is None else observer.export()
-        value = self._fold.export_json(continuation)
+        continuation = None if observer is None else orjson.dumps(observer.export_data())
+        value = self._fold.export_json(observer_json=continuation)
         evicted = 0
         if len(value) > budget:
             value, evicted = self._page(value, budget, continuation, ended=ended)
@@ -244,9 +247,7 @@ class DisplayProjection:
         self._published = last
         return DisplayRecord(self._headers_key, value, headers, last, evicted)
 
-    def _page(
-        self, value: bytes, budget: int, continuation: ObserverContinuation | None, *, ended: bool
-    ) -> tuple[bytes, int]:
+    def _page(self, value: bytes, budget: int, continuation: bytes | None, *, ended: bool) -> tuple[bytes, int]:
         """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
         would not make it fit (the record is then withheld)."""
         fold = self._fold
@@ -267,23 +268,35 @@ class DisplayProjection:
                 excess -= saving
                 chosen.append(key)
             evicted += fold.evict(chosen, ended=ended)
-            value = fold.export_json(continuation)
+            value = fold.export_json(observer_json=continuation)
         return value, evicted
+
+    def skip(self, first_seq: int, count: int) -> None:
+        """Pass over `count` events from n = `first_seq` that were never published (their encoding failed): they
+        are not folded, and the next event offered is n = `first_seq + count`."""
+        if first_seq != self._next or count < 0:
+            raise WorkerError(
+                f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
+            )
+        self._next += count
 
     def export(self) -> dict[str, Any]:
         """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
-        return {
-            "format": _STATE_FORMAT,
-            "thread_id": self._thread_id,
-            "interval_ms": self._interval,
-            "max_bytes": self._max_bytes,
-            "next_seq": self._next,
-            "published_seq": self._published,
-            "anchor_ms": self._anchor,
-            "skipped": self._skipped,
-            "withheld": self._withheld,
-            "fold": loads_object(self._fold.export_json()),
-        }
+        return loads_object(self.export_json())
+
+    def export_json(self) -> bytes:
+        """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
+        return b"".join((
+            b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(self._thread_id),
+            b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"anchor_ms":%d,"skipped":%d,'
+            b'"withheld":%d,"fold":' % (self._interval, self._max_bytes, self._next, self._published, self._anchor,
+                                        self._skipped, self._withheld),
+            self._fold.export_json(), b"}",
+        ))  # fmt: skip
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Through the exported state: `restore(export())` is exact, and the fold's parts need not pickle.
+        return _unpickle, (self.export_json(),)
 
     @classmethod
     def restore(cls, state: Mapping[str, Any]) -> DisplayProjection:
@@ -299,6 +312,7 @@ class DisplayProjection:
                 max_bytes=int(state["max_bytes"]),
             )  # fmt: skip
             projection._fold = DisplayFold.restore(snapshot)
+            projection._fold.settle_finished()
             projection._next = int(state["next_seq"])
             projection._published = int(state["published_seq"])
             projection._anchor = int(state["anchor_ms"])
@@ -307,3 +321,7 @@ class DisplayProjection:
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ConfigError(f"display projection state is not readable: {type(exc).__name__}: {exc}") from exc
         return projection
+
+
+def _unpickle(state: bytes) -> DisplayProjection:
+    return DisplayProjection.restore(loads_object(state))

@@ -101,6 +101,12 @@ class Publisher:
             for verdict, n in tally.items():
                 _child(p.verdict_counters, verdict, self._metrics.source_records_total, *p.label, verdict.value).inc(n)
             self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
+            if p.state.display:
+                evicted, withheld = p.state.take_display_tally()
+                if evicted:
+                    self._metrics.display_evicted_items_total.inc(evicted)
+                if withheld:
+                    self._metrics.display_withheld_total.inc(withheld)
 
     async def _consume(self, p: PartitionRun, recs: list[Any], tally: dict[Verdict, int]) -> None:
         assert p.checkpoint is not None
@@ -151,22 +157,30 @@ class Publisher:
         ckpt = p.checkpoint
         assert ckpt is not None
         sent: dict[str, int] = {}
-        topic, route = self._s.output_topic, self.router
+        shown = shown_bytes = 0
+        output, display, route = self._s.output_topic, self._s.display_topic, self.router
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
                 await ckpt.begin()
                 for outcome, timestamp, interval_start in batch:
                     for out in outcome.records:
-                        if out.destination is not Destination.OUTPUT:
+                        destination = out.destination
+                        if destination is Destination.DEAD_LETTER:
                             await self._dead_letter(p, ckpt, out, outcome)
                             continue
+                        # A run's display record goes to the display topic's partition of the run's events.
+                        topic = output if destination is Destination.OUTPUT else display
                         headers = list(out.headers)
                         partition = route(out.key) if route is not None and out.key is not None else None
                         if partition is None or not ckpt.append(topic, out.key, out.value, headers, partition):
                             await ckpt.send(topic, out.key, out.value, headers, partition)
-                        kind = out.event_type or ""
-                        sent[kind] = sent.get(kind, 0) + 1
+                        if destination is Destination.OUTPUT:
+                            kind = out.event_type or ""
+                            sent[kind] = sent.get(kind, 0) + 1
+                        else:
+                            shown += 1
+                            shown_bytes += len(out.value or b"")
                     ckpt.note_source(timestamp, interval_start)
         except Exception as exc:
             self._on_failure(p, exc)
@@ -174,6 +188,9 @@ class Publisher:
         finally:
             for kind, n in sent.items():
                 _child(self._by_type, kind, self._metrics.output_events_total, kind).inc(n)
+            if shown:
+                self._metrics.display_records_total.inc(shown)
+                self._metrics.display_bytes_total.inc(shown_bytes)
         return p.phase is Phase.LIVE
 
     async def _dead_letter(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:

@@ -179,8 +179,12 @@ class KafkaRebuilder:
                                                        core=fresh.core)
                 return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
         except CheckpointError as exc:
-            reason = "unreadable"
-            _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=log_fields(tp))
+            reason = exc.reason
+            if reason == "display-off":  # expected once after the display topic is turned on
+                _log.warning("changelog written with the display topic off: the partition is rebuilt by replay, "
+                             "each open run's display from its start: %s", exc, extra=log_fields(tp))
+            else:
+                _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=log_fields(tp))
         self._metrics.changelog_fallbacks_total.labels(reason).inc()
         return None
 

@@ -26,7 +26,13 @@ from worker.kafka.rebuilder import KafkaRebuilder
 from worker.kafka.routing import KeyRouter
 from worker.kafka.startup import until_reachable
 from worker.kafka.supervisor import Member, PartitionSupervisor
-from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions
+from worker.kafka.topics import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    TopicInspector,
+    TopicLimits,
+    check_output_partitions,
+    record_limit,
+)
 from worker.ops import Health, Metrics
 from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool, default_core
@@ -92,13 +98,16 @@ class KafkaRunner:
                               self._fetch)
 
     def _default_state(self, tp: TopicPartition) -> PartitionState:
-        """Fresh state with the settings' options and processor, and the output topic's record limit as last
-        read (a state built after a topic check that changed it uses the new one)."""
-        s = self._s
+        """Fresh state with the settings' options and processor, and the output and display topics' record limits
+        as last read (a state built after a topic check that changed them uses the new ones)."""
+        s, limits = self._s, self._pub.limits
+        display_bytes = limits.display_record_bytes if limits is not None else None
         return PartitionState(
             tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
             open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=self._core,
-            max_record_bytes=self._pub.limits.output_record_bytes if self._pub.limits is not None else None,
+            max_record_bytes=limits.output_record_bytes if limits is not None else None,
+            display_interval_ms=s.display_interval_ms if s.display_topic else None,
+            display_max_bytes=display_bytes or record_limit(DEFAULT_MAX_MESSAGE_BYTES),
         )
 
     # ---- lifecycle -------------------------------------------------------------------------------------
@@ -145,9 +154,11 @@ class KafkaRunner:
             await self._admin.start()
             inspector = TopicInspector(self._admin, self._s)
             await inspector.check_broker()
+            if self._s.display_topic:
+                await inspector.display()
             limits = await inspector.limits()
             if self._s.changelog:
-                await inspector.changelog()
+                await inspector.changelog(limits.display_record_bytes)
             await self._consumer.start()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -159,8 +170,10 @@ class KafkaRunner:
         self._inspector = inspector
         self._pub.limits = limits
         self._pub.router = KeyRouter(limits.output_partitions)
-        _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes",
-                  limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes)
+        _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes%s",
+                  limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes,
+                  "" if limits.display_record_bytes is None else
+                  f"; display records up to {limits.display_record_bytes} bytes")  # fmt: skip
         return limits
 
     async def _watch_topics(self, stop: asyncio.Event) -> None:

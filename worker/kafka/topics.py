@@ -34,6 +34,7 @@ MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages 
 _UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
 _CLEANUP = "cleanup.policy"
+_COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 # A restore reads its whole changelog partition, and the active segment is never compacted: small segments keep
 # what a restore reads near the live state, however long the history (Kafka's default is 1 GiB).
 CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
@@ -48,16 +49,20 @@ def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BY
 @dataclass(frozen=True, slots=True)
 class TopicLimits:
     """What the worker may write: the output topic's partition count (the key router's) and the largest
-    `sizes.record_size` of an output record and of a dead letter."""
+    `sizes.record_size` of an output record and of a dead letter; with the display topic on, its partition count
+    and the largest display record."""
 
     output_partitions: int
     output_record_bytes: int
     dead_letter_record_bytes: int
+    display_partitions: int | None = None
+    display_record_bytes: int | None = None
 
     @property
     def batch_bytes(self) -> int:
-        """The producer's batch size: a batch of small records never exceeds what either topic takes."""
-        return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes)
+        """The producer's batch size: a batch of small records never exceeds what any topic it writes takes."""
+        return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes,
+                   self.display_record_bytes or MAX_BATCH_BYTES)  # fmt: skip
 
 
 class TopicInspector:
@@ -73,10 +78,12 @@ class TopicInspector:
         self._warned: set[str] = set()
 
     async def limits(self) -> TopicLimits:
-        """Check that the source, output and dead-letter topics exist and read the output's partition count and
-        both destinations' record size limits."""
+        """Check that the source, output and dead-letter topics (and the display topic, when on) exist and read the
+        output's partition count and every destination's record size limit."""
         s = self._s
         roles = {s.source_topic: "source_topic", s.output_topic: "output_topic", s.dlq_topic: "dlq_topic"}
+        if s.display_topic:
+            roles[s.display_topic] = "display_topic"
         # Listed first: describing a topic by name would create it on a broker that auto-creates topics.
         existing = set(await self._admin.list_topics())
         missing = [f"{role} {topic!r}" for topic, role in roles.items() if topic not in existing]
@@ -90,14 +97,19 @@ class TopicInspector:
                 raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
             if code:
                 raise for_code(code)(f"describing topic {topic!r}")
-        sizes = await self._max_message_bytes([s.output_topic, s.dlq_topic])
+        sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
             output_record_bytes=record_limit(sizes[s.output_topic]),
             dead_letter_record_bytes=record_limit(sizes[s.dlq_topic]),
+            display_partitions=len(described[s.display_topic]["partitions"]) if s.display_topic else None,
+            display_record_bytes=record_limit(sizes[s.display_topic]) if s.display_topic else None,
         )
-        for topic, role, limit in ((s.output_topic, "output_topic", limits.output_record_bytes),
-                                   (s.dlq_topic, "dlq_topic", limits.dead_letter_record_bytes)):  # fmt: skip
+        checked = [(s.output_topic, "output_topic", limits.output_record_bytes),
+                   (s.dlq_topic, "dlq_topic", limits.dead_letter_record_bytes)]  # fmt: skip
+        if limits.display_record_bytes is not None:
+            checked.append((s.display_topic, "display_topic", limits.display_record_bytes))
+        for topic, role, limit in checked:
             if limit < MIN_TOPIC_RECORD_BYTES:
                 raise ConfigError(
                     f"{role} {topic!r} takes records of at most {sizes[topic]} bytes ({_MAX_MESSAGE}); the worker "
@@ -105,22 +117,52 @@ class TopicInspector:
                 )
         return limits
 
-    async def changelog(self) -> int:
+    async def display(self) -> None:
+        """Create the display topic when missing (compacted, with the output's partition count and replication).
+        ConfigError when an existing one is not co-partitioned with the output topic or not compacted, or when the
+        worker may not create it; `limits` reads its record size limit."""
+        s = self._s
+        topic, output = s.display_topic, s.output_topic
+        existing = set(await self._admin.list_topics())
+        if output not in existing:
+            return  # `limits` names the missing output topic
+        (described,) = await self._admin.describe_topics([output])
+        partitions = len(described["partitions"])
+        if topic not in existing:
+            await self._create(topic, "display_topic", partitions, len(described["partitions"][0]["replicas"]),
+                               configs={_CLEANUP: "compact"}, like="like the output")  # fmt: skip
+        found = await self._described(topic, "display_topic")
+        if len(found["partitions"]) != partitions:
+            raise ConfigError(
+                f"display_topic {topic!r} has {len(found['partitions'])} partitions and output_topic {output!r} "
+                f"{partitions}: a run's display record must be in the partition of its events. Recreate the display "
+                "topic with the output's partition count, or name a new one with --display-topic"
+            )
+        policy = (await self._configs(topic, (_CLEANUP,))).get(_CLEANUP)
+        if policy is not None and policy.replace(" ", "") not in _COMPACTED:
+            raise ConfigError(
+                f"display_topic {topic!r} has {_CLEANUP}={policy}; it must be compacted ('compact', or "
+                "'compact,delete' with the retention ended runs' displays should have): set it with kafka-configs.sh "
+                f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
+            )
+
+    async def changelog(self, display_record_bytes: int | None = None) -> int:
         """Create the changelog topic when missing (compacted, with the source's partition count and, unless set,
-        its replication); returns the largest changelog record it takes. ConfigError when an existing one is not
-        co-partitioned with the source or not compacted, or when the worker may not create it."""
+        its replication, taking records as large as a producer sends); returns the largest changelog record it
+        takes. ConfigError when an existing one is not co-partitioned with the source or not compacted, takes
+        records smaller than `display_record_bytes` (a run's display state is about as large as its display
+        record), or when the worker may not create it."""
         s = self._s
         topic, source = s.changelog_topic_name, s.source_topic
         (described,) = await self._admin.describe_topics([source])
         partitions = len(described["partitions"])
         if topic not in set(await self._admin.list_topics()):
-            await self._create_changelog(topic, partitions, s.changelog_replication_factor
-                                         or len(described["partitions"][0]["replicas"]))  # fmt: skip
-        (found,) = await self._admin.describe_topics([topic])
-        if found["error_code"] == _TOPIC_DENIED:
-            raise ConfigError(f"changelog_topic {topic!r} cannot be described: grant this client Describe on it")
-        if found["error_code"]:
-            raise for_code(found["error_code"])(f"describing topic {topic!r}")
+            await self._create(topic, "changelog_topic", partitions, s.changelog_replication_factor
+                               or len(described["partitions"][0]["replicas"]),
+                               configs={_CLEANUP: "compact", _MAX_MESSAGE: str(MAX_REQUEST_BYTES),
+                                        "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)},
+                               like="like the source")  # fmt: skip
+        found = await self._described(topic, "changelog_topic")
         if len(found["partitions"]) != partitions:
             raise ConfigError(
                 f"changelog_topic {topic!r} has {len(found['partitions'])} partitions and source_topic {source!r} "
@@ -136,21 +178,39 @@ class TopicInspector:
                 f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
             )
         size = configs.get(_MAX_MESSAGE)
-        return record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
+        limit = record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
+        if display_record_bytes is not None and limit < display_record_bytes:
+            raise ConfigError(
+                f"changelog_topic {topic!r} takes records of at most {size} bytes ({_MAX_MESSAGE}), less than "
+                f"display_topic {s.display_topic!r}: an open run's changelog record holds its display state, about "
+                f"as large as its display record. Raise the changelog's {_MAX_MESSAGE} to at least the display "
+                f"topic's with kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+                f"{_MAX_MESSAGE}={MAX_REQUEST_BYTES}"
+            )
+        return limit
 
-    async def _create_changelog(self, topic: str, partitions: int, replication: int) -> None:
-        configs = {_CLEANUP: "compact", "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)}
+    async def _described(self, topic: str, role: str) -> dict[str, Any]:
+        (found,) = await self._admin.describe_topics([topic])
+        if found["error_code"] == _TOPIC_DENIED:
+            raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+        if found["error_code"]:
+            raise for_code(found["error_code"])(f"describing topic {topic!r}")
+        return dict(found)
+
+    async def _create(
+        self, topic: str, role: str, partitions: int, replication: int, *, configs: dict[str, str], like: str
+    ) -> None:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
             if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
                 raise ConfigError(
-                    f"changelog_topic {name!r} does not exist and this client may not create it: create it "
-                    f"(compacted, {partitions} partitions like the source) or grant Create on it"
+                    f"{role} {name!r} does not exist and this client may not create it: create it "
+                    f"(compacted, {partitions} partitions {like}) or grant Create on it"
                 )
             if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
-                raise for_code(code)(f"creating changelog topic {name!r}")
-        _log.info("changelog topic created: %s, %d partitions, replication %d, compacted in segments of %d bytes",
-                  topic, partitions, replication, CHANGELOG_SEGMENT_BYTES)
+                raise for_code(code)(f"creating {role} {name!r}")
+        _log.info("%s created: %s, %d partitions, replication %d, %s", role, topic, partitions, replication,
+                  ", ".join(f"{name}={value}" for name, value in configs.items()))
 
     async def _configs(self, topic: str, names: tuple[str, ...]) -> dict[str, str]:
         """The named configs of `topic` that could be read (a config this client may not read is warned about)."""
@@ -225,7 +285,14 @@ def _config(resource: dict[str, Any], name: str) -> str | None:
 
 
 def check_output_partitions(settings: Settings, started: int, now: TopicLimits) -> None:
-    """ConfigError once the output topic's partition count differs from the one its keys are routed by."""
+    """ConfigError once the output topic's partition count differs from the one its keys are routed by, or the
+    display topic's from it."""
+    if now.display_partitions is not None and now.display_partitions != now.output_partitions:
+        raise ConfigError(
+            f"display_topic {settings.display_topic!r} has {now.display_partitions} partitions and output_topic "
+            f"{settings.output_topic!r} {now.output_partitions}: a run's display record must be in the partition of "
+            "its events. Give both topics the same partition count"
+        )
     if now.output_partitions != started:
         raise ConfigError(
             f"output_topic {settings.output_topic!r} has {now.output_partitions} partitions, "

@@ -106,6 +106,22 @@ class Metrics:
         self.output_events_total = Counter(
             f"{p}output_events_total", "AG-UI events published, by AG-UI event type.", ["type"], registry=r
         )
+        self.display_records_total = Counter(
+            f"{p}display_records_total", "Display records published to the display topic.", registry=r
+        )
+        self.display_bytes_total = Counter(
+            f"{p}display_bytes_total", "Bytes of the display records published (their values).", registry=r
+        )
+        self.display_evicted_items_total = Counter(
+            f"{p}display_evicted_items_total",
+            "Finished display items paged out of published display records to fit the display topic's record limit.",
+            registry=r,
+        )
+        self.display_withheld_total = Counter(
+            f"{p}display_withheld_total",
+            "Display records due but withheld: the run's open items alone exceed the display topic's record limit.",
+            registry=r,
+        )
         self.dead_letter_records_total = Counter(
             f"{p}dead_letter_records_total", "Records sent to the dead-letter topic, by reason code.",
             ["reason"], registry=r,
@@ -138,7 +154,7 @@ class Metrics:
         self.changelog_fallbacks_total = Counter(
             f"{p}changelog_fallbacks_total",
             "Rebuilds that found no usable changelog checkpoint and replayed from the oldest open run, by reason "
-            "(none, ahead: the offsets were reset below it, unreadable).",
+            "(none, ahead: the offsets were reset below it, unreadable, display-off: written without display state).",
             ["reason"], registry=r,
         )
         self.checkpoints_total = Counter(

@@ -7,6 +7,7 @@ remembered ended stream, each removed by a tombstone when its stream ends or is 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Final
@@ -14,7 +15,8 @@ from typing import Any, Final
 import orjson
 
 from worker._value import FrozenValue
-from worker.errors import CheckpointError, CheckpointVersionError
+from worker.display.projection import DisplayProjection
+from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
 from worker.stream._core import StreamObserver
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, OpenStream
 
@@ -38,6 +40,8 @@ PARTITION_KEY: Final = b"partition"  # never changes, so any release finds the f
 _STREAM: Final = "stream:"
 _ENDED: Final = "ended:"
 _CLOSED_CODES: Final = frozenset({SOURCE_GAP_CODE, EVENT_TOO_LARGE_CODE})
+_DIGITS: Final = bytes(0x31 if 0x30 <= code <= 0x39 else 0x30 for code in range(256))  # digits to "1", else "0"
+_LONG_RUN: Final = b"1" * 19
 
 
 def _package_version() -> str:
@@ -99,10 +103,11 @@ def split_key(raw: bytes, topic: str, partition: int) -> tuple[bool, str]:
     raise CheckpointError("is not a key of this changelog format", topic=topic, partition=partition, key=raw)
 
 
-def encode_stream(stream: OpenStream, export: Callable[[StreamObserver], object]) -> bytes:
-    """The value of an open stream's record."""
+def encode_stream(stream: OpenStream, export: Callable[[StreamObserver], object], *, display: bool = False) -> bytes:
+    """The value of an open stream's record; with `display` (the display topic is on) it holds the stream's
+    display projection state too, null once the stream was closed."""
     observer = stream.observer
-    return _json({
+    fields: dict[str, object] = {
         "first_offset": stream.first_offset,
         "thread_id": stream.thread_id,
         "n": stream.n,
@@ -110,7 +115,11 @@ def encode_stream(stream: OpenStream, export: Callable[[StreamObserver], object]
         "widest": stream.widest,
         "closed_by": stream.closed_by,
         "observer": None if observer is None else export(observer),
-    })  # fmt: skip
+    }
+    if display:
+        projection = stream.display
+        fields["display"] = None if projection is None else orjson.Fragment(projection.export_json())
+    return _json(fields)
 
 
 def encode_ended(sequence: int, at: int) -> bytes:
@@ -126,6 +135,14 @@ def encode_partition(topic: str, partition: int, offset: int, open_streams: int,
     })  # fmt: skip
 
 
+def _loads(value: bytes) -> object:
+    """The JSON in `value`, every integer exact: orjson reads an integer beyond 64 bits as a float, so text with a
+    run of 19 digits (a display state may hold any number) goes to the stdlib."""
+    if _LONG_RUN in value.translate(_DIGITS):
+        return json.loads(value)
+    return orjson.loads(value)
+
+
 class _Reader:
     """Reads one record's JSON object, raising CheckpointError naming the record and the field at fault."""
 
@@ -136,15 +153,15 @@ class _Reader:
         self.partition = partition
         self.key = key
         try:
-            data = orjson.loads(value) if value is not None else None
-        except orjson.JSONDecodeError as exc:
+            data = _loads(value) if value is not None else None
+        except ValueError as exc:  # orjson's JSONDecodeError and the stdlib's are ValueErrors
             raise self.error(f"is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise self.error(f"is not a JSON object: {value[:80]!r}" if value is not None else "is a tombstone")
         self.data: dict[str, Any] = data
 
-    def error(self, message: str) -> CheckpointError:
-        return CheckpointError(message, topic=self.topic, partition=self.partition, key=self.key)
+    def error(self, message: str, reason: str = "unreadable") -> CheckpointError:
+        return CheckpointError(message, topic=self.topic, partition=self.partition, key=self.key, reason=reason)
 
     def integer(self, name: str, minimum: int, below: int | None = None) -> int:
         value = self.data.get(name)
@@ -159,13 +176,15 @@ class _Reader:
             raise self.error(f"field {name!r} must be a string, got {value!r}")
         return value
 
-    def fields(self, names: tuple[str, ...]) -> None:
-        if set(self.data) != set(names):
-            raise self.error(f"fields must be {sorted(names)}, got {sorted(self.data)}")
+    def fields(self, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        if not set(names) <= set(self.data) <= set(names) | set(optional):
+            expected = f"{sorted(names)}" + (f" and optionally {sorted(optional)}" if optional else "")
+            raise self.error(f"fields must be {expected}, got {sorted(self.data)}")
 
 
 _PARTITION_FIELDS = ("format", "topic", "partition", "offset", "open_streams", "ended_streams", "worker")
 _STREAM_FIELDS = ("first_offset", "thread_id", "n", "last", "widest", "closed_by", "observer")
+_OPTIONAL_STREAM_FIELDS = ("display",)
 _ENDED_FIELDS = ("last_sequence", "ended_at")
 
 
@@ -201,11 +220,14 @@ def read_checkpoint_header(values: Mapping[bytes, bytes], topic: str, partition:
 
 
 def decode_stream(
-    raw: bytes, value: bytes, header: CheckpointHeader, restore: Callable[[Any], StreamObserver]
-) -> OpenStream:
-    """The open stream of record `raw`, its observer restored through `restore`."""
+    raw: bytes, value: bytes, header: CheckpointHeader, restore: Callable[[Any], StreamObserver], *,
+    display: bool = False,
+) -> OpenStream:  # fmt: skip
+    """The open stream of record `raw`, its observer restored through `restore`; with `display`, its display
+    projection too. A converting stream written without display state cannot serve a worker with the display on
+    (CheckpointError); display state is ignored with the display off."""
     reader = _Reader(header.topic, header.partition, raw, value)
-    reader.fields(_STREAM_FIELDS)
+    reader.fields(_STREAM_FIELDS, _OPTIONAL_STREAM_FIELDS)
     data = reader.data
     last = data["last"]
     if not isinstance(last, dict) or not all(type(seq) is int and seq >= -1 for seq in last.values()):
@@ -222,10 +244,40 @@ def decode_stream(
             observer = restore(exported)
         except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
             raise reader.error(f"observer continuation does not restore: {exc}") from None
-    return OpenStream(
+    stream = OpenStream(
         observer, reader.integer("first_offset", 0, header.offset), reader.text("thread_id"), reader.integer("n", 0),
         last, reader.integer("widest", 0), closed_by,
     )  # fmt: skip
+    if display:
+        stream.display = _projection(reader, stream, _run_id(raw))
+    return stream
+
+
+def _run_id(raw: bytes) -> str:
+    return raw.decode()[len(_STREAM) :]
+
+
+def _projection(reader: _Reader, stream: OpenStream, run_id: str) -> DisplayProjection | None:
+    """The display projection of a stream record read with the display on: None for a closed stream, restored
+    for a converting one, which must have it."""
+    state = reader.data.get("display")
+    if stream.observer is None:
+        if state is not None:
+            raise reader.error("a closed stream holds display state")
+        return None
+    if "display" not in reader.data:
+        raise reader.error("holds no display state: it was written with the display topic off, and a projection "
+                           "cannot be made up for a run already under way", "display-off")
+    if not isinstance(state, dict):
+        raise reader.error(f"field 'display' of a converting stream must be an object, got {state!r:.80}")
+    try:
+        projection = DisplayProjection.restore(state)
+    except ConfigError as exc:
+        raise reader.error(str(exc)) from None
+    if projection.run_id != run_id or projection.next_seq != stream.n:
+        raise reader.error(f"display state of run {projection.run_id!r} at event {projection.next_seq} does not "
+                           f"belong to this stream at event {stream.n}")
+    return projection
 
 
 def decode_ended(raw: bytes, value: bytes, header: CheckpointHeader) -> tuple[int, int]:

@@ -9,7 +9,9 @@ from typing import TypedDict
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
+from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, output_record, record_size
 from worker.stream._changelog import (
@@ -25,12 +27,17 @@ from worker.stream._changelog import (
     stream_key,
 )
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
-from worker.stream._records import DeadLetterReason, OutboundRecord, Outcome, SourceRecord, Verdict
+from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, Outcome, SourceRecord, Verdict
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStreams, OpenStream
+from worker.wire import HarnessEvent, HarnessRunResultEvent
 
-__all__ = ["EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState", "StateOptions"]
+__all__ = [
+    "EVENT_TOO_LARGE_CODE", "MIN_DISPLAY_BYTES", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState",
+    "StateOptions",
+]
 
 MIN_RECORD_BYTES = 1024  # the smallest output-record limit accepted: room for a RUN_ERROR and its headers
+MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accepts
 # Output-record bytes besides the encoded event, per byte of the key and of the thread id (the key appears in
 # the key and the event id; a thread id's character takes at most 6 bytes, `\udc80`), plus a fixed allowance
 # for the framing, the header names and their numbers.
@@ -50,6 +57,8 @@ class StateOptions(TypedDict):
     open_stream_policy: OpenStreamPolicy
     closed_stream_memory: int
     max_record_bytes: int | None
+    display_interval_ms: int | None
+    display_max_bytes: int
 
 
 class _Step:
@@ -77,6 +86,10 @@ class PartitionState:
     remembered ended keys (oldest forgotten first); no stream keeps an event log. With `max_record_bytes`, no
     output record is larger (`record_size`): an event that would be closes its stream with a RUN_ERROR.
 
+    With `display_interval_ms` (the display topic on), every open stream has a `DisplayProjection` fed the events
+    it publishes, in replay as live; the display record it makes (at most `display_max_bytes`) follows those
+    events in their Outcome, its cadence measured on source record timestamps.
+
     `checkpoint` returns the changelog records that bring a compacted changelog to this state, and `restore`
     rebuilds exactly this state from them. Replaying from `replay_from(C)` instead rebuilds the state at `C`
     except the memory of streams that ended before that offset (and cap decisions, when the cap was reached).
@@ -87,6 +100,10 @@ class PartitionState:
         "_core",
         "_dirty",
         "_dirty_ended",
+        "_display_evicted",
+        "_display_interval",
+        "_display_max",
+        "_display_withheld",
         "_ended",
         "_gap_policy",
         "_gone",
@@ -111,6 +128,8 @@ class PartitionState:
         open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
         closed_stream_memory: int = 10_000,
         max_record_bytes: int | None = None,
+        display_interval_ms: int | None = None,
+        display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         core: StreamCore | None = None,
     ) -> None:
         if max_open_streams < 1:
@@ -119,12 +138,20 @@ class PartitionState:
             raise ConfigError(f"closed_stream_memory must be >= 0, got {closed_stream_memory}")
         if max_record_bytes is not None and max_record_bytes < MIN_RECORD_BYTES:
             raise ConfigError(f"max_record_bytes must be >= {MIN_RECORD_BYTES}, got {max_record_bytes}")
+        if display_interval_ms is not None and display_interval_ms < 0:
+            raise ConfigError(f"display_interval_ms must be >= 0, got {display_interval_ms}")
+        if display_max_bytes < MIN_DISPLAY_BYTES:
+            raise ConfigError(f"display_max_bytes must be >= {MIN_DISPLAY_BYTES}, got {display_max_bytes}")
         self.topic = topic
         self.partition = partition
         self._gap_policy = GapPolicy(gap_policy)
         self._max_open = max_open_streams
         self._open_policy = OpenStreamPolicy(open_stream_policy)
         self._max_record = max_record_bytes
+        self._display_interval = display_interval_ms
+        self._display_max = display_max_bytes
+        self._display_evicted = 0  # items evicted by the display records published since `take_display_tally`
+        self._display_withheld = 0  # display records withheld since then
         self._core = core if core is not None else default_core()
         self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
         self._ended = EndedStreams(closed_stream_memory)
@@ -144,7 +171,19 @@ class PartitionState:
         return StateOptions(
             gap_policy=self._gap_policy, max_open_streams=self._max_open, open_stream_policy=self._open_policy,
             closed_stream_memory=self._ended.capacity, max_record_bytes=self._max_record,
+            display_interval_ms=self._display_interval, display_max_bytes=self._display_max,
         )  # fmt: skip
+
+    @property
+    def display(self) -> bool:
+        """Whether open streams keep display projections (the display topic is on)."""
+        return self._display_interval is not None
+
+    def take_display_tally(self) -> tuple[int, int]:
+        """(items evicted, display records withheld) by the records processed with publishing since the last call."""
+        tally = (self._display_evicted, self._display_withheld)
+        self._display_evicted = self._display_withheld = 0
+        return tally
 
     @property
     def core(self) -> StreamCore:
@@ -260,6 +299,9 @@ class PartitionState:
             return step.dead(Verdict.DEAD_LETTERED, _R.OPEN_STREAM_CAP, message)
         observer = self._core.new_observer()
         stream = OpenStream(observer=observer, first_offset=step.record.offset, thread_id=item.thread_id)
+        if self._display_interval is not None:
+            stream.display = DisplayProjection(key, item.thread_id, interval_ms=self._display_interval,
+                                               max_bytes=self._display_max)  # fmt: skip
         self._streams[key] = stream
         return self._continue(step, item, stream, observer)
 
@@ -285,11 +327,16 @@ class PartitionState:
         if announced is not None and announced not in stream.last:
             stream.last[announced] = -1
         records: tuple[OutboundRecord, ...] = ()
+        values: list[bytes] = []
         failed: Exception | None = None
+        display = stream.display
         measure = self._max_record is not None and bool(events) and not self._surely_fit(step, item, stream)
-        if step.publish or measure:
+        if step.publish or measure or (display is not None and events):
             try:
-                records = self._outputs(step, item, stream.n, events)
+                encode = self._core.encode_event
+                values = [encode(event) for event in events]
+                if step.publish or measure:
+                    records = self._outputs(step, item, stream.n, events, values)
             except Exception as exc:  # see process(): the stream moves on as if they were published
                 failed = exc
             if measure and failed is None:
@@ -303,13 +350,49 @@ class PartitionState:
         n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += len(events)
-        if run == step.key and self._core.is_terminal(item):
+        ended = run == step.key and self._core.is_terminal(item)
+        shown: OutboundRecord | None = None
+        if display is not None:
+            if failed is None:
+                shown = self._show(step, stream, display, events, n, values=values, ended=ended, source=item,
+                                   observer=observer)  # fmt: skip
+            else:  # never published: the projection passes over them
+                display.skip(n, len(events))
+                shown = self._show(step, stream, display, (), stream.n, values=None, ended=ended, source=item,
+                                   observer=observer)  # fmt: skip
+        if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
-            return step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
-                             f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
-                             f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
-        return Outcome(Verdict.PROCESSED, records, step.key, None)
+            outcome = step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
+                                f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
+                                f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
+            if shown is None:
+                return outcome
+            return Outcome(outcome.verdict, (*outcome.records, shown), outcome.run_id, outcome.reason, failed)
+        return Outcome(Verdict.PROCESSED, records if shown is None else (*records, shown), step.key, None)
+
+    def _show(
+        self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...],
+        first: int, *, values: list[bytes] | None, ended: bool, source: WireItem | None, observer: StreamObserver,
+    ) -> OutboundRecord | None:  # fmt: skip
+        """Offer the events published as n = `first`, ... (their record values `values`) to the stream's display
+        projection; the display record due after them, when publishing. A projection that `ended` is let go."""
+        withheld = display.withheld
+        record = display.offer(
+            events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
+            source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
+            encoded=values if events else None,
+            observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
+        )  # fmt: skip
+        if ended:
+            stream.display = None
+        if not step.publish:
+            return None
+        self._display_withheld += display.withheld - withheld
+        if record is None:
+            return None
+        self._display_evicted += record.evicted
+        return OutboundRecord(Destination.DISPLAY, record.key, record.value, record.headers, None, None)
 
     def _surely_fit(self, step: _Step, item: WireItem, stream: OpenStream) -> bool:
         """Whether the core's bound proves every event of `item` fits the record limit, without encoding one."""
@@ -329,7 +412,7 @@ class PartitionState:
         message = (f"event {stream.n + index} ({record.event_type}) of run {run} sequence {seq} would be a "
                    f"{size}-byte output record, over the limit of {limit} bytes")  # fmt: skip
         records: tuple[OutboundRecord, ...] = ()
-        if step.publish:
+        if step.publish or stream.display is not None:
             records = self._run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE, reason=_R.TOO_LARGE)
         stream.n += 1
         stream.observer = None
@@ -342,15 +425,33 @@ class PartitionState:
     def _run_error(
         self, step: _Step, item: WireItem, stream: OpenStream, message: str, *, code: str, reason: DeadLetterReason
     ) -> tuple[OutboundRecord, ...]:
-        """The RUN_ERROR `code` closing the stream as event `n`, and the dead letter of the record that closed
-        it; the RUN_ERROR is left out when it would itself exceed the record limit."""
+        """The RUN_ERROR `code` closing the stream as event `n`, the dead letter of the record that closed it,
+        and the stream's last display record; the RUN_ERROR is left out when it would itself exceed the record
+        limit. Nothing when not publishing, but the display projection ends either way."""
         event = RunErrorEvent(message=message, code=code, timestamp=self._core.timestamp_ms(item))
-        error = output_record(event, self._core.encode_event(event), root_run_id=step.key, n=stream.n,
-                              thread_id=stream.thread_id, source=step.record, source_sequence=item.sequence)
-        if self._max_record is not None and record_size(error) > self._max_record:
+        value = self._core.encode_event(event)
+        error = output_record(event, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
+                              source=step.record, source_sequence=item.sequence)  # fmt: skip
+        fits = self._max_record is None or record_size(error) <= self._max_record
+        shown: OutboundRecord | None = None
+        display, observer = stream.display, stream.observer
+        if display is not None and observer is not None:
+            if fits:
+                shown = self._show(step, stream, display, (event,), stream.n, values=[value], ended=True,
+                                   source=None, observer=observer)  # fmt: skip
+            else:
+                display.skip(stream.n, 1)
+                shown = self._show(step, stream, display, (), stream.n + 1, values=None, ended=True,
+                                   source=None, observer=observer)  # fmt: skip
+        stream.display = None
+        if not step.publish:
+            return ()
+        tail = () if shown is None else (shown,)
+        if not fits:
             return (dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed, its RUN_ERROR "
-                                       f"over the limit of {self._max_record} bytes too"),)  # fmt: skip
-        return error, dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
+                                       f"over the limit of {self._max_record} bytes too"), *tail)  # fmt: skip
+        letter = dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
+        return (error, letter, *tail)
 
     def _gap(self, step: _Step, item: WireItem, stream: OpenStream, *, expected: int) -> Outcome:
         key, run, seq = step.key, item.run_id, item.sequence
@@ -361,7 +462,7 @@ class PartitionState:
             )
         message = f"source gap in run {run}: expected sequence {expected}, received {seq}"
         records: tuple[OutboundRecord, ...] = ()
-        if step.publish:
+        if step.publish or stream.display is not None:
             records = self._run_error(step, item, stream, message, code=SOURCE_GAP_CODE, reason=_R.GAP)
         self._dirty.add(key)
         stream.n += 1
@@ -383,11 +484,10 @@ class PartitionState:
                          f"sequence {item.sequence} is {what}")
 
     def _outputs(
-        self, step: _Step, item: WireItem, n: int, events: tuple[BaseEvent, ...]
+        self, step: _Step, item: WireItem, n: int, events: tuple[BaseEvent, ...], values: list[bytes]
     ) -> tuple[OutboundRecord, ...]:
-        encode = self._core.encode_event
         return tuple(
-            output_record(event, encode(event), root_run_id=step.key, n=n + i, thread_id=item.thread_id,
+            output_record(event, values[i], root_run_id=step.key, n=n + i, thread_id=item.thread_id,
                           source=step.record, source_sequence=item.sequence)
             for i, event in enumerate(events)
         )
@@ -421,8 +521,9 @@ class PartitionState:
         self._check_offset(offset)
         out: dict[bytes, bytes | None] = {}
         streams, export = self._streams, self._core.export_observer
+        display = self._display_interval is not None
         for key in sorted(self._dirty):
-            out[stream_key(key)] = encode_stream(streams[key], export)
+            out[stream_key(key)] = encode_stream(streams[key], export, display=display)
         for key in sorted(self._gone):
             if key not in streams:
                 out[stream_key(key)] = None
@@ -447,8 +548,8 @@ class PartitionState:
         """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
         nothing; a changelog folded from every `checkpoint` equals the image at the last one."""
         self._check_offset(offset)
-        export = self._core.export_observer
-        out = {stream_key(key): encode_stream(stream, export) for key, stream in self._streams.items()}
+        export, display = self._core.export_observer, self._display_interval is not None
+        out = {stream_key(key): encode_stream(stream, export, display=display) for key, stream in self._streams.items()}
         out.update((ended_key(key), encode_ended(seq, at)) for key, seq, at in self._ended.items())
         out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(self._streams), len(self._ended))
         return out
@@ -495,24 +596,30 @@ class PartitionState:
         open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
         closed_stream_memory: int = 10_000,
         max_record_bytes: int | None = None,
+        display_interval_ms: int | None = None,
+        display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         core: StreamCore | None = None,
     ) -> tuple[PartitionState, int]:
         """The state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
         out) and the source offset K it covers: process from K on.
 
         Raises CheckpointVersionError for a format this release does not read, CheckpointError when the
-        changelog is empty, unreadable or inconsistent. More remembered streams than `closed_stream_memory`
-        are forgotten oldest first (tombstoned at the next checkpoint); open streams above the cap stay.
+        changelog is empty, unreadable or inconsistent, and, with the display on, when a converting stream has no
+        display state (it was written with the display off): only a replay from the stream's start rebuilds its
+        projection. More remembered streams than `closed_stream_memory` are forgotten oldest first (tombstoned at
+        the next checkpoint); open streams above the cap stay. Restored projections keep the interval and size
+        limit they were exported with.
         """
         state = cls(
             topic, partition, gap_policy=gap_policy, max_open_streams=max_open_streams,
             open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
-            max_record_bytes=max_record_bytes, core=core,
+            max_record_bytes=max_record_bytes, display_interval_ms=display_interval_ms,
+            display_max_bytes=display_max_bytes, core=core,
         )  # fmt: skip
         header = read_checkpoint_header(values, topic, partition)
         if header is None:
             raise CheckpointError("is empty: there is no checkpoint to restore", topic=topic, partition=partition)
-        restore_observer = state._core.restore_observer
+        restore_observer, display = state._core.restore_observer, display_interval_ms is not None
         streams: list[tuple[str, OpenStream]] = []
         ended: list[tuple[int, str, int]] = []
         for raw, value in values.items():
@@ -520,7 +627,7 @@ class PartitionState:
                 continue
             is_open, key = split_key(raw, topic, partition)
             if is_open:
-                streams.append((key, decode_stream(raw, value, header, restore_observer)))
+                streams.append((key, decode_stream(raw, value, header, restore_observer, display=display)))
             else:
                 sequence, at = decode_ended(raw, value, header)
                 ended.append((at, key, sequence))

@@ -40,6 +40,7 @@ class Destination(StrEnum):
 
     OUTPUT = "output"
     DEAD_LETTER = "dead-letter"
+    DISPLAY = "display"
 
 
 class DeadLetterReason(StrEnum):
@@ -61,7 +62,8 @@ class DeadLetterReason(StrEnum):
 
 
 class OutboundRecord(FrozenValue):
-    """A record to publish: an AG-UI event (`event_type` set) or a dead letter (`reason` set)."""
+    """A record to publish: an AG-UI event (`event_type` set), a dead letter (`reason` set) or a run's display
+    record (neither)."""
 
     __slots__ = ("destination", "event_type", "headers", "key", "reason", "value")
     _FIELDS = ("destination", "key", "value", "headers", "event_type", "reason")

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import GapError, ShardedReplayError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._core import StreamCore
@@ -52,13 +53,16 @@ class ShardState(PartitionState):
     def __init__(
         self, topic: str, partition: int, *, gap_policy: GapPolicy = GapPolicy.CLOSE_RUN,
         max_open_streams: int = sys.maxsize, open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
-        closed_stream_memory: int = 10_000, max_record_bytes: int | None = None, core: StreamCore | None = None,
+        closed_stream_memory: int = 10_000, max_record_bytes: int | None = None,
+        display_interval_ms: int | None = None, display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        core: StreamCore | None = None,
     ) -> None:  # fmt: skip
         del max_open_streams  # the merge checks the cap against all shards together
         super().__init__(
             topic, partition, gap_policy=gap_policy, max_open_streams=sys.maxsize,
             open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
-            max_record_bytes=max_record_bytes, core=core,
+            max_record_bytes=max_record_bytes, display_interval_ms=display_interval_ms,
+            display_max_bytes=display_max_bytes, core=core,
         )  # fmt: skip
         self._at = -1
         self._log: list[MemoryEntry] = []

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from worker._value import Value
+from worker.display.projection import DisplayProjection
 from worker.stream._core import StreamObserver
 
 __all__ = ["EVENT_TOO_LARGE_CODE", "SOURCE_GAP_CODE", "EndedStreams", "OpenStream"]
@@ -17,14 +18,17 @@ EVENT_TOO_LARGE_CODE = "event_too_large"  # RUN_ERROR code of a stream closed by
 class OpenStream(Value):
     """One open root stream. `last` maps each run of the stream to its last accepted sequence (-1: a child
     announced, none of its items seen yet); `widest` is the longest value it accepted. `observer is None` (and
-    `last` empty) once a RUN_ERROR with code `closed_by` closed the stream, which then waits for its terminal."""
+    `last` empty) once a RUN_ERROR with code `closed_by` closed the stream, which then waits for its terminal.
+    `display` is the stream's display projection while the display topic is on and the stream converts (its
+    `next_seq` is `n`), else None."""
 
-    __slots__ = ("closed_by", "first_offset", "last", "n", "observer", "thread_id", "widest")
-    _FIELDS = ("observer", "first_offset", "thread_id", "n", "last", "widest", "closed_by")
+    __slots__ = ("closed_by", "display", "first_offset", "last", "n", "observer", "thread_id", "widest")
+    _FIELDS = ("observer", "first_offset", "thread_id", "n", "last", "widest", "closed_by", "display")
 
     def __init__(  # noqa: PLR0917  # positional, as __reduce__ rebuilds it
         self, observer: StreamObserver | None, first_offset: int, thread_id: str, n: int = 0,
         last: dict[str, int] | None = None, widest: int = 0, closed_by: str | None = None,
+        display: DisplayProjection | None = None,
     ) -> None:  # fmt: skip
         self.observer = observer
         self.first_offset = first_offset
@@ -33,10 +37,11 @@ class OpenStream(Value):
         self.last: dict[str, int] = {} if last is None else last
         self.widest = widest
         self.closed_by = closed_by
+        self.display = display
 
     def __reduce__(self) -> tuple[type[OpenStream], tuple[object, ...]]:
         return OpenStream, (self.observer, self.first_offset, self.thread_id, self.n, self.last, self.widest,
-                            self.closed_by)  # fmt: skip
+                            self.closed_by, self.display)  # fmt: skip
 
 
 class EndedStreams:
