@@ -393,14 +393,7 @@ async def rebuild(
         live = first if round_ == 0 else make(f"d-live-{round_}", str(round_))
         live_rate, live_cpu_us = await worker_throughput(live, stats.items, partitions=1)
         again = make(f"d-restart-{round_}", str(round_))
-        again.start()
-        try:
-            m = await again.wait_ready(partitions=1, within_s=300)
-            while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
-                await asyncio.sleep(0.05)
-                m = await again.metrics()
-        finally:
-            again.stop()
+        m = await _rebuilt(again, within_s=300)
         results.append(Rebuild(
             records=int(m.get("harness_agui_rebuild_records_total", 0)),
             seconds=m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")),
@@ -473,16 +466,22 @@ async def _produce_fast(bootstrap: str, topic: str, items: Iterator[tuple[bytes,
     return sent
 
 
-async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
-    """Start `worker`, wait for its one rebuild; its duration and the source records it replayed."""
+async def _rebuilt(worker: Worker, within_s: float) -> dict[str, float]:
+    """Start `worker` on one partition, wait for its one rebuild and stop it; its metrics then."""
     worker.start()
     try:
-        m = await worker.wait_ready(partitions=1, within_s=900)
+        m = await worker.wait_ready(partitions=1, within_s=within_s)
         while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
             await asyncio.sleep(0.05)
             m = await worker.metrics()
     finally:
         worker.stop()
+    return m
+
+
+async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
+    """Start `worker`, wait for its one rebuild; its duration and the source records it replayed."""
+    m = await _rebuilt(worker, within_s=900)
     return m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")), int(
         m.get("harness_agui_rebuild_records_total", 0))
 

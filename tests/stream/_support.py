@@ -88,3 +88,19 @@ def header(headers: tuple[tuple[str, bytes], ...], name: str) -> str:
     values = [v for k, v in headers if k == name]
     assert len(values) == 1, f"header {name} occurs {len(values)} times in {headers}"
     return values[0].decode()
+
+
+Changelog = dict[bytes, bytes]
+
+
+def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
+    """`changelog` (latest value per key) after a checkpoint's `delta` is written to it and compacted; fails on a
+    checkpoint that writes a key twice."""
+    keys = [key for key, _ in delta]
+    assert len(keys) == len(set(keys)), f"a checkpoint wrote a key twice: {keys}"
+    for key, value in delta:
+        if value is None:
+            changelog.pop(key, None)
+        else:
+            changelog[key] = value
+    return changelog

@@ -13,7 +13,7 @@ import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE, FakeObserver
-from tests.stream._support import TOPIC, golden_source, header, item, records
+from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, item, records
 from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream import (
@@ -28,7 +28,6 @@ from worker.stream import (
 )
 
 A, B, C = "run-a", "run-b", "run-c"
-Changelog = dict[bytes, bytes]
 
 
 def state(**kw: Any) -> PartitionState:
@@ -38,17 +37,6 @@ def state(**kw: Any) -> PartitionState:
 def feed(st: PartitionState, pairs: list[tuple[str, bytes]], start: int) -> list[Outcome]:
     return [st.process(r) for r in records(pairs, start=start)]
 
-
-def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
-    """What compaction keeps of `changelog` after `delta` is appended: the latest value per key."""
-    keys = [key for key, _ in delta]
-    assert len(keys) == len(set(keys)), f"a checkpoint wrote a key twice: {keys}"
-    for key, value in delta:
-        if value is None:
-            changelog.pop(key, None)
-        else:
-            changelog[key] = value
-    return changelog
 
 
 def restore(values: Changelog, **kw: Any) -> tuple[PartitionState, int]:

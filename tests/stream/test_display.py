@@ -13,14 +13,13 @@ import pytest
 
 from tests.display._flows import lines_of, reference_at_items
 from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, golden_source, header, item, records
+from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, item, records
 from worker.display import DisplaySnapshot
 from worker.errors import CheckpointError, ConfigError
 from worker.stream import Destination, OutboundRecord, Outcome, PartitionState, SourceRecord, Verdict
 from worker.stream._shards import ShardState
 
 NAMES = ["s01_hello", "s02_tool_roundtrip", "c03_child_nested", "r0014", "s05_failed"]
-Changelog = dict[bytes, bytes]
 
 
 def run_id(name: str) -> str:
@@ -44,14 +43,6 @@ def displayed(outcomes: list[Outcome]) -> dict[str, list[OutboundRecord]]:
                 out.setdefault(record.key.decode(), []).append(record)
     return out
 
-
-def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
-    for key, value in delta:
-        if value is None:
-            changelog.pop(key, None)
-        else:
-            changelog[key] = value
-    return changelog
 
 
 def test_each_runs_display_records_equal_convert_display_where_they_are_published() -> None:

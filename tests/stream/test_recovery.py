@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.stream._cores import CORES, REAL_CORE
 from tests.stream._fakes import FAKE_CORE, fake_decode
-from tests.stream._support import TOPIC, golden_source, item, records
+from tests.stream._support import TOPIC, Changelog, fold, golden_source, item, records
 from worker.errors import DecodeError
 from worker.stream import Outcome, PartitionState, SourceRecord, StreamCore, Verdict
 
@@ -21,7 +21,6 @@ RUNS = ["s01_hello", "s05_failed", "c01_child_completed", "c03_child_nested", "r
         "s09_big_fragments"]
 SOURCES = {name: golden_source(name) for name in RUNS}
 Pair = tuple[bytes | str | None, bytes | None]
-Changelog = dict[bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -97,15 +96,6 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     }
     return Scenario(recs, sorted(draw(positions)), sorted(draw(positions)), options)
 
-
-def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
-    assert len({key for key, _ in delta}) == len(delta)
-    for key, value in delta:
-        if value is None:
-            changelog.pop(key, None)
-        else:
-            changelog[key] = value
-    return changelog
 
 
 def _next(recs: list[SourceRecord], index: int) -> int:

@@ -10,7 +10,7 @@ import orjson
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
 from pydantic import JsonValue, ValidationError
 
-from worker.observe import AguiEventProcessor
+from worker.observe import AguiEventProcessor, has_float
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -42,16 +42,6 @@ _GROWTH = bytes(
 )  # fmt: skip
 
 
-def _has_float(value: object) -> bool:
-    if isinstance(value, float):
-        return True
-    if isinstance(value, dict):
-        return any(_has_float(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_float(item) for item in value)
-    return False
-
-
 def _escaped_size(raw: bytes) -> int:
     """The ASCII-escaped length of JSON whose orjson UTF-8 text is `raw` (no floats in it)."""
     if raw.isascii():
@@ -73,7 +63,7 @@ def json_size(value: object) -> int:
     Without floats (whose spelling may differ), orjson's UTF-8 text gives it: its length plus what escaping adds
     per non-ASCII character and DEL; anything orjson cannot write is measured by the stdlib.
     """
-    raw = None if _has_float(value) else _orjson_text(value)
+    raw = None if has_float(value) else _orjson_text(value)
     return len(_ENCODER.encode(value)) if raw is None else _escaped_size(raw)
 
 
@@ -88,7 +78,7 @@ def json_size_exceeds(value: object, limit: int) -> bool:
         return json_size(value) > limit
     if 6 * len(raw) <= limit:
         return False
-    if _has_float(value):
+    if has_float(value):
         return len(_ENCODER.encode(value)) > limit
     return len(raw) > limit or _escaped_size(raw) > limit
 

@@ -5,6 +5,7 @@ from worker.observe._content import execution_value, public_tool_result_content,
 from worker.observe._continuation import CursorModel, ObserverContinuation, StateModel
 from worker.observe._encode import encode_event
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
+from worker.observe._json import has_float
 from worker.observe._observer import HarnessAguiObserver
 from worker.observe._processor import AguiEventProcessor, validate_replacement
 from worker.observe._stream import HarnessAguiStreamObserver, announced_child
@@ -22,6 +23,7 @@ __all__ = [
     "encode_event",
     "execution_value",
     "fragment_custom_event",
+    "has_float",
     "public_tool_result_content",
     "public_value",
     "tool_result_content",

@@ -7,22 +7,23 @@ from typing import Any
 
 import orjson
 
-__all__ = ["sorted_json"]
+__all__ = ["has_float", "sorted_json"]
 
 
-def _has_float(value: Any) -> bool:
+def has_float(value: Any) -> bool:
+    """Whether a float is anywhere in `value` (the only JSON values orjson and the stdlib may spell differently)."""
     if isinstance(value, float):
         return True
     if isinstance(value, dict):
-        return any(_has_float(item) for item in value.values())
+        return any(has_float(item) for item in value.values())
     if isinstance(value, list | tuple):
-        return any(_has_float(item) for item in value)
+        return any(has_float(item) for item in value)
     return False
 
 
 def sorted_json(value: Any) -> str:
     """The stdlib's sorted compact text; orjson writes identical bytes when no float is involved."""
-    if not _has_float(value):
+    if not has_float(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
         except (TypeError, orjson.JSONEncodeError):
