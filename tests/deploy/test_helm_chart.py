@@ -90,7 +90,7 @@ def test_defaults_render_a_deployment_with_service_and_pdb(render: Render) -> No
     w = workload(objs)
     assert w["spec"]["replicas"] == VALUES["replicaCount"]
     assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
-    assert container(objs)["image"] == f"{VALUES['image']['repository']}:0.1.0"
+    assert container(objs)["image"] == f"{VALUES['image']['repository']}:0.2.0"
     assert container(objs)["args"] == ["run"]
 
 
@@ -355,7 +355,7 @@ def test_every_object_and_pod_carries_the_recommended_labels(render: Render, opt
         labels = obj["metadata"]["labels"]
         missing = [k for k in RECOMMENDED_LABELS if k not in labels]
         assert not missing, (obj.get("kind", "pod template"), missing)
-        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        assert labels["app.kubernetes.io/version"] == "0.2.0"
 
 
 def test_chart_names_its_home_and_sources() -> None:
