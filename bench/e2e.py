@@ -663,7 +663,8 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
         src_d, out_d = topic("source-d", 1), topic("agui-d", 1)
         return await rebuild(
             lambda name, group: Worker(bootstrap, src_d, out_d, dlq, f"bench-{tag}-d{streams}-{group}", logdir,
-                                       f"{name}-{streams}", args.commit_interval_ms, args.replay_processes),
+                                       f"{name}-{streams}", args.commit_interval_ms, args.replay_processes,
+                                       extra=("--no-changelog",)),  # (d), (e): the replay path itself
             streams, templates, replay_cpu=replay_cpu, rounds=rounds,
         )  # fmt: skip
 
