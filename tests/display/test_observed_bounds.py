@@ -7,19 +7,12 @@ from typing import Any
 
 import pytest
 
+from tests.display._synthetic import BIG
+from tests.display._synthetic import HTTP_IMAGE as IMAGE
 from worker.display import MAX_FIELD_CHARS, DisplayFold, item_id
 from worker.wire import HarnessItem, decode_item
 
 RUN = "run-bounds"
-BIG = "y" * (MAX_FIELD_CHARS + 100)
-IMAGE = {
-    "url": "https://example.com/a.png",
-    "force_download": False,
-    "vendor_metadata": None,
-    "kind": "image-url",
-    "media_type": "image/png",
-    "identifier": "abc",
-}
 
 
 def _item(sequence: int, event: dict[str, Any]) -> HarnessItem:
