@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from worker.app import build_parser, main_run, settings_from_args
@@ -88,3 +93,18 @@ def test_bad_settings_exit_2_naming_the_setting(
 def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main_run(["--security-protocol", "SASL_SSL", "--sasl-password", "hunter2-secret"]) == 2
     assert "hunter2-secret" not in capsys.readouterr().err
+
+
+def test_a_stop_requested_while_the_worker_loads_ends_it_cleanly() -> None:
+    """SIGTERM soon after the process starts, before the conversion core and the Kafka client have loaded, is held
+    and honoured once the worker runs: exit 0 and its last words, not death by the signal."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "worker", "run", "--bootstrap-servers", "127.0.0.1:1", "--source-topic", "s",
+         "--output-topic", "o", "--dlq-topic", "d", "--metrics-port", "0", "--log-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    time.sleep(0.3)  # the interpreter is up; `import worker.app` and the core take longer than this
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out.decode(errors="replace")[-2000:]
+    assert b"worker stopped cleanly" in out.splitlines()[-1]

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from worker import _native  # noqa: F401  (first: chooses compiled or pure modules)
 from worker.errors import AguiObservationError, DecodeError, WorkerError
-from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, ObserverContinuation
-from worker.wire import decode_item
 
 if TYPE_CHECKING:
     from worker.display import DisplayFold, DisplaySnapshot
+    from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, ObserverContinuation
+    from worker.wire import decode_item
 
 __all__ = [
     "AguiObservationError",
@@ -24,11 +24,19 @@ __all__ = [
     "WorkerError",
     "decode_item",
 ]
-_LAZY = {"DisplayFold": "worker.display", "DisplaySnapshot": "worker.display"}
+_LAZY = {
+    "DisplayFold": "worker.display",
+    "DisplaySnapshot": "worker.display",
+    "HarnessAguiObserver": "worker.observe",
+    "HarnessAguiStreamObserver": "worker.observe",
+    "ObserverContinuation": "worker.observe",
+    "decode_item": "worker.wire",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """The display fold loads on first use: the worker and its replay helpers never need its models."""
+    """The conversion core loads on first use, so `python -m worker run` can take stop requests before it loads;
+    the worker and its replay helpers never load the display fold's models."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'worker' has no attribute {name!r}")

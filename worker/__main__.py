@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "hold_stop_requests", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,13 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def hold_stop_requests() -> list[int]:
+    """From now on SIGTERM and SIGINT are recorded in the returned list instead of ending the process, so a stop
+    requested while the worker loads is honoured, with exit status 0, once it runs (nothing is open before)."""
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    return early
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the command; returns the exit status."""
     args_list = sys.argv[1:] if argv is None else argv
     if args_list and args_list[0] == "run":
+        early = hold_stop_requests()
         from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
 
-        return main_run(args_list[1:])
+        return main_run(args_list[1:], early=early)
     args = build_parser().parse_args(args_list)
     from worker.convert import convert_paths  # noqa: PLC0415
 

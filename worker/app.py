@@ -89,9 +89,12 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     return 0
 
 
-def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+def main_run(
+    argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None, *, early: list[int] | None = None
+) -> int:
     """Entry point of `python -m worker run`; returns the process exit status: 2, with one line naming what to
-    fix, for settings, a processor or topics that cannot work (at start, or once a topic check finds so)."""
+    fix, for settings, a processor or topics that cannot work (at start, or once a topic check finds so).
+    `early` holds the stop requests received before this was called (`worker.__main__.hold_stop_requests`)."""
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
@@ -102,10 +105,10 @@ def main_run(argv: list[str] | None = None, parser: argparse.ArgumentParser | No
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
-    # A stop requested while the process is still starting is honoured once the loop runs: nothing is open yet.
-    early: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    if early is None:  # called in-process: stop requests are held from here on
+        from worker.__main__ import hold_stop_requests  # noqa: PLC0415
+
+        early = hold_stop_requests()
     from worker.ops import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_format, settings.log_level)
