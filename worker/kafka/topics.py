@@ -40,6 +40,14 @@ _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
+def _check_described(code: int, topic: str, role: str) -> None:
+    """Raise for the error code a broker gave for describing `topic`: ConfigError naming the ACL when denied."""
+    if code == _TOPIC_DENIED:
+        raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+    if code:
+        raise for_code(code)(f"describing topic {topic!r}")
+
+
 def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
     """The largest `sizes.record_size` a record may have to reach a topic whose `max.message.bytes` is given,
     through a producer whose `max_request_size` is `max_request_bytes`: within both, less a margin."""
@@ -92,11 +100,7 @@ class TopicInspector:
                               "create the topics, or name existing ones (and grant this client Describe on them)")
         described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
         for topic, role in roles.items():
-            code = described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC
-            if code == _TOPIC_DENIED:
-                raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
-            if code:
-                raise for_code(code)(f"describing topic {topic!r}")
+            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role)
         sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
@@ -191,10 +195,7 @@ class TopicInspector:
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
-        if found["error_code"] == _TOPIC_DENIED:
-            raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
-        if found["error_code"]:
-            raise for_code(found["error_code"])(f"describing topic {topic!r}")
+        _check_described(found["error_code"], topic, role)
         return dict(found)
 
     async def _create(
