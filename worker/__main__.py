@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
-__all__ = ["build_parser", "hold_stop_requests", "main"]
+from worker._signals import hold_stop_requests
+
+__all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,15 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
     # `run` is dispatched to worker.app.main_run before parsing; registered here for --help only.
     commands.add_parser("run", help="run the Kafka worker (see `python -m worker run --help`)", add_help=False)
     return parser
-
-
-def hold_stop_requests() -> list[int]:
-    """From now on SIGTERM and SIGINT are recorded in the returned list instead of ending the process, so a stop
-    requested while the worker loads is honoured, with exit status 0, once it runs (nothing is open before)."""
-    early: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
-    return early
 
 
 def main(argv: list[str] | None = None) -> int:

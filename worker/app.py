@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from worker._native import describe
+from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
 from worker.settings import Settings
 
@@ -94,7 +95,7 @@ def main_run(
 ) -> int:
     """Entry point of `python -m worker run`; returns the process exit status: 2, with one line naming what to
     fix, for settings, a processor or topics that cannot work (at start, or once a topic check finds so).
-    `early` holds the stop requests received before this was called (`worker.__main__.hold_stop_requests`)."""
+    `early` holds the stop requests received before this was called (`hold_stop_requests`)."""
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
@@ -106,8 +107,6 @@ def main_run(
         print(f"worker: {exc}", file=sys.stderr)
         return 2
     if early is None:  # called in-process: stop requests are held from here on
-        from worker.__main__ import hold_stop_requests  # noqa: PLC0415
-
         early = hold_stop_requests()
     from worker.ops import configure_logging  # noqa: PLC0415
 
