@@ -37,6 +37,7 @@ COMPILED = [
     "worker/observe/_content.py",
     "worker/observe/_convert.py",
     "worker/observe/_encode.py",
+    "worker/observe/_json.py",
     "worker/observe/_events.py",
     "worker/observe/_observer.py",
     "worker/observe/_parts.py",
