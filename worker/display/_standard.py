@@ -104,6 +104,7 @@ _APPENDED: dict[type[BaseEvent], ItemKind] = {
     TextMessageContentEvent: "text_message",
     ReasoningMessageContentEvent: "reasoning_message",
 }
+_LIFECYCLE_MEMBERS: dict[int, tuple[object, bool]] = {}
 LIFECYCLE = 1  # an event folded as one completed observation holding the whole event
 APPEND = 2  # a message content delta
 
@@ -111,8 +112,7 @@ APPEND = 2  # a message content delta
 def standard_plan(event: BaseEvent) -> int:
     """How `fold_standard_encoded` folds the event (LIFECYCLE, APPEND), or 0 when only its parsed JSON can be
     folded. Reads no fold state."""
-    kind = event.type
-    if kind in LIFECYCLE_EVENTS and type(kind.value if isinstance(kind, Enum) else kind) is str:
+    if _is_lifecycle(event.type):
         return LIFECYCLE
     if type(event) in _APPENDED and not event.__pydantic_extra__:
         fields = event.__dict__
@@ -120,6 +120,20 @@ def standard_plan(event: BaseEvent) -> int:
         if plain and type(fields["message_id"]) is str and type(fields["delta"]) is str:
             return APPEND
     return 0
+
+
+def _is_lifecycle(kind: object) -> bool:
+    """Whether an event's `type` names a LIFECYCLE_EVENTS event; an enum member's answer is remembered by identity
+    (members live as long as their class, and hashing one costs a Python call)."""
+    found = _LIFECYCLE_MEMBERS.get(id(kind))
+    if found is not None and found[0] is kind:
+        return found[1]
+    if not isinstance(kind, Enum):
+        return type(kind) is str and kind in LIFECYCLE_EVENTS
+    value = kind.value
+    answer = type(value) is str and value in LIFECYCLE_EVENTS
+    _LIFECYCLE_MEMBERS[id(kind)] = (kind, answer)
+    return answer
 
 
 def fold_standard_encoded(ledger: Ledger, event: BaseEvent, plan: int, encoded: bytes) -> str | None:

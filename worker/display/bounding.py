@@ -83,9 +83,22 @@ def json_size_exceeds(value: object, limit: int) -> bool:
     return len(raw) > limit or _escaped_size(raw) > limit
 
 
+# Per event class: whether its instances are TOOL_CALL_RESULT (1) or TOOL_CALL_ARGS (2) events, or neither (0);
+# looked up by class, since a pydantic model's isinstance check costs a call into its metaclass.
+_BOUNDED: dict[type, int] = {}
+
+
 def bound_event(event: BaseEvent) -> BaseEvent:
     """Cut a TOOL_CALL_RESULT text or TOOL_CALL_ARGS delta to MAX_FIELD_CHARS + 1 characters, and replace an
     over-large result part list by one text part; the extra character lets the fold see the cut."""
+    cls = type(event)
+    bounded = _BOUNDED.get(cls)
+    if bounded is None:
+        bounded = _BOUNDED[cls] = (
+            1 if issubclass(cls, ToolCallResultEvent) else 2 if issubclass(cls, ToolCallArgsEvent) else 0
+        )
+    if not bounded:
+        return event
     if isinstance(event, ToolCallResultEvent):
         content = event.content
         if isinstance(content, str):

@@ -160,7 +160,7 @@ class DisplayFold:
         steps: list[tuple[int, int, bytes, dict[str, Any] | None]] = []  # custom plan, standard plan, content, parsed
         for event, text in zip(events, encoded, strict=True):
             custom, standard, content = 0, 0, b""
-            if isinstance(event, CustomEvent):
+            if type(event) is CustomEvent:  # a subclass is folded from its parsed JSON
                 custom, content = custom_plan(event, text, self._policy)
             else:
                 standard = standard_plan(event)
@@ -174,8 +174,7 @@ class DisplayFold:
             if parsed is not None:
                 self._fold_one(parsed)
             elif custom:
-                assert isinstance(event, CustomEvent)
-                customs.fold_encoded(ledger, event, custom, content, text)
+                customs.fold_encoded(ledger, event, custom, content, text)  # type: ignore[arg-type]  # a CustomEvent
             else:
                 customs.completed = None
                 fold_standard_encoded(ledger, event, standard, text)
