@@ -163,3 +163,12 @@ def test_malformed_event_refuses_the_whole_batch(event: dict[str, object], field
     with pytest.raises(AguiObservationError, match=field):
         fold.fold([text("START", "ok", BASE_TS), event])
     assert not fold.items and fold.position.sequence == 0
+
+
+def test_a_part_kind_that_is_no_text_makes_an_observation_not_a_crash() -> None:
+    fold = DisplayFold("run-t")
+    event = custom("a13n.pydantic_ai.part_start", {"part": {"part_kind": ["builtin-tool-call"]}}, BASE_TS)
+    records = fold.fold([event])
+    assert records[0].item is not None
+    assert records[0].item.kind == "observation"
+    assert fold.export().items[0].content["value"] == event["value"]

@@ -10,19 +10,17 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import orjson
-from ag_ui.core import CustomEvent
 from pydantic import JsonValue
 
-from worker.display._json import ORJSON_AGREES, loads_object
-from worker.display._ledger import Ledger, event_time, scope_of, stamp_time
-from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, ContentPolicy, json_size
+from worker.display._json import ORJSON_AGREES
+from worker.display._ledger import Ledger, event_time, scope_of
+from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size
 from worker.display.fragments import CustomEventAssembler
 from worker.display.items import ItemState
 from worker.display.memory import memory_sources
 from worker.display.snapshot import ArgumentStream
-from worker.observe import FRAGMENT_EVENT_NAME
 
-__all__ = ["ARGUMENTS", "AUTHORED_INPUT_EVENT_NAMES", "PLAIN", "CustomFolder", "custom_plan"]
+__all__ = ["AUTHORED_INPUT_EVENT_NAMES", "CustomFolder"]
 
 AUTHORED_INPUT_EVENT_NAMES = frozenset({"a13n.input.user", "a13n.input.steering"})
 _MEDIA_INPUT = "a13n.input.media"
@@ -56,7 +54,7 @@ def _argument_delta(event: Mapping[str, Any]) -> tuple[JsonValue, str] | None:
     return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity], text
 
 
-def _nested(value: object, field: str) -> dict[str, JsonValue] | None:
+def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
     found = value.get(field) if isinstance(value, dict) else None
     return found if isinstance(found, dict) else None
 
@@ -96,77 +94,6 @@ class HeldArguments:
         return ArgumentStream(
             stream=self.stream, key=self.key, at=self.at, sequence=self.sequence, event=self.event, size=self.size
         )
-
-
-# Types the fast path compares as the parsed JSON would: an argument stream's identity holds only these.
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-# Names whose fold is more than an observation (or may be): they always go through the parsed event.
-_NOT_PLAIN = frozenset({
-    FRAGMENT_EVENT_NAME, *AUTHORED_INPUT_EVENT_NAMES, _MEDIA_INPUT, "a13n.harness.context", *_TOOL_RESULTS,
-    *_SUPPLEMENTS,
-})  # fmt: skip
-_LIFECYCLE = "a13n.harness.lifecycle"
-PLAIN = 1  # a CUSTOM event folded as one completed observation
-ARGUMENTS = 2  # a streamed tool-call argument delta
-_MISSING = object()
-
-
-def _opaque(value: object) -> bool:
-    """Whether the fast path cannot tell what `value` parses as (anything but plain JSON data)."""
-    kind = type(value)
-    return kind is not dict and kind is not list and kind not in _SCALARS
-
-
-def _field(value: object, name: str) -> object:
-    """`value[name]` of a dict; None for anything else or a missing name."""
-    return value.get(name) if type(value) is dict else None
-
-
-def custom_plan(event: CustomEvent, encoded: bytes, policy: ContentPolicy) -> tuple[int, bytes]:
-    """How `CustomFolder.fold_encoded` folds the event whose JSON text is `encoded` (PLAIN with the observation's
-    content JSON, ARGUMENTS), or (0, b"") when only the parsed event can be folded. Reads no fold state."""
-    fields = event.__dict__
-    name, value = fields["name"], fields["value"]
-    if (policy.unbounded or type(name) is not str or name in _NOT_PLAIN or fields["raw_event"] is not None
-            or fields["metadata"] is not None or event.__pydantic_extra__):  # fmt: skip
-        return 0, b""
-    source = _field(value, "event")
-    part = _field(source, "part")
-    inner = _field(source, "delta" if name == _PART_DELTA else "payload")
-    if _opaque(value) or _opaque(source) or _opaque(part) or _opaque(inner):
-        return 0, b""
-    tag = _field(part, "part_kind")
-    if not _plain_text(tag) or (type(tag) is str and tag in _NATIVE_PARTS):
-        return 0, b""
-    tag = _field(inner, "part_delta_kind" if name == _PART_DELTA else "type")
-    if not _plain_text(tag):
-        return 0, b""
-    if name == _PART_DELTA and tag == "tool_call":
-        return ARGUMENTS, b""
-    stamp = fields["timestamp"]
-    head = b'{"type":"CUSTOM"'
-    if stamp is not None:
-        if type(stamp) is not int:
-            return 0, b""
-        head += b',"timestamp":%d' % stamp
-    subagent, subagent_json = fields["subagent_run_id"], b""
-    if subagent is not None:
-        if type(subagent) is not str:
-            return 0, b""
-        subagent_json = b',"subagentRunId":' + orjson.dumps(subagent)
-    name_json = orjson.dumps(name)
-    head += subagent_json + b',"name":' + name_json + b',"value":'
-    if not encoded.startswith(head) or not encoded.endswith(b"}"):
-        return 0, b""
-    text = encoded[len(head) : -1]
-    if 6 * len(text) > MAX_OBSERVATION_BYTES:  # may be over the bound: measured on the parsed value
-        return 0, b""
-    return PLAIN, b"".join((b'{"name":', name_json, b',"value":', text, subagent_json, b"}"))
-
-
-def _plain_text(value: object) -> bool:
-    """Whether `value` compares with text as its parsed form would (no str subclass such as an enum)."""
-    return not isinstance(value, str) or type(value) is str
 
 
 class CustomFolder:
@@ -214,29 +141,6 @@ class CustomFolder:
             if field in whole:
                 content[field] = whole[field]
         return ledger.put(ledger.observation_key(), "observation", "completed", content, event_time(event))
-
-    def fold_encoded(self, ledger: Ledger, event: CustomEvent, plan: int, content: bytes, encoded: bytes) -> str | None:
-        """`fold` of the event's JSON text `encoded` for a `custom_plan` other than 0, from the model and the plan's
-        content JSON: the same item and state, parsing only an argument delta that starts a stream."""
-        self.completed = None
-        if plan == ARGUMENTS:
-            held = self.arguments
-            value: dict[str, Any] = event.value
-            source = value["event"]
-            delta = source["delta"]
-            text = delta.get("args_delta")
-            continues = held is not None and held.sequence == ledger.sequence - 1 and type(text) is str
-            if continues and held is not None and isinstance(text, str) and not delta.get("tool_name_delta") \
-                    and _same_stream(held.stream, value, source, delta):  # fmt: skip
-                subagent = _MISSING if event.subagent_run_id is None else event.subagent_run_id
-                return self._append_arguments(ledger, held, text, subagent)
-            return self.fold(ledger, loads_object(encoded))
-        if event.name == _LIFECYCLE:
-            payload = _nested(_nested(event.value, "event"), "payload")
-            if payload is not None and payload.get("type") == "model_request_started":
-                scope = scope_of(event.subagent_run_id)
-                ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
-        return ledger.put_json(ledger.observation_key(), "observation", content, stamp_time(event.timestamp))
 
     @staticmethod
     def _note_memory(ledger: Ledger, scope: str, payload: dict[str, JsonValue]) -> None:
@@ -318,60 +222,24 @@ class CustomFolder:
     def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> str | None:
         """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
         held = self.arguments
-        subagent = event.get("subagentRunId", _MISSING)
         if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
-            return self._append_arguments(ledger, held, text, subagent)
-        first = _held_copy(event)
-        held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
-                             json_size(first["value"]))  # fmt: skip
-        self.arguments = held
-        return _put_arguments(ledger, held, subagent)
-
-    @staticmethod
-    def _append_arguments(ledger: Ledger, held: HeldArguments, text: str, subagent: object) -> str | None:
-        if held.event is not None:
-            held.event["value"]["event"]["delta"]["args_delta"] += text
-            # Escaping is per character, so the JSON grows by the escaped text without its quotes.
-            held.size += len(encode_basestring_ascii(text)) - 2
-        return _put_arguments(ledger, held, subagent)
-
-
-def _put_arguments(ledger: Ledger, held: HeldArguments, subagent: object) -> str | None:
-    """The held stream's observation as it stands after the delta at the ledger's position (`subagent` is the
-    delta's `subagentRunId`, or _MISSING)."""
-    held.sequence = ledger.sequence
-    if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
-        held.event = None
-    value: JsonValue = _detached_delta(held.event["value"]) if held.event is not None else dict(OMITTED)
-    content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
-    if subagent is not _MISSING:
-        content["subagentRunId"] = subagent  # type: ignore[assignment]  # a JSON value of the event
-    return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
-
-
-def _same_stream(stream: JsonValue, value: dict[str, Any], source: dict[str, Any], delta: dict[str, Any]) -> bool:
-    """Whether `stream` is the identity `_argument_delta` gives the delta in `value` (a model's value), compared
-    without building it; False whenever a field is not plain scalar data (the parsed event decides then)."""
-    if not isinstance(stream, list) or len(stream) != 4 or stream[0] != _PART_DELTA:
-        return False
-    thread, run, identity = value.get("thread_id"), value.get("run_id"), stream[3]
-    if type(thread) not in _SCALARS or type(run) not in _SCALARS or stream[1] != thread or stream[2] != run:
-        return False
-    if not isinstance(identity, dict) or len(identity) != len(source):
-        return False
-    for key, item in source.items():
-        if key != "delta" and (type(item) not in _SCALARS or identity.get(key, _MISSING) != item):
-            return False
-    held = identity.get("delta")
-    if not isinstance(held, dict) or len(held) != len(delta):
-        return False
-    for key, item in delta.items():
-        if key == "args_delta":
-            if held.get(key, _MISSING) is not None:
-                return False
-        elif type(item) not in _SCALARS or held.get(key, _MISSING) != item:
-            return False
-    return True
+            if held.event is not None:
+                held.event["value"]["event"]["delta"]["args_delta"] += text
+                # Escaping is per character, so the JSON grows by the escaped text without its quotes.
+                held.size += len(encode_basestring_ascii(text)) - 2
+        else:
+            first = _held_copy(event)
+            held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
+                                 json_size(first["value"]))  # fmt: skip
+            self.arguments = held
+        held.sequence = ledger.sequence
+        if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
+            held.event = None
+        value: JsonValue = _detached_delta(held.event["value"]) if held.event is not None else dict(OMITTED)
+        content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
+        if "subagentRunId" in event:
+            content["subagentRunId"] = event["subagentRunId"]
+        return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
 
 
 def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:

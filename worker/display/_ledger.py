@@ -20,16 +20,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FINISHED: frozenset[ItemState] = frozenset({"completed", "failed"})
 ROOT_SCOPE = "root"
 _AT: dict[int, datetime] = {}
-_AT_JSON: dict[datetime, bytes] = {}
 
 
 def event_time(event: Mapping[str, Any]) -> datetime:
     """The event's own epoch-millisecond `timestamp` as a UTC datetime; the epoch when it carries none."""
-    return stamp_time(event.get("timestamp"))
-
-
-def stamp_time(stamp: object) -> datetime:
-    """An epoch-millisecond timestamp as a UTC datetime; the epoch for anything but an integer."""
+    stamp = event.get("timestamp")
     if not isinstance(stamp, int):
         return _EPOCH
     at = _AT.get(stamp)
@@ -38,18 +33,6 @@ def stamp_time(stamp: object) -> datetime:
             _AT.clear()
         at = _AT[stamp] = _EPOCH + timedelta(milliseconds=stamp)
     return at
-
-
-def time_json(at: datetime) -> bytes:
-    """A datetime's JSON as orjson writes it with OPT_UTC_Z (as the item model writes it)."""
-    if at.tzinfo is not UTC:
-        return orjson.dumps(at, option=orjson.OPT_UTC_Z)
-    text = _AT_JSON.get(at)
-    if text is None:
-        if len(_AT_JSON) >= 4096:
-            _AT_JSON.clear()
-        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z)
-    return text
 
 
 def scope_of(subagent_run_id: object) -> str:
@@ -116,20 +99,6 @@ class Entry:
                 content_refs=self.refs,
             )
         return self.model
-
-    def settle_json(self, content: bytes) -> bytes:
-        """Write the item's JSON from its content's JSON text (as `to_json` would write that content) and keep
-        only that."""
-        self.content = None
-        self.model = None
-        self.json = b"".join((
-            b'{"id":', orjson.dumps(self.key), b',"ordinal":%d,"kind":"%s","state":"%s","first_stream_id":'
-            % (self.ordinal, self.kind.encode(), self.state.encode()),
-            orjson.dumps(self.first), b',"last_stream_id":', orjson.dumps(self.last), b',"started_at":',
-            time_json(self.started), b',"ended_at":', b"null" if self.ended is None else time_json(self.ended),
-            b',"content":', content, b"}",
-        ))  # fmt: skip
-        return self.json
 
     def to_json(self) -> bytes:
         """The item's JSON, byte for byte as `Item.model_dump_json()` writes it (orjson writes the same text for
@@ -249,22 +218,6 @@ class Ledger:
             entry.model = None
         else:
             self.stale.add(entry.index)
-        return key
-
-    def put_json(self, key: str, kind: ItemKind, content: bytes, at: datetime) -> str | None:
-        """`put` of a completed item whose content is given as its JSON text (as orjson writes the content dict,
-        `ORJSON_AGREES`): the same entry, and for a settling ledger the same JSON without parsing the content."""
-        if not self.settle or not ORJSON_AGREES or key in self.entries or key in self.evicted_ids:
-            return self.put(key, kind, "completed", loads_object(content), at)
-        here = f"{self.attempt}-{self.sequence}"
-        entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {})
-        self.next_ordinal += 1
-        entry.index = len(self.order)
-        self.order.append(entry)
-        entry.state = "completed"
-        entry.ended = at
-        self.jsons.append(entry.settle_json(content))
-        self.changed.add(key)
         return key
 
     def ref(self, key: str) -> ItemRef:

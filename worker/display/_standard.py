@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 from typing import Any
 
-from ag_ui.core import BaseEvent, ReasoningMessageContentEvent, TextMessageContentEvent
 from pydantic import JsonValue
 
-from worker.display._ledger import Ledger, event_time, scope_of, stamp_time
+from worker.display._ledger import Ledger, event_time, scope_of
 from worker.display.items import ItemKind, ItemState
 from worker.errors import AguiObservationError
 
@@ -97,61 +95,6 @@ def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> str | None:
         _put_result(ledger, content, event.get("content", ""))
     state: ItemState = "completed" if kind_name in _COMPLETES else ledger.state_of(key)
     return ledger.put(key, kind, state, content, event_time(event))
-
-
-# Message content events folded from their models: event class -> item kind.
-_APPENDED: dict[type[BaseEvent], ItemKind] = {
-    TextMessageContentEvent: "text_message",
-    ReasoningMessageContentEvent: "reasoning_message",
-}
-_LIFECYCLE_MEMBERS: dict[int, tuple[object, bool]] = {}
-LIFECYCLE = 1  # an event folded as one completed observation holding the whole event
-APPEND = 2  # a message content delta
-
-
-def standard_plan(event: BaseEvent) -> int:
-    """How `fold_standard_encoded` folds the event (LIFECYCLE, APPEND), or 0 when only its parsed JSON can be
-    folded. Reads no fold state."""
-    if _is_lifecycle(event.type):
-        return LIFECYCLE
-    if type(event) in _APPENDED and not event.__pydantic_extra__:
-        fields = event.__dict__
-        plain = fields["raw_event"] is None and fields["metadata"] is None and fields["subagent_run_id"] is None
-        if plain and type(fields["message_id"]) is str and type(fields["delta"]) is str:
-            return APPEND
-    return 0
-
-
-def _is_lifecycle(kind: object) -> bool:
-    """Whether an event's `type` names a LIFECYCLE_EVENTS event; an enum member's answer is remembered by identity
-    (members live as long as their class, and hashing one costs a Python call)."""
-    found = _LIFECYCLE_MEMBERS.get(id(kind))
-    if found is not None and found[0] is kind:
-        return found[1]
-    if not isinstance(kind, Enum):
-        return type(kind) is str and kind in LIFECYCLE_EVENTS
-    value = kind.value
-    answer = type(value) is str and value in LIFECYCLE_EVENTS
-    _LIFECYCLE_MEMBERS[id(kind)] = (kind, answer)
-    return answer
-
-
-def fold_standard_encoded(ledger: Ledger, event: BaseEvent, plan: int, encoded: bytes) -> str | None:
-    """`fold_standard` of the event's JSON text `encoded` for a `standard_plan` other than 0, from the model (and,
-    for LIFECYCLE, `encoded` as the content JSON): the same item."""
-    at = stamp_time(event.timestamp)
-    if plan == LIFECYCLE:
-        return ledger.put_json(ledger.observation_key(), "observation", encoded, at)
-    fields = event.__dict__
-    kind = _APPENDED[type(event)]
-    key = ledger.key(kind, fields["message_id"])
-    content = ledger.content_of(key)
-    content["messageId"] = fields["message_id"]
-    group = ledger.group(scope_of(content.get("subagentRunId")))
-    if group is not None and "responseGroup" not in content:
-        content["responseGroup"] = group
-    ledger.policy.put_text(content, "text", str(content.get("text", "")) + fields["delta"])
-    return ledger.put(key, kind, ledger.state_of(key), content, at)
 
 
 def _put_result(ledger: Ledger, content: dict[str, JsonValue], result: JsonValue) -> None:

@@ -83,9 +83,9 @@ def json_size_exceeds(value: object, limit: int) -> bool:
     return len(raw) > limit or _escaped_size(raw) > limit
 
 
-# Per event class: whether its instances are TOOL_CALL_RESULT (1) or TOOL_CALL_ARGS (2) events, or neither (0);
-# looked up by class, since a pydantic model's isinstance check costs a call into its metaclass.
-_BOUNDED: dict[type, int] = {}
+# Per event class: whether its instances may need a bound (TOOL_CALL_RESULT or TOOL_CALL_ARGS events); looked up by
+# class, since a pydantic model's isinstance check costs a call into its metaclass.
+_BOUNDED: dict[type, bool] = {}
 
 
 def bound_event(event: BaseEvent) -> BaseEvent:
@@ -94,9 +94,7 @@ def bound_event(event: BaseEvent) -> BaseEvent:
     cls = type(event)
     bounded = _BOUNDED.get(cls)
     if bounded is None:
-        bounded = _BOUNDED[cls] = (
-            1 if issubclass(cls, ToolCallResultEvent) else 2 if issubclass(cls, ToolCallArgsEvent) else 0
-        )
+        bounded = _BOUNDED[cls] = issubclass(cls, ToolCallResultEvent | ToolCallArgsEvent)
     if not bounded:
         return event
     if isinstance(event, ToolCallResultEvent):

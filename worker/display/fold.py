@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import orjson
-from ag_ui.core import BaseEvent, CustomEvent
 
-from worker.display._customs import CustomFolder, custom_plan
+from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call, published_failure
-from worker.display._json import ORJSON_AGREES, loads_object
-from worker.display._ledger import FINISHED, Ledger, event_time, stamp_time
-from worker.display._standard import check_event, fold_standard, fold_standard_encoded, standard_plan
+from worker.display._json import ORJSON_AGREES
+from worker.display._ledger import FINISHED, Ledger, event_time
+from worker.display._standard import check_event, fold_standard
 from worker.display._view import ItemsView
 from worker.display.bounding import ContentPolicy, bounding_processor
 from worker.display.fragments import CustomEventAssembler
@@ -123,7 +121,7 @@ class DisplayFold:
                 ref = _with_memory(ref, ledger.entries[ref.id].contents())
             records.append(Observed(sequence=ledger.sequence, event=dict(event), item=ref))
         if records and source is not None:
-            failed = self._fail_tool_call(failed_tool_call(source), event_time(records[-1].event))
+            failed = self._fail_tool_call(failed_tool_call(source), records[-1].event)
             if failed is not None:
                 records[-1] = records[-1].model_copy(update={"item": ledger.ref(failed)})
         return records
@@ -145,41 +143,9 @@ class DisplayFold:
             ledger.sequence += 1
             self._fold_one(event)
             if published and customs.completed is not None:
-                self._fail_tool_call(published_failure(customs.completed), event_time(event))
+                self._fail_tool_call(published_failure(customs.completed), event)
         if batch and source is not None:
-            self._fail_tool_call(failed_tool_call(source), event_time(batch[-1]))
-
-    def apply_encoded(
-        self, events: Sequence[BaseEvent], encoded: Sequence[bytes], source: HarnessItem | None = None
-    ) -> None:
-        """`apply` of the events' JSON objects, given as the (bounded) models and their JSON text (`encoded[i]`
-        is `encode_event(events[i])`): the same items and continuation. The common kinds are folded from the model
-        and the text without parsing it; a malformed event still refuses the batch before anything is folded."""
-        ledger = self._ledger
-        customs = self._customs
-        steps: list[tuple[int, int, bytes, dict[str, Any] | None]] = []  # custom plan, standard plan, content, parsed
-        for event, text in zip(events, encoded, strict=True):
-            custom, standard, content = 0, 0, b""
-            if type(event) is CustomEvent:  # a subclass is folded from its parsed JSON
-                custom, content = custom_plan(event, text, self._policy)
-            else:
-                standard = standard_plan(event)
-            parsed = None
-            if not custom and not standard:
-                parsed = loads_object(text)
-                check_event(parsed)
-            steps.append((custom, standard, content, parsed))
-        for event, text, (custom, standard, content, parsed) in zip(events, encoded, steps, strict=True):
-            ledger.sequence += 1
-            if parsed is not None:
-                self._fold_one(parsed)
-            elif custom:
-                customs.fold_encoded(ledger, event, custom, content, text)  # type: ignore[arg-type]  # a CustomEvent
-            else:
-                customs.completed = None
-                fold_standard_encoded(ledger, event, standard, text)
-        if events and source is not None:
-            self._fail_tool_call(failed_tool_call(source), stamp_time(events[-1].timestamp))
+            self._fail_tool_call(failed_tool_call(source), batch[-1])
 
     def _fold_one(self, event: Mapping[str, Any]) -> str | None:
         if event["type"] == "CUSTOM":
@@ -187,7 +153,7 @@ class DisplayFold:
         self._customs.completed = None
         return fold_standard(self._ledger, event)
 
-    def _fail_tool_call(self, failed: tuple[str, str, str] | None, at: datetime) -> str | None:
+    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: Mapping[str, Any]) -> str | None:
         if failed is None:
             return None
         call_id, message, run_id = failed
@@ -199,7 +165,7 @@ class DisplayFold:
             return None
         content = self._ledger.content_of(key)
         content["failure"] = {"code": "tool_failed", "message": message}
-        return self._ledger.put(key, "tool_call", "failed", content, at)
+        return self._ledger.put(key, "tool_call", "failed", content, event_time(last))
 
     def evictable(self, *, ended: bool = False) -> list[str]:
         """Ids of the items `evict` may remove, in ordinal order: every finished item except an argument stream
@@ -227,7 +193,9 @@ class DisplayFold:
         snapshot = DisplaySnapshot(items=items, continuation=self.export_continuation(), evicted=self.evicted)
         return snapshot.model_copy(deep=True)
 
-    def export_json(self, observer: ObserverContinuation | None = None, *, observer_json: bytes | None = None) -> bytes:
+    def export_json(
+        self, observer: ObserverContinuation | None = None, *, observer_json: bytes | None = None
+    ) -> bytes:
         """`export().model_dump_json()` as bytes, built from each item's JSON kept since its last change; with
         `observer` (or `observer_json`, its JSON as the model writes it), that continuation stands in for the fold's
         own observer's."""

@@ -223,10 +223,8 @@ class DisplayProjection:
             if encoded is not None and len(encoded) != len(events):
                 raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
             try:
-                bounded = [bound_event(event) for event in events]
-                texts = [encoded[i] if encoded is not None and event is events[i] else encode_event(event)
-                         for i, event in enumerate(bounded)]  # fmt: skip
-                self._fold.apply_encoded(bounded, texts, source)
+                batch = [event_json(event, None if encoded is None else encoded[i]) for i, event in enumerate(events)]
+                self._fold.apply(batch, source)
             except AguiObservationError:
                 self._skipped += 1
             self._next += len(events)
