@@ -130,6 +130,16 @@ def test_a_display_layout_that_cannot_work_exits_2_naming_the_setting(
     assert "Traceback" not in everything
 
 
+def test_a_changelog_not_co_partitioned_with_the_source_exits_2(kafka_bootstrap: str, topic_factory) -> None:
+    source, output, dlq = topic_factory("source", partitions=3), topic_factory("output", partitions=3), topic_factory()
+    changelog = topic_factory("changelog", 2, {"cleanup.policy": "compact"})
+    status, said, everything = _run(kafka_bootstrap, source, output, dlq, "--changelog-topic", changelog)
+    assert status == 2, everything
+    assert said == (f"worker: changelog_topic {changelog!r} has 2 partitions and source_topic {source!r} 3: the state "
+                    "of source partition p lives in changelog partition p. Delete the changelog topic (the next "
+                    "rebuilds replay the source instead) or name a new one with --changelog-topic")
+
+
 def test_a_missing_display_topic_is_created_compacted_like_the_output(
     kafka_bootstrap: str, topic_factory, unique_names, tmp_path: Path
 ) -> None:

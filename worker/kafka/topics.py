@@ -130,18 +130,12 @@ class TopicInspector:
         existing = set(await self._admin.list_topics())
         if output not in existing:
             return  # `limits` names the missing output topic
-        (described,) = await self._admin.describe_topics([output])
-        partitions = len(described["partitions"])
-        if topic not in existing:
-            await self._create(topic, "display_topic", partitions, len(described["partitions"][0]["replicas"]),
-                               configs={_CLEANUP: "compact"}, like="like the output")  # fmt: skip
-        found = await self._described(topic, "display_topic")
-        if len(found["partitions"]) != partitions:
-            raise ConfigError(
-                f"display_topic {topic!r} has {len(found['partitions'])} partitions and output_topic {output!r} "
-                f"{partitions}: a run's display record must be in the partition of its events. Recreate the display "
-                "topic with the output's partition count, or name a new one with --display-topic"
-            )
+        await self._copartitioned(
+            topic, "display_topic", output, "output_topic", missing=topic not in existing, replication=None,
+            configs={_CLEANUP: "compact"},
+            why="a run's display record must be in the partition of its events. Recreate the display topic with the "
+            "output's partition count, or name a new one with --display-topic",
+        )  # fmt: skip
         policy = (await self._configs(topic, (_CLEANUP,))).get(_CLEANUP)
         if policy is not None and policy.replace(" ", "") not in _COMPACTED:
             raise ConfigError(
@@ -158,21 +152,14 @@ class TopicInspector:
         record), or when the worker may not create it."""
         s = self._s
         topic, source = s.changelog_topic_name, s.source_topic
-        (described,) = await self._admin.describe_topics([source])
-        partitions = len(described["partitions"])
-        if topic not in set(await self._admin.list_topics()):
-            await self._create(topic, "changelog_topic", partitions, s.changelog_replication_factor
-                               or len(described["partitions"][0]["replicas"]),
-                               configs={_CLEANUP: "compact", _MAX_MESSAGE: str(MAX_REQUEST_BYTES),
-                                        "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)},
-                               like="like the source")  # fmt: skip
-        found = await self._described(topic, "changelog_topic")
-        if len(found["partitions"]) != partitions:
-            raise ConfigError(
-                f"changelog_topic {topic!r} has {len(found['partitions'])} partitions and source_topic {source!r} "
-                f"{partitions}: the state of source partition p lives in changelog partition p. Delete the changelog "
-                "topic (the next rebuilds replay the source instead) or name a new one with --changelog-topic"
-            )
+        await self._copartitioned(
+            topic, "changelog_topic", source, "source_topic", missing=topic not in set(await self._admin.list_topics()),
+            replication=s.changelog_replication_factor,
+            configs={_CLEANUP: "compact", _MAX_MESSAGE: str(MAX_REQUEST_BYTES),
+                     "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)},
+            why="the state of source partition p lives in changelog partition p. Delete the changelog topic (the next "
+            "rebuilds replay the source instead) or name a new one with --changelog-topic",
+        )  # fmt: skip
         configs = await self._configs(topic, (_CLEANUP, _MAX_MESSAGE))
         policy = configs.get(_CLEANUP)
         if policy is not None and policy.replace(" ", "") != "compact":
@@ -192,6 +179,25 @@ class TopicInspector:
                 f"{_MAX_MESSAGE}={MAX_REQUEST_BYTES}"
             )
         return limit
+
+    async def _copartitioned(
+        self, topic: str, role: str, base: str, base_role: str, *, missing: bool, replication: int | None,
+        configs: dict[str, str], why: str,
+    ) -> None:  # fmt: skip
+        """Create `topic` when `missing`, with `base`'s partition count and (unless `replication` is given) its
+        replication; ConfigError when it has another partition count than `base` (`why` says why it must not, and
+        what to do)."""
+        (described,) = await self._admin.describe_topics([base])
+        partitions = len(described["partitions"])
+        if missing:
+            await self._create(topic, role, partitions, replication or len(described["partitions"][0]["replicas"]),
+                               configs=configs, like=f"like the {base_role.removesuffix('_topic')}")  # fmt: skip
+        found = await self._described(topic, role)
+        if len(found["partitions"]) != partitions:
+            raise ConfigError(
+                f"{role} {topic!r} has {len(found['partitions'])} partitions and {base_role} {base!r} {partitions}: "
+                f"{why}"
+            )
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
