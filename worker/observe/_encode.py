@@ -9,7 +9,7 @@ import pydantic_core
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
-__all__ = ["encode_event"]
+__all__ = ["ORJSON_AGREES", "encode_event"]
 
 # Floats are the only values whose spelling could differ between the two encoders; use orjson (several times
 # faster) only when this installation spells every probe exactly as pydantic does.
@@ -17,7 +17,7 @@ _FLOAT_PROBES = [
     0.1, -0.0, 1.0, 100.0, 1e-5, 2.5e-5, 1e-7, 1e15, 1e16, 1e21, 1e22, 1.5e300, 5e-324, 1.7976931348623157e308,
     123456789012.0, 9007199254740993.0, 1.2345678901234567e19, 0.30000000000000004, 3.0e-310,
 ]
-_ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
+ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
 _Layout = tuple[tuple[str, str, bool, bool], ...]
 _LAYOUTS: dict[type[BaseModel], _Layout] = {}
 
@@ -70,7 +70,7 @@ def encode_event(event: BaseEvent) -> bytes:
     out = _fields(event)
     if out is None:
         return _slow(event)
-    if _ORJSON_AGREES:
+    if ORJSON_AGREES:
         try:
             return orjson.dumps(out)
         except (TypeError, orjson.JSONEncodeError):

@@ -7,7 +7,6 @@ remembered ended stream, each removed by a tombstone when its stream ends or is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Final
@@ -17,6 +16,7 @@ import orjson
 from worker._value import FrozenValue
 from worker.display.projection import DisplayProjection
 from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
+from worker.observe import loads_exact
 from worker.stream._core import StreamObserver
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, OpenStream
 
@@ -40,8 +40,6 @@ PARTITION_KEY: Final = b"partition"  # never changes, so any release finds the f
 _STREAM: Final = "stream:"
 _ENDED: Final = "ended:"
 _CLOSED_CODES: Final = frozenset({SOURCE_GAP_CODE, EVENT_TOO_LARGE_CODE})
-_DIGITS: Final = bytes(0x31 if 0x30 <= code <= 0x39 else 0x30 for code in range(256))  # digits to "1", else "0"
-_LONG_RUN: Final = b"1" * 19
 
 
 def _package_version() -> str:
@@ -135,14 +133,6 @@ def encode_partition(topic: str, partition: int, offset: int, open_streams: int,
     })  # fmt: skip
 
 
-def _loads(value: bytes) -> object:
-    """The JSON in `value`, every integer exact: orjson reads an integer beyond 64 bits as a float, so text with a
-    run of 19 digits (a display state may hold any number) goes to the stdlib."""
-    if _LONG_RUN in value.translate(_DIGITS):
-        return json.loads(value)
-    return orjson.loads(value)
-
-
 class _Reader:
     """Reads one record's JSON object, raising CheckpointError naming the record and the field at fault."""
 
@@ -153,7 +143,7 @@ class _Reader:
         self.partition = partition
         self.key = key
         try:
-            data = _loads(value) if value is not None else None
+            data = loads_exact(value) if value is not None else None  # a display state may hold any number
         except ValueError as exc:  # orjson's JSONDecodeError and the stdlib's are ValueErrors
             raise self.error(f"is not JSON: {exc}") from None
         if not isinstance(data, dict):
