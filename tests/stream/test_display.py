@@ -4,15 +4,17 @@ published, and its state travels with the run's changelog record."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import pickle
 from typing import Any
 
 import orjson
 import pytest
+from ag_ui.core import BaseEvent
 
 from tests.display._flows import lines_of, reference_at_items
-from tests.stream._fakes import FAKE_CORE
+from tests.stream._fakes import FAKE_CORE, fake_encode
 from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, item, records
 from worker.display import DisplaySnapshot
 from worker.errors import CheckpointError, ConfigError
@@ -147,6 +149,24 @@ def test_a_run_error_too_large_to_publish_still_ends_the_display_with_what_was_p
     first = outcomes[0].records[-1]
     assert header(first.headers, "agui-seq") == "1"
     assert orjson.loads(last.value or b"")["items"] == orjson.loads(first.value or b"")["items"]
+
+
+def test_events_that_cannot_be_encoded_are_passed_over_by_the_display() -> None:
+    def encode(event: BaseEvent) -> bytes:
+        if getattr(event, "value", {}).get("seq") == 1:
+            raise OverflowError("cannot encode this one")
+        return fake_encode(event)
+
+    state = PartitionState(TOPIC, 0, core=dataclasses.replace(FAKE_CORE, encode_event=encode), display_interval_ms=0)
+    key = "run-a"
+    outcomes = [state.process(r) for r in records([(key, item(key, 0)), (key, item(key, 1, emit=2)),
+                                                   (key, item(key, 2))])]  # fmt: skip
+    assert outcomes[1].reason == "internal-error"
+    before, failed, after = (displayed([outcome])[key][-1] for outcome in outcomes)
+    # events 2 and 3 were never published: the display covers their numbers without folding them
+    assert [header(r.headers, "agui-seq") for r in (before, failed, after)] == ["1", "3", "4"]
+    assert orjson.loads(failed.value or b"")["items"] == orjson.loads(before.value or b"")["items"]
+    assert len(orjson.loads(after.value or b"")["items"]) > len(orjson.loads(failed.value or b"")["items"])
 
 
 def test_evictions_and_withheld_records_are_tallied_when_publishing_only() -> None:
