@@ -353,13 +353,8 @@ class PartitionState:
         ended = run == step.key and self._core.is_terminal(item)
         shown: OutboundRecord | None = None
         if display is not None:
-            if failed is None:
-                shown = self._show(step, stream, display, events, n, values=values, ended=ended, source=item,
-                                   observer=observer)  # fmt: skip
-            else:  # never published: the projection passes over them
-                display.skip(n, len(events))
-                shown = self._show(step, stream, display, (), stream.n, values=None, ended=ended, source=item,
-                                   observer=observer)  # fmt: skip
+            shown = self._show(step, stream, display, events, n, values=values if failed is None else None,
+                               ended=ended, source=item, observer=observer)  # fmt: skip
         if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
@@ -375,8 +370,13 @@ class PartitionState:
         self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...],
         first: int, *, values: list[bytes] | None, ended: bool, source: WireItem | None, observer: StreamObserver,
     ) -> OutboundRecord | None:  # fmt: skip
-        """Offer the events published as n = `first`, ... (their record values `values`) to the stream's display
-        projection; the display record due after them, when publishing. A projection that `ended` is let go."""
+        """Offer the events numbered n = `first`, ... to the stream's display projection: published, with their
+        record values `values`, or passed over when `values` is None (never published: their encoding failed, or a
+        RUN_ERROR was too large); the display record due after them, when publishing. A projection that `ended` is
+        let go."""
+        if values is None:
+            display.skip(first, len(events))
+            first, events = first + len(events), ()
         withheld = display.withheld
         record = display.offer(
             events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
@@ -436,13 +436,8 @@ class PartitionState:
         shown: OutboundRecord | None = None
         display, observer = stream.display, stream.observer
         if display is not None and observer is not None:
-            if fits:
-                shown = self._show(step, stream, display, (event,), stream.n, values=[value], ended=True,
-                                   source=None, observer=observer)  # fmt: skip
-            else:
-                display.skip(stream.n, 1)
-                shown = self._show(step, stream, display, (), stream.n + 1, values=None, ended=True,
-                                   source=None, observer=observer)  # fmt: skip
+            shown = self._show(step, stream, display, (event,), stream.n, values=[value] if fits else None,
+                               ended=True, source=None, observer=observer)  # fmt: skip
         stream.display = None
         if not step.publish:
             return ()
