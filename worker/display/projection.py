@@ -215,10 +215,7 @@ class DisplayProjection:
         `encoded` the events' output record values when at hand, `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
-        if first_seq != self._next:
-            raise WorkerError(
-                f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
-            )
+        self._expect(first_seq)
         if events:
             if encoded is not None and len(encoded) != len(events):
                 raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
@@ -272,13 +269,17 @@ class DisplayProjection:
         return value, evicted
 
     def skip(self, first_seq: int, count: int) -> None:
-        """Pass over `count` events from n = `first_seq` that were never published (their encoding failed): they
-        are not folded, and the next event offered is n = `first_seq + count`."""
-        if first_seq != self._next or count < 0:
+        """Pass over `count` events from n = `first_seq` that were never published (their encoding failed, or a
+        RUN_ERROR was too large): they are not folded, and the next event offered is n = `first_seq + count`."""
+        self._expect(first_seq, valid=count >= 0)
+        self._next += count
+
+    def _expect(self, first_seq: int, *, valid: bool = True) -> None:
+        """WorkerError unless `first_seq` is the n of the next event (and the call is otherwise `valid`)."""
+        if first_seq != self._next or not valid:
             raise WorkerError(
                 f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
             )
-        self._next += count
 
     def export(self) -> dict[str, Any]:
         """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
