@@ -1,9 +1,11 @@
 """One partition's trouble stays its own, on real brokers: an unreachable dead-letter partition, and a zombie.
 
 (a) Six source partitions on three nodes. One node is the only replica of the dead-letter topic and the preferred
-    leader of source partition 0, the only partition that dead-letters. Stopping that node leaves partition 0
-    unable to commit; partitions 1-5 must keep committing and stay ready, partition 0 must come back when the
-    node does, memory must stay bounded meanwhile, and the output must still be exactly once.
+    leader of source partition 0, the only partition that dead-letters; the changelog lives on the other two.
+    Stopping that node leaves partition 0 unable to commit; partitions 1-5 must keep committing and stay ready,
+    partition 0 must come back when the node does, memory must stay bounded meanwhile, and the output must still
+    be exactly once. The node also coordinates some transactions of partitions 1-5 (the internal topics have a
+    partition per node): a commit caught by that coordinator's move may fail once, within the settling time.
 (b) A worker stopped (SIGSTOP) past its session timeout while an heir takes over, then resumed: with busy and idle
     partitions, no committed offset stalls for a session timeout, the heir is never fenced, and a parked idle
     partition whose producer the heir fenced takes its next record at once.
@@ -43,6 +45,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 Record = tuple[int, bytes, bytes]  # partition, key, value
 _POISON = 1_000  # undecodable records of partition 0, each dead-lettered once
 _BOUND = 40  # --max-pending-records
+# After the node stops: its transaction coordinators have moved and a transaction they failed has been rebuilt
+# (--broker-call-timeout-ms 3000 plus --rebuild-backoff-max-ms 2000).
+_SETTLE_S = 5.0
 
 
 async def _create_assigned(bootstrap: str, name: str, replicas: Mapping[int, list[int]],
@@ -198,6 +203,8 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
                                                                         for p in range(1, 6)}})
         await _create_assigned(bootstrap, output, {0: [a, b], 1: [b, a], 2: [a, b]})
         await _create_assigned(bootstrap, dlq, {0: [lone]}, {"min.insync.replicas": "1"})
+        await _create_assigned(bootstrap, f"{group}.changelog", {p: [a, b] if p % 2 else [b, a] for p in range(6)},
+                               {"cleanup.policy": "compact"})
         port = free_port()
         w = WorkerProcess(tmp_path, "w", bootstrap, source, output, dlq, group, "--broker-call-timeout-ms", "3000",
                           "--rebuild-backoff-max-ms", "2000", "--max-pending-records", str(_BOUND),
@@ -235,16 +242,21 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
             down_at = time.monotonic()
             not_ready: dict[int, int] = dict.fromkeys(range(6), 0)
             rss_peak, p0_pending_peak, ticks = rss_before, 0.0, 0
+            settled: dict[int, float] | None = None  # transaction failures per partition once settled
             while time.monotonic() - down_at < 20:
                 await scrape()
                 await watch.sample(admin, consumer)
-                ticks += 1
-                for p in range(6):
-                    not_ready[p] += not ready(p)
+                if time.monotonic() - down_at >= _SETTLE_S:
+                    if settled is None:
+                        settled = {p: _metric(body, "transaction_failures_total", p) for p in range(6)}
+                    ticks += 1
+                    for p in range(6):
+                        not_ready[p] += not ready(p)
                 rss_peak = max(rss_peak, _rss_mib(w))
                 p0_pending_peak = max(p0_pending_peak, _metric(body, "pending_records", 0))
                 await asyncio.sleep(0.5)
             up_at = time.monotonic()
+            failures_up = {p: _metric(body, "transaction_failures_total", p) for p in range(6)}
             await cluster3.start_node_async(lone_index)
             back_at = time.monotonic()
 
@@ -272,20 +284,23 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
             await admin.close()
             await consumer.stop()
 
-        stalls = {p: watch.longest_stall(p, down_at + 1.0, up_at) for p in range(6)}
+        assert settled is not None
+        stalls = {p: watch.longest_stall(p, down_at + _SETTLE_S, up_at) for p in range(6)}
         commits_during = {p: [s[1][p] for s in watch.samples if down_at <= s[0] <= up_at] for p in range(6)}
         advanced_by = {p: c[-1] - c[0] if c else 0 for p, c in commits_during.items()}
         print(f"outage {up_at - down_at:.1f} s; records committed meanwhile per partition {advanced_by}; longest "
               f"stall of partitions 1-5: {max(stalls[p] for p in range(1, 6)):.2f} s; partition 0 ready "
               f"{p0_recovery_s:.1f} s after the node was back; not-ready samples {not_ready} of {ticks}; RSS "
-              f"{rss_before:.0f} -> peak {rss_peak:.0f} MiB; partition 0 pending peak {p0_pending_peak:.0f}")
+              f"{rss_before:.0f} -> peak {rss_peak:.0f} MiB; partition 0 pending peak {p0_pending_peak:.0f}; "
+              f"transaction failures as the node left {settled}")
         for p in range(1, 6):
             assert advanced_by[p] > 0, f"partition {p} committed nothing while the node was down"
             assert stalls[p] < 3.0, f"partition {p} stalled {stalls[p]:.1f} s while another partition was stuck"
-            assert not_ready[p] == 0, f"partition {p} was reported not ready while the node was down"
+            assert not_ready[p] == 0, f"partition {p} was reported not ready while the node was down\n{w.log()[-6000:]}"
+            failed = failures_up[p]
+            assert failed == settled[p] <= 1, f"partition {p} failed {failed} transactions, {settled[p]} as it left"
         assert not_ready[0] > 0, "partition 0 cannot commit without its dead-letter partition: it must say so"
         assert _metric(body, "transaction_failures_total", 0) >= 1, "partition 0 was never isolated"
-        assert _metric(body, "transaction_failures_total") == _metric(body, "transaction_failures_total", 0)
         assert p0_pending_peak <= _BOUND + 500, "partition 0's pending records passed the bound by more than a poll"
         assert _metric(body, "backpressure_pauses_total", 0) >= 1, "partition 0 kept fetching while it could not commit"
         assert rss_peak - rss_before < 150, f"memory grew {rss_peak - rss_before:.0f} MiB during the outage"
