@@ -26,6 +26,7 @@ COMPILED = [
     "worker/display/_ledger.py",
     "worker/display/_standard.py",
     "worker/display/bounding.py",
+    "worker/display/cadence.py",
     "worker/display/fold.py",
     "worker/display/projection.py",
     "worker/wire/_agent.py",

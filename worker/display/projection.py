@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from worker._value import FrozenValue
 from worker.display._json import loads_object
 from worker.display.bounding import bound_event
+from worker.display.cadence import DisplayCadence
 from worker.display.fold import DisplayFold
 from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
@@ -121,19 +122,16 @@ class DisplayProjection:
     """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
 
     Everything it returns is a function of those events, their source items and the source timestamps given: a
-    replay or a `restore(export())` followed by the same calls returns the same records. A record is due with the
-    run's first events, then when a source timestamp lies `interval_ms` or more from the last record's (either way:
-    a producer's clock may step back), and always with the run's last events. A record never exceeds `max_bytes`:
+    replay or a `restore(export())` followed by the same calls returns the same records. When a record is due is
+    `DisplayCadence`'s rule, which looks at event numbers and timestamps only. A record never exceeds `max_bytes`:
     finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
     """
 
     __slots__ = (
-        "_anchor",
+        "_cadence",
         "_fold",
         "_headers_key",
-        "_interval",
         "_max_bytes",
-        "_next",
         "_published",
         "_skipped",
         "_thread_bytes",
@@ -145,8 +143,7 @@ class DisplayProjection:
         self, run_id: str, thread_id: str, *, interval_ms: int = DEFAULT_DISPLAY_INTERVAL_MS,
         max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:  # fmt: skip
-        if interval_ms < 0:
-            raise ConfigError(f"display interval must be >= 0 ms, got {interval_ms}")
+        self._cadence = DisplayCadence(run_id, interval_ms)
         if max_bytes < 1024:
             raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
         self._fold = DisplayFold(run_id)
@@ -154,11 +151,8 @@ class DisplayProjection:
         self._thread_id = thread_id
         self._thread_bytes = _utf8(thread_id)
         self._headers_key = _utf8(run_id)
-        self._interval = interval_ms
         self._max_bytes = max_bytes
-        self._next = 0  # n of the next event
         self._published = -1  # agui-seq of the last record returned
-        self._anchor = 0  # source timestamp of the last record returned
         self._skipped = 0
         self._withheld = 0
 
@@ -173,7 +167,7 @@ class DisplayProjection:
     @property
     def next_seq(self) -> int:
         """The n the next offered event must have."""
-        return self._next
+        return self._cadence.next_seq
 
     @property
     def published_seq(self) -> int:
@@ -188,7 +182,7 @@ class DisplayProjection:
     @property
     def withheld(self) -> int:
         """Due records not returned because the snapshot could not fit `max_bytes` even with every finished item
-        evicted."""
+        evicted (the next is due at the next interval, or with the run's last events)."""
         return self._withheld
 
     @property
@@ -215,7 +209,8 @@ class DisplayProjection:
         `encoded` the events' output record values when at hand, `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
-        self._expect(first_seq)
+        cadence = self._cadence
+        cadence.expect(first_seq)
         if events:
             if encoded is not None and len(encoded) != len(events):
                 raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
@@ -224,13 +219,10 @@ class DisplayProjection:
                 self._fold.apply(batch, source)
             except AguiObservationError:
                 self._skipped += 1
-            self._next += len(events)
-        last = self._next - 1
-        if last <= self._published:
+            cadence.advance(first_seq, len(events))
+        last = cadence.due(timestamp_ms, ended=ended)
+        if last is None:
             return None
-        if not ended and self._published >= 0 and abs(timestamp_ms - self._anchor) < self._interval:
-            return None
-        self._anchor = timestamp_ms
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers)
         continuation = None if observer is None else orjson.dumps(observer.export_data())
@@ -271,15 +263,7 @@ class DisplayProjection:
     def skip(self, first_seq: int, count: int) -> None:
         """Pass over `count` events from n = `first_seq` that were never published (their encoding failed, or a
         RUN_ERROR was too large): they are not folded, and the next event offered is n = `first_seq + count`."""
-        self._expect(first_seq, valid=count >= 0)
-        self._next += count
-
-    def _expect(self, first_seq: int, *, valid: bool = True) -> None:
-        """WorkerError unless `first_seq` is the n of the next event (and the call is otherwise `valid`)."""
-        if first_seq != self._next or not valid:
-            raise WorkerError(
-                f"display projection of run {self.run_id} expected event n={self._next}, got n={first_seq}"
-            )
+        self._cadence.advance(first_seq, count)
 
     def export(self) -> dict[str, Any]:
         """The projection's whole state as a JSON-serialisable dict (fold and cadence); `restore` reads it."""
@@ -287,11 +271,13 @@ class DisplayProjection:
 
     def export_json(self) -> bytes:
         """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
+        cadence = self._cadence
         return b"".join((
             b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(self._thread_id),
-            b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"anchor_ms":%d,"skipped":%d,'
-            b'"withheld":%d,"fold":' % (self._interval, self._max_bytes, self._next, self._published, self._anchor,
-                                        self._skipped, self._withheld),
+            b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"attempted_seq":%d,"anchor_ms":%d,'
+            b'"skipped":%d,"withheld":%d,"fold":' % (cadence.interval_ms, self._max_bytes, cadence.next_seq,
+                                                     self._published, cadence.attempted_seq, cadence.anchor_ms,
+                                                     self._skipped, self._withheld),
             self._fold.export_json(), b"}",
         ))  # fmt: skip
 
@@ -314,9 +300,12 @@ class DisplayProjection:
             )  # fmt: skip
             projection._fold = DisplayFold.restore(snapshot)
             projection._fold.settle_finished()
-            projection._next = int(state["next_seq"])
             projection._published = int(state["published_seq"])
-            projection._anchor = int(state["anchor_ms"])
+            cadence = projection._cadence
+            cadence.next_seq = int(state["next_seq"])
+            # States written before `attempted_seq` existed: the last due record was the last one published.
+            cadence.attempted_seq = int(state.get("attempted_seq", projection._published))
+            cadence.anchor_ms = int(state["anchor_ms"])
             projection._skipped = int(state["skipped"])
             projection._withheld = int(state["withheld"])
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
