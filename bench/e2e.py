@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -628,15 +629,17 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
         ]
     if shown_runs:
         shown = max(shown_runs)
-        ratio = shown.items_per_s / eos
+        # Each (h) against the (a) that ran just before it, on the machine as it was then; the median of those is
+        # the verdict (best against best can pair an (h) from a fast phase with an (a) from a slow one).
+        rounds = [h.items_per_s / a.items_per_s for a, h in zip(eos_runs, shown_runs, strict=True)]
+        ratio = statistics.median(rounds)
         rows += [
             ("(h) worker with the display topic", f"{shown.items_per_s:,.0f} items/s",
              f"--display-topic, a display record per run at most every 1000 ms, best of "
              f"{_rates([r.items_per_s for r in shown_runs])}"),
-            ("    display / (a)", f"{ratio:.2f}", "goal >= 0.8 " + ("OK" if ratio >= 0.8 else "MISSED")),
-            ("    ratio of each round", " / ".join(f"{h.items_per_s / a.items_per_s:.2f}"
-                                                   for a, h in zip(eos_runs, shown_runs, strict=True)),
-             "(h) against the (a) of its round"),
+            ("    display / (a)", f"{ratio:.2f}", "median of the rounds' ratios; goal >= 0.8 "
+             + ("OK" if ratio >= 0.8 else "MISSED") + f"; best against best {shown.items_per_s / eos:.2f}"),
+            ("    ratio of each round", " / ".join(f"{r:.2f}" for r in rounds), "(h) against the (a) of its round"),
             ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
              "worker with / without the display topic, best rounds"),
         ]
