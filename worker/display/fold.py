@@ -127,11 +127,13 @@ class DisplayFold:
         return records
 
     def apply(
-        self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None, *, published: bool = False
-    ) -> None:
+        self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None, *, published: bool = False,
+        failed: tuple[str, str, str] | None = None,
+    ) -> None:  # fmt: skip
         """`fold` without building records: the same items and continuation. With `published` (events read back
         from an output topic, with no source items) each whole non-success tool-result CUSTOM fails its call as
-        `source=` would have; give such events one source item's worth at a time or fewer.
+        `source=` would have; give such events one source item's worth at a time or fewer. `failed` stands in for
+        `source` where only `failed_tool_call(source)` is at hand.
 
         The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
         ledger = self._ledger
@@ -145,7 +147,9 @@ class DisplayFold:
             if published and customs.completed is not None:
                 self._fail_tool_call(published_failure(customs.completed), event)
         if batch and source is not None:
-            self._fail_tool_call(failed_tool_call(source), batch[-1])
+            failed = failed_tool_call(source)
+        if batch and failed is not None:
+            self._fail_tool_call(failed, batch[-1])
 
     def _fold_one(self, event: Mapping[str, Any]) -> str | None:
         if event["type"] == "CUSTOM":

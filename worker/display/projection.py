@@ -24,6 +24,7 @@ from ag_ui.core import (
 from pydantic import ValidationError
 
 from worker._value import FrozenValue
+from worker.display._failures import failed_tool_call
 from worker.display._json import loads_object
 from worker.display.bounding import bound_event
 from worker.display.cadence import DisplayCadence
@@ -36,9 +37,11 @@ from worker.wire import HarnessItem
 __all__ = [
     "DEFAULT_DISPLAY_INTERVAL_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DisplayFeed",
     "DisplayProjection",
     "DisplayRecord",
     "ExportsContinuation",
+    "display_feed",
     "event_json",
     "record_overhead",
 ]
@@ -118,6 +121,53 @@ def _numbers(event: BaseEvent) -> bool:
                 and event.metadata is None and not event.__pydantic_extra__)  # fmt: skip
 
 
+class DisplayFeed(FrozenValue):
+    """One source record's events as the fold side of a projection takes them: plain data, free of models, so it
+    can be pickled to another process. Made by `display_feed`, which also settles whether a record is due."""
+
+    __slots__ = ("continuation", "due", "ended", "failed", "first_seq", "numbers", "values")
+    _FIELDS = ("first_seq", "values", "numbers", "failed", "due", "continuation", "ended")
+
+    def __init__(  # noqa: PLR0917  # built per source record, and by `__reduce__` in the order of _FIELDS
+        self, first_seq: int, values: list[bytes], numbers: list[bool], failed: tuple[str, str, str] | None,
+        due: int | None, continuation: bytes | None, ended: bool,
+    ) -> None:  # fmt: skip
+        self.first_seq: Final = first_seq
+        self.values: Final = values  # the bounded events' JSON, in order
+        self.numbers: Final = numbers  # per value: whether it may hold a number orjson cannot read exactly
+        self.failed: Final = failed  # the tool call the source item fails (`failed_tool_call`)
+        self.due: Final = due  # agui-seq of the record due after these events, or None
+        self.continuation: Final = continuation  # the observer's continuation JSON, when a record is due
+        self.ended: Final = ended
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return DisplayFeed, (self.first_seq, self.values, self.numbers, self.failed, self.due, self.continuation,
+                             self.ended)  # fmt: skip
+
+
+def display_feed(
+    cadence: DisplayCadence, events: Sequence[BaseEvent], first_seq: int, *, timestamp_ms: int, ended: bool,
+    source: HarnessItem | None = None, encoded: Sequence[bytes] | None = None,
+    observer: ExportsContinuation | None = None,
+) -> DisplayFeed:  # fmt: skip
+    """The feed of the events n = `first_seq`, ... of one source record (arguments as `DisplayProjection.offer`),
+    with `cadence` moved past them; the observer's continuation is exported only when a record is due."""
+    cadence.expect(first_seq)
+    if encoded is not None and len(encoded) != len(events):
+        raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+    values: list[bytes] = []
+    numbers: list[bool] = []
+    for index, event in enumerate(events):
+        bounded = bound_event(event)
+        values.append(encoded[index] if bounded is event and encoded is not None else encode_event(bounded))
+        numbers.append(_numbers(bounded))
+    cadence.advance(first_seq, len(events))
+    due = cadence.due(timestamp_ms, ended=ended)
+    continuation = None if due is None or observer is None else orjson.dumps(observer.export_data())
+    failed = failed_tool_call(source) if source is not None and events else None
+    return DisplayFeed(first_seq, values, numbers, failed, due, continuation, ended)
+
+
 class DisplayProjection:
     """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
 
@@ -186,6 +236,11 @@ class DisplayProjection:
         return self._withheld
 
     @property
+    def cadence(self) -> DisplayCadence:
+        """The cadence `offer` moves (`display_feed` with it, then `take`, is `offer`)."""
+        return self._cadence
+
+    @property
     def fold(self) -> DisplayFold:
         """The fold itself (read it; feeding it directly breaks the projection's sequence)."""
         return self._fold
@@ -209,23 +264,23 @@ class DisplayProjection:
         `encoded` the events' output record values when at hand, `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
-        cadence = self._cadence
-        cadence.expect(first_seq)
-        if events:
-            if encoded is not None and len(encoded) != len(events):
-                raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+        return self.take(display_feed(self._cadence, events, first_seq, timestamp_ms=timestamp_ms, ended=ended,
+                                      source=source, encoded=encoded, observer=observer))  # fmt: skip
+
+    def take(self, feed: DisplayFeed) -> DisplayRecord | None:
+        """Fold a feed made with this projection's cadence (`display_feed`) and return the record due after it."""
+        if feed.values:
             try:
-                batch = [event_json(event, None if encoded is None else encoded[i]) for i, event in enumerate(events)]
-                self._fold.apply(batch, source)
+                numbers = feed.numbers
+                batch = [loads_object(data, numbers=numbers[index]) for index, data in enumerate(feed.values)]
+                self._fold.apply(batch, failed=feed.failed)
             except AguiObservationError:
                 self._skipped += 1
-            cadence.advance(first_seq, len(events))
-        last = cadence.due(timestamp_ms, ended=ended)
+        last, continuation, ended = feed.due, feed.continuation, feed.ended
         if last is None:
             return None
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers)
-        continuation = None if observer is None else orjson.dumps(observer.export_data())
         value = self._fold.export_json(observer_json=continuation)
         evicted = 0
         if len(value) > budget:
