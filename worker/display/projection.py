@@ -96,6 +96,9 @@ class DisplayRecord(FrozenValue):
         self.agui_seq: Final = agui_seq
         self.evicted: Final = evicted
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return DisplayRecord, (self.key, self.value, self.headers, self.agui_seq, self.evicted)
+
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
