@@ -29,7 +29,6 @@ from worker.display.projection import (
     DisplayProjection,
     DisplayRecord,
     ExportsContinuation,
-    event_json,
     record_overhead,
 )
 from worker.display.reader import DisplayReader, read_display
@@ -67,7 +66,6 @@ __all__ = [
     "bound_event",
     "bound_event_json",
     "bounding_processor",
-    "event_json",
     "item_id",
     "json_size",
     "memory_sources",

@@ -42,7 +42,6 @@ __all__ = [
     "DisplayRecord",
     "ExportsContinuation",
     "display_feed",
-    "event_json",
     "record_overhead",
 ]
 
@@ -102,14 +101,6 @@ class DisplayRecord(FrozenValue):
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
-
-
-def event_json(event: BaseEvent, encoded: bytes | None = None) -> dict[str, Any]:
-    """The bounded event as the display fold reads it: `bound_event(event)`'s JSON object, taken from `encoded`
-    (the event's output record value) when no bound applies."""
-    bounded = bound_event(event)
-    data = encoded if bounded is event and encoded is not None else encode_event(bounded)
-    return loads_object(data, numbers=_numbers(bounded))
 
 
 def _numbers(event: BaseEvent) -> bool:
@@ -239,11 +230,6 @@ class DisplayProjection:
         return self._withheld
 
     @property
-    def cadence(self) -> DisplayCadence:
-        """The cadence `offer` moves (`display_feed` with it, then `take`, is `offer`)."""
-        return self._cadence
-
-    @property
     def fold(self) -> DisplayFold:
         """The fold itself (read it; feeding it directly breaks the projection's sequence)."""
         return self._fold
@@ -359,11 +345,12 @@ class DisplayProjection:
             projection._fold = DisplayFold.restore(snapshot)
             projection._fold.settle_finished()
             projection._published = int(state["published_seq"])
-            cadence = projection._cadence
-            cadence.next_seq = int(state["next_seq"])
             # States written before `attempted_seq` existed: the last due record was the last one published.
-            cadence.attempted_seq = int(state.get("attempted_seq", projection._published))
-            cadence.anchor_ms = int(state["anchor_ms"])
+            projection._cadence = DisplayCadence(
+                projection.run_id, int(state["interval_ms"]), next_seq=int(state["next_seq"]),
+                attempted_seq=int(state.get("attempted_seq", projection._published)),
+                anchor_ms=int(state["anchor_ms"]),
+            )  # fmt: skip
             projection._skipped = int(state["skipped"])
             projection._withheld = int(state["withheld"])
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
