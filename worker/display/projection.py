@@ -41,6 +41,8 @@ __all__ = [
     "DisplayProjection",
     "DisplayRecord",
     "ExportsContinuation",
+    "FoldSide",
+    "PendingState",
     "display_feed",
     "record_overhead",
 ]
@@ -57,6 +59,8 @@ _RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _NOTE_SLACK = 256
 
 Headers = tuple[tuple[str, bytes], ...]
+# What only the fold side of a projection knows: (published_seq, skipped, withheld, the fold's state JSON).
+FoldSide = tuple[int, int, int, bytes]
 # Event classes whose own fields are all text (or small integers, as `timestamp`).
 _TEXT_FIELDS_ONLY: frozenset[type[BaseEvent]] = frozenset({
     TextMessageStartEvent, TextMessageContentEvent, TextMessageEndEvent, ToolCallStartEvent, ToolCallArgsEvent,
@@ -162,6 +166,34 @@ def display_feed(
     return DisplayFeed(first_seq, values, numbers, failed, due, continuation, ended)
 
 
+def _state_json(thread_id: str, max_bytes: int, cadence: DisplayCadence, side: FoldSide) -> bytes:
+    """A projection's exported state: its cadence (moved by whoever makes the feeds) and its fold side."""
+    published, skipped, withheld, fold = side
+    return b"".join((
+        b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(thread_id),
+        b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"attempted_seq":%d,"anchor_ms":%d,'
+        b'"skipped":%d,"withheld":%d,"fold":' % (cadence.interval_ms, max_bytes, cadence.next_seq, published,
+                                                 cadence.attempted_seq, cadence.anchor_ms, skipped, withheld),
+        fold, b"}",
+    ))  # fmt: skip
+
+
+class PendingState:
+    """A detached projection's state as it stood when made, waiting for the fold side that another process holds:
+    `complete(side)` is what `export_json` would have returned then."""
+
+    __slots__ = ("_cadence", "_max_bytes", "_thread_id")
+
+    def __init__(self, thread_id: str, max_bytes: int, cadence: DisplayCadence) -> None:
+        self._thread_id = thread_id
+        self._max_bytes = max_bytes
+        self._cadence = DisplayCadence(cadence.run_id, cadence.interval_ms, next_seq=cadence.next_seq,
+                                       attempted_seq=cadence.attempted_seq, anchor_ms=cadence.anchor_ms)  # fmt: skip
+
+    def complete(self, side: FoldSide) -> bytes:
+        return _state_json(self._thread_id, self._max_bytes, self._cadence, side)
+
+
 class DisplayProjection:
     """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
 
@@ -169,10 +201,14 @@ class DisplayProjection:
     replay or a `restore(export())` followed by the same calls returns the same records. When a record is due is
     `DisplayCadence`'s rule, which looks at event numbers and timestamps only. A record never exceeds `max_bytes`:
     finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
+
+    A detached projection (`detach`) keeps only its cadence: it makes feeds (`feed`) for a fold side held
+    elsewhere, which `attach` brings back.
     """
 
     __slots__ = (
         "_cadence",
+        "_detached",
         "_fold",
         "_headers_key",
         "_max_bytes",
@@ -199,6 +235,7 @@ class DisplayProjection:
         self._published = -1  # agui-seq of the last record returned
         self._skipped = 0
         self._withheld = 0
+        self._detached = False
 
     @property
     def run_id(self) -> str:
@@ -253,11 +290,66 @@ class DisplayProjection:
         `encoded` the events' output record values when at hand, `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
-        return self.take(display_feed(self._cadence, events, first_seq, timestamp_ms=timestamp_ms, ended=ended,
-                                      source=source, encoded=encoded, observer=observer))  # fmt: skip
+        return self.take(self.feed(events, first_seq, timestamp_ms=timestamp_ms, ended=ended, source=source,
+                                   encoded=encoded, observer=observer))  # fmt: skip
+
+    def feed(
+        self,
+        events: Sequence[BaseEvent],
+        first_seq: int,
+        *,
+        timestamp_ms: int,
+        ended: bool,
+        source: HarnessItem | None = None,
+        encoded: Sequence[bytes] | None = None,
+        observer: ExportsContinuation | None = None,
+    ) -> DisplayFeed:
+        """The feed of `offer`'s arguments, with this projection's cadence moved past them and nothing folded: for
+        the fold side's `take`, here or in another process."""
+        return display_feed(self._cadence, events, first_seq, timestamp_ms=timestamp_ms, ended=ended,
+                            source=source, encoded=encoded, observer=observer)  # fmt: skip
+
+    @property
+    def detached(self) -> bool:
+        """Whether the fold side is held elsewhere (`detach`): only `feed`, `skip` and `pending_state` work."""
+        return self._detached
+
+    def detach(self) -> bytes:
+        """The whole state (`export_json`), after which this projection keeps only its cadence and makes feeds for
+        the projection `restore` builds from that state elsewhere."""
+        state = self.export_json()
+        self._fold = DisplayFold(self.run_id)
+        self._detached = True
+        return state
+
+    def attach(self, side: FoldSide) -> None:
+        """Take back the fold side of a detached projection (`fold_side` of the one its feeds went to)."""
+        published, skipped, withheld, fold = side
+        try:
+            restored = DisplayFold.restore(DisplaySnapshot.model_validate(loads_object(fold)))
+        except ValidationError as exc:
+            raise ConfigError(f"display fold state is not readable: {exc}") from exc
+        restored.settle_finished()
+        self._fold = restored
+        self._published, self._skipped, self._withheld = published, skipped, withheld
+        self._detached = False
+
+    def fold_side(self) -> FoldSide:
+        """What the fold side knows, for `attach` or `PendingState.complete`."""
+        self._attached()
+        return self._published, self._skipped, self._withheld, self._fold.export_json()
+
+    def pending_state(self) -> PendingState:
+        """This projection's state as it stands, but for the fold side (`PendingState.complete` adds it)."""
+        return PendingState(self._thread_id, self._max_bytes, self._cadence)
+
+    def _attached(self) -> None:
+        if self._detached:
+            raise WorkerError(f"display projection of run {self.run_id} is detached: its fold is held elsewhere")
 
     def take(self, feed: DisplayFeed) -> DisplayRecord | None:
         """Fold a feed made with this projection's cadence (`display_feed`) and return the record due after it."""
+        self._attached()
         if feed.values:
             try:
                 numbers = feed.numbers
@@ -315,15 +407,7 @@ class DisplayProjection:
 
     def export_json(self) -> bytes:
         """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
-        cadence = self._cadence
-        return b"".join((
-            b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(self._thread_id),
-            b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"attempted_seq":%d,"anchor_ms":%d,'
-            b'"skipped":%d,"withheld":%d,"fold":' % (cadence.interval_ms, self._max_bytes, cadence.next_seq,
-                                                     self._published, cadence.attempted_seq, cadence.anchor_ms,
-                                                     self._skipped, self._withheld),
-            self._fold.export_json(), b"}",
-        ))  # fmt: skip
+        return _state_json(self._thread_id, self._max_bytes, self._cadence, self.fold_side())
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # Through the exported state: `restore(export())` is exact, and the fold's parts need not pickle.

@@ -1,7 +1,9 @@
 """Live publishing of one member: outcomes into each partition's open transaction, commits beside consumption.
 
 A partition sends each outcome into its open transaction at once; while that transaction commits, new outcomes
-wait in `pending` and go into the next one, so a commit never stops consumption.
+wait in `pending` and go into the next one, so a commit never stops consumption. When the display folds are held
+by the fold helper process (`PartitionRun.lane`), the display work goes there as records are processed, and each
+commit collects the display records made from it into its transaction before committing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from worker.display import DisplayRecord
+from worker.display.offload import FoldOffload
 from worker.errors import WorkerError
 from worker.kafka.checkpoint import Checkpoint
 from worker.kafka.partition import PartitionRun, Phase
@@ -25,7 +29,15 @@ from worker.kafka.source import to_source_record
 from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, Outcome, Verdict, encode_replay_metadata, record_size
+from worker.stream import (
+    ChangelogDraft,
+    Destination,
+    OutboundRecord,
+    Outcome,
+    Verdict,
+    encode_replay_metadata,
+    record_size,
+)
 
 __all__ = ["Publisher", "log_fields"]
 
@@ -78,6 +90,8 @@ class Publisher:
         self._on_halt = on_halt
         self.router: KeyRouter | None = None
         self.limits: TopicLimits | None = None  # set and refreshed by the runner; None: dead letters go uncut
+        self.offload: FoldOffload | None = None  # set by the runner when display folds run in a helper process
+        self._fold_timeout_s = settings.broker_call_timeout_ms / 1000
         self._by_type: dict[str, Any] = {}  # output_events_total children by event type
         self._logged: OrderedDict[tuple[str, int, str | None], None] = OrderedDict()  # streams, oldest first
 
@@ -88,6 +102,44 @@ class Publisher:
         if p.phase is not Phase.LIVE or ckpt is None or not ckpt.is_open or p.commit_task is not None:
             return None
         return max(0.0, self._s.commit_interval_ms / 1000 - ckpt.age_s)
+
+    def fold_elsewhere(self, p: PartitionRun) -> None:
+        """As a partition goes live: hand its display folds to the fold helper process, when there is one."""
+        if self.offload is not None and p.state.display:
+            p.lane = self.offload.lane(p.tp.partition)
+            p.state.fold_elsewhere()
+
+    def release(self, p: PartitionRun) -> None:
+        """Let the fold helper forget a partition whose state is dropped."""
+        lane, p.lane = p.lane, None
+        if lane is not None:
+            lane.forget()
+
+    async def reclaim(self, p: PartitionRun) -> bool:
+        """Take a stopped partition's display folds back from the fold helper, so the state can be kept; False
+        when that failed (the state must then be dropped)."""
+        lane, p.lane = p.lane, None
+        if lane is None:
+            return True
+        try:
+            lane.send(p.state.take_display_work())
+            p.state.attach_folds(await lane.reclaim(timeout_s=self._fold_timeout_s))
+        except Exception as exc:
+            _log.warning("display folds not taken back, the partition's state is dropped: %s", exc,
+                         extra=log_fields(p.tp))  # fmt: skip
+            return False
+        return True
+
+    def _hand_over(self, p: PartitionRun) -> bool:
+        """Send the display work of the records processed so far to the fold helper; False if the partition failed."""
+        lane = p.lane
+        if lane is not None:
+            try:
+                lane.send(p.state.take_display_work())
+            except Exception as exc:
+                self._on_failure(p, exc)
+                return False
+        return True
 
     async def consume(self, p: PartitionRun, recs: list[Any]) -> None:
         """Process consumed records of a live partition in offset order and send their outcomes."""
@@ -119,6 +171,8 @@ class Publisher:
             now = time.monotonic()
             if now >= yield_at:
                 # Let in-flight commits read their responses; a commit that failed meanwhile ends the batch.
+                if not self._hand_over(p):
+                    return
                 await asyncio.sleep(0)
                 now = time.monotonic()
                 yield_at = now + _YIELD_EVERY_S
@@ -143,6 +197,8 @@ class Publisher:
                 if not await self._flush(p):
                     return
                 self._start_commit(p)
+        if not self._hand_over(p):
+            return
         # Outcomes go into the transaction once a poll, not once a record; a running commit takes them itself.
         if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None and await self._flush(p):
             try:
@@ -285,9 +341,10 @@ class Publisher:
             return True
         # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset, metadata = _position(p)
-        changes = p.state.checkpoint(offset) if self._checkpoint_due(p, offset, final) else None
+        draft = p.state.checkpoint_draft(offset) if self._checkpoint_due(p, offset, final) else None
         started = ckpt.begun_at
         try:
+            changes = await self._complete(p, draft)
             if changes is not None:
                 changelog, partition = self._s.changelog_topic_name, p.tp.partition
                 for key, value in changes:
@@ -307,6 +364,36 @@ class Publisher:
         now_ms = time.time() * 1000
         self._metrics.source_to_commit_delay_seconds.observe_many([max(0.0, now_ms - ts) / 1000 for ts in stamps])
         return True
+
+    async def _complete(self, p: PartitionRun, draft: ChangelogDraft | None) -> list[tuple[bytes, bytes | None]] | None:
+        """With the folds in the helper: its display records of every record processed so far go into the open
+        transaction, and the fold sides the draft waits for complete it. The draft's changelog records."""
+        lane = p.lane
+        if lane is None:
+            return None if draft is None else draft.complete({})
+        lane.send(p.state.take_display_work())
+        collected = await lane.collect([] if draft is None else draft.runs, timeout_s=self._fold_timeout_s)
+        await self._send_display(p, collected.records)
+        if collected.evicted:
+            self._metrics.display_evicted_items_total.inc(collected.evicted)
+        if collected.withheld:
+            self._metrics.display_withheld_total.inc(collected.withheld)
+        return None if draft is None else draft.complete(collected.sides)
+
+    async def _send_display(self, p: PartitionRun, records: list[DisplayRecord]) -> None:
+        """Send display records into the open transaction, each to the display partition of its run's events."""
+        ckpt, topic, route = p.checkpoint, self._s.display_topic, self.router
+        assert ckpt is not None
+        size = 0
+        for record in records:
+            headers = list(record.headers)
+            partition = route(record.key) if route is not None else None
+            if partition is None or not ckpt.append(topic, record.key, record.value, headers, partition):
+                await ckpt.send(topic, record.key, record.value, headers, partition)
+            size += len(record.value)
+        if records:
+            self._metrics.display_records_total.inc(len(records))
+            self._metrics.display_bytes_total.inc(size)
 
     async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
         """A policy (gap, open-stream cap) or a failed state says stop: commit what came before, then hold the

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError
 
+from worker.display.offload import FoldOffload
 from worker.errors import ConfigError
 from worker.kafka._aiokafka import force_close
 from worker.kafka._clients import make_admin, make_group_consumer
@@ -79,6 +80,8 @@ class KafkaRunner:
             if settings.replay_processes and not state_factory else None
         self._deadlines = Deadlines.from_settings(settings)
         self._pub = Publisher(settings, metrics, self._failed, self._halted)
+        if settings.display_topic and settings.display_fold_process:
+            self._pub.offload = FoldOffload()
         self._inspector: TopicInspector | None = None  # on the admin client, once started
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(make_admin(settings), make_group_consumer(settings))
@@ -210,6 +213,8 @@ class KafkaRunner:
             await self._admin.close()
         if self._pool is not None:
             await self._pool.close()
+        if self._pub.offload is not None:
+            await self._pub.offload.close()
 
     async def _drain(self) -> None:
         """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""

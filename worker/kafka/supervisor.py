@@ -249,6 +249,7 @@ class PartitionSupervisor:
         p, m, s = self.run, self._m.metrics, self._m.settings
         p.state = rebuilt.state
         p.go_live(rebuilt.producer, s.group_id, rebuilt.committed, self._m.deadlines.call_s)
+        self._m.publisher.fold_elsewhere(p)
         p.throttled = False
         self._reported_acl = ""
         self._m.fetcher.seek(self.tp, rebuilt.committed)
@@ -314,7 +315,7 @@ class PartitionSupervisor:
         """On stop: commit what is open and hand the partition back for parking, or drop it if that fails."""
         p = self.run
         p.take_inbox()  # fetched, not processed: the next owner (or this one, kept) fetches them again
-        if await self._m.publisher.commit_now(p) and p.phase is Phase.LIVE:
+        if await self._m.publisher.commit_now(p) and p.phase is Phase.LIVE and await self._m.publisher.reclaim(p):
             return p
         self._drop()
         return None
@@ -377,6 +378,7 @@ class PartitionSupervisor:
         if task is not None and not task.done():
             task.cancel()
         p.commit_task = None
+        self._m.publisher.release(p)
         producer = p.detach_producer()
         if producer is not None:
             self._m.rebuilder.close_later(producer)

@@ -2,7 +2,12 @@
 and the partition state as changelog records (checkpoint and restore)."""
 
 from worker.stream._build import record_size
-from worker.stream._changelog import CHECKPOINT_FORMAT_VERSION, CheckpointHeader, read_checkpoint_header
+from worker.stream._changelog import (
+    CHECKPOINT_FORMAT_VERSION,
+    ChangelogDraft,
+    CheckpointHeader,
+    read_checkpoint_header,
+)
 from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._hook import load_processor
@@ -11,6 +16,7 @@ from worker.stream._partition import (
     EVENT_TOO_LARGE_CODE,
     MIN_RECORD_BYTES,
     SOURCE_GAP_CODE,
+    DisplayWork,
     PartitionState,
     StateOptions,
 )
@@ -29,9 +35,11 @@ __all__ = [
     "EVENT_TOO_LARGE_CODE",
     "MIN_RECORD_BYTES",
     "SOURCE_GAP_CODE",
+    "ChangelogDraft",
     "CheckpointHeader",
     "DeadLetterReason",
     "Destination",
+    "DisplayWork",
     "OutboundRecord",
     "Outcome",
     "PartitionState",

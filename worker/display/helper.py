@@ -1,0 +1,130 @@
+"""The fold helper process: it holds the fold side of detached display projections, per source partition, and folds
+the display work a worker sends it, in the order sent (`python -m worker.display.helper FD`).
+
+Requests and replies are length-prefixed pickles on one socket (`worker.display.offload` is the other end):
+
+    ("work", partition, [DisplayWork, ...])     fold, keeping the records made; no reply
+    ("collect", partition, token, [run, ...])    reply (token, error, records, evicted, withheld, {run: FoldSide})
+    ("reclaim", partition, token)                reply (token, error, {run: FoldSide}); the partition is forgotten
+    ("forget", partition)                        drop the partition's folds and records; no reply
+
+A partition whose fold raised keeps the first error and ignores its work until forgotten; its next collect or reclaim
+reports the error, so the worker rebuilds that partition alone. The process ends when the socket closes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import sys
+from typing import IO, Any, cast
+
+from worker.display._json import loads_object
+from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide
+
+__all__ = ["FRAME_HEADER", "serve"]
+
+FRAME_HEADER = struct.Struct(">I")  # the length of the pickle that follows
+
+
+class _Partition:
+    """The folds of one source partition and what they made since the last collect."""
+
+    __slots__ = ("error", "evicted", "projections", "records", "withheld")
+
+    def __init__(self) -> None:
+        self.projections: dict[str, DisplayProjection] = {}
+        self.records: list[DisplayRecord] = []
+        self.evicted = 0
+        self.withheld = 0
+        self.error: str | None = None
+
+    def work(self, items: list[tuple[str, bytes | None, DisplayFeed]]) -> None:
+        for key, adopt, feed in items:
+            if self.error is not None:
+                return
+            try:
+                self._take(key, adopt, feed)
+            except Exception as exc:  # the partition's folds are now undefined: it is rebuilt, the others go on
+                self.error = f"display fold of run {key} failed: {type(exc).__name__}: {exc}"
+
+    def _take(self, key: str, adopt: bytes | None, feed: DisplayFeed) -> None:
+        if adopt is not None:
+            projection = self.projections[key] = DisplayProjection.restore(loads_object(adopt))
+        else:
+            found = self.projections.get(key)
+            if found is None:
+                raise LookupError("no fold is held for it (its state was never shipped)")
+            projection = found
+        withheld = projection.withheld
+        record = projection.take(feed)
+        self.withheld += projection.withheld - withheld
+        if record is not None:
+            self.records.append(record)
+            self.evicted += record.evicted
+        if feed.ended:
+            del self.projections[key]
+
+    def sides(self, runs: list[str]) -> dict[str, FoldSide]:
+        out: dict[str, FoldSide] = {}
+        for run in runs:
+            projection = self.projections.get(run)
+            if projection is None:
+                self.error = self.error or f"the checkpoint asks for the fold of run {run}, which is not held"
+                break
+            out[run] = projection.fold_side()
+        return out
+
+
+def _read(stream: IO[bytes]) -> Any:
+    header = stream.read(FRAME_HEADER.size)
+    if len(header) < FRAME_HEADER.size:
+        return None
+    (size,) = FRAME_HEADER.unpack(header)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)  # only the worker that started this process writes to the socket
+
+
+def _write(sock: socket.socket, reply: object) -> None:
+    body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(FRAME_HEADER.pack(len(body)) + body)
+
+
+def serve(sock: socket.socket) -> None:
+    """Answer requests on `sock` until it closes."""
+    partitions: dict[int, _Partition] = {}
+    with cast("IO[bytes]", sock.makefile("rb", buffering=1 << 20)) as stream:
+        while (request := _read(stream)) is not None:
+            kind, partition = request[0], request[1]
+            if kind == "work":
+                partitions.setdefault(partition, _Partition()).work(request[2])
+            elif kind == "collect":
+                folds = partitions.setdefault(partition, _Partition())
+                sides = folds.sides(request[3]) if folds.error is None else {}
+                _write(sock, (request[2], folds.error, folds.records, folds.evicted, folds.withheld, sides))
+                folds.records, folds.evicted, folds.withheld = [], 0, 0
+            elif kind == "reclaim":
+                folds = partitions.pop(partition, _Partition())
+                sides = folds.sides(list(folds.projections)) if folds.error is None else {}
+                _write(sock, (request[2], folds.error, sides))
+            elif kind == "forget":
+                partitions.pop(partition, None)
+
+
+def main(argv: list[str]) -> int:
+    """Serve the socket whose file descriptor is `argv[0]` (inherited from the worker)."""
+    sock = socket.socket(fileno=int(argv[0]))
+    try:
+        serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the worker is gone
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

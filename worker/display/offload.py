@@ -1,0 +1,260 @@
+"""The worker's end of the fold helper process (`worker.display.helper`): one process per worker holds the fold
+side of every detached display projection, so folding runs beside conversion instead of after it.
+
+Nothing here waits on the event loop except `collect` and `reclaim`: work is written without blocking (the unsent
+rest is buffered), and replies are read as they come. A lane is one partition's view of one helper process; when
+that process is gone (it exited, or did not answer in time), every request of its lanes raises FoldHelperError, and
+a new lane starts a new process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from worker.display.helper import FRAME_HEADER
+from worker.display.projection import DisplayRecord, FoldSide
+from worker.errors import FoldHelperError
+
+__all__ = ["Collected", "FoldLane", "FoldOffload"]
+
+_log = logging.getLogger(__name__)
+_READ_BYTES = 1 << 20
+_STOP_S = 5.0  # how long a closing helper may take to exit before it is killed
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `worker` is importable from
+
+
+class Collected:
+    """What a helper folded for one partition since its previous collect: the display records made, in order, the
+    items they evicted and the records withheld; and the fold sides asked for."""
+
+    __slots__ = ("evicted", "records", "sides", "withheld")
+
+    def __init__(self, records: list[DisplayRecord], evicted: int, withheld: int, sides: dict[str, FoldSide]) -> None:
+        self.records: Final = records
+        self.evicted: Final = evicted
+        self.withheld: Final = withheld
+        self.sides: Final = sides
+
+
+class _Helper:
+    """One helper process and its socket; `gone` says why it can no longer be used."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (_PACKAGE_ROOT, env.get("PYTHONPATH"))))
+        try:
+            self.process = subprocess.Popen(  # our own interpreter and module
+                [sys.executable, "-m", "worker.display.helper", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        self._fd = ours.fileno()
+        self._out = bytearray()
+        self._in = bytearray()
+        self._tokens = itertools.count()
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self.gone: str | None = None
+        self._loop.add_reader(self._fd, self._readable)
+
+    def send(self, message: object) -> None:
+        """Queue `message` for the helper without waiting; FoldHelperError when the helper is gone."""
+        if self.gone is not None:
+            raise FoldHelperError(f"the display fold process is gone: {self.gone}")
+        body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = FRAME_HEADER.pack(len(body)) + body
+        if self._out:
+            self._out += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self.lose(f"writing to it failed: {exc}")
+            raise FoldHelperError(f"the display fold process is gone: {self.gone}") from exc
+        if sent < len(data):
+            self._out += memoryview(data)[sent:]
+            self._loop.add_writer(self._fd, self._writable)
+
+    def ask(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Send `message` with a token after its first two fields; the future holds the reply."""
+        token = next(self._tokens)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self.send((*message[:2], token, *message[2:]))
+        self._waiting[token] = future
+        return future
+
+    def _writable(self) -> None:
+        try:
+            sent = self._sock.send(self._out)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.lose(f"writing to it failed: {exc}")
+            return
+        del self._out[:sent]
+        if not self._out:
+            self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(_READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.lose(f"reading from it failed: {exc}")
+            return
+        if not data:
+            code = self.process.poll()
+            self.lose("it exited" if code is None else f"it exited with code {code}")
+            return
+        buffer = self._in
+        buffer += data
+        start, size = 0, FRAME_HEADER.size
+        while len(buffer) - start >= size:
+            (length,) = FRAME_HEADER.unpack_from(buffer, start)
+            if len(buffer) - start - size < length:
+                break
+            reply = pickle.loads(memoryview(buffer)[start + size : start + size + length])  # our child
+            start += size + length
+            future = self._waiting.pop(reply[0], None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+        del buffer[:start]
+
+    def lose(self, why: str) -> None:
+        """Stop using the helper (killed if still running): every waiting and later request fails with `why`."""
+        if self.gone is not None:
+            return
+        self.gone = why
+        _log.error("display fold process %d is gone (%s): the partitions it folded for are rebuilt",
+                   self.process.pid, why)  # fmt: skip
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        self._sock.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(FoldHelperError(f"the display fold process is gone: {why}"))
+
+    async def close(self) -> None:
+        """End the process: it exits when its socket closes; killed after `_STOP_S` seconds."""
+        if self.gone is None:
+            self.gone = "closed"
+            self._loop.remove_reader(self._fd)
+            self._loop.remove_writer(self._fd)
+            self._sock.close()
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(FoldHelperError("the display fold process was closed"))
+        for _ in range(int(_STOP_S / 0.05)):
+            if self.process.poll() is not None:
+                return
+            await asyncio.sleep(0.05)
+        self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=_STOP_S)
+
+
+class FoldLane:
+    """One partition's requests to one helper process, answered in the order they were sent."""
+
+    __slots__ = ("_helper", "partition")
+
+    def __init__(self, helper: _Helper, partition: int) -> None:
+        self._helper = helper
+        self.partition = partition
+
+    def send(self, work: list[Any]) -> None:
+        """Hand over display work (`PartitionState.take_display_work`) to fold; FoldHelperError when it cannot."""
+        if work:
+            self._send(("work", self.partition, work))
+
+    async def collect(self, runs: list[str], *, timeout_s: float) -> Collected:
+        """The records folded from all work sent before this call, and the fold sides of `runs`."""
+        _, error, records, evicted, withheld, sides = await self._ask(("collect", self.partition, runs), timeout_s)
+        if error is not None:
+            raise FoldHelperError(error, partition=self.partition)
+        return Collected(records, evicted, withheld, sides)
+
+    async def reclaim(self, *, timeout_s: float) -> dict[str, FoldSide]:
+        """The fold side of every run the helper holds for this partition, after all work sent; the helper then
+        forgets the partition."""
+        _, error, sides = await self._ask(("reclaim", self.partition), timeout_s)
+        if error is not None:
+            raise FoldHelperError(error, partition=self.partition)
+        sides_: dict[str, FoldSide] = sides
+        return sides_
+
+    def forget(self) -> None:
+        """Let the helper drop this partition's folds (nothing to do when the helper is gone)."""
+        with contextlib.suppress(FoldHelperError):
+            self._helper.send(("forget", self.partition))
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._helper.send(message)
+        except FoldHelperError as exc:
+            raise FoldHelperError(str(exc), partition=self.partition) from exc
+
+    async def _ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
+        helper = self._helper
+        try:
+            future = helper.ask(message)
+        except FoldHelperError as exc:
+            raise FoldHelperError(str(exc), partition=self.partition) from exc
+        try:
+            async with asyncio.timeout(timeout_s):
+                reply: tuple[Any, ...] = await asyncio.shield(future)
+        except TimeoutError:
+            helper.lose(f"it did not answer within {timeout_s:g} s")
+            raise FoldHelperError(f"the display fold process did not answer within {timeout_s:g} s",
+                                  partition=self.partition) from None  # fmt: skip
+        except FoldHelperError as exc:
+            raise FoldHelperError(str(exc), partition=self.partition) from exc
+        return reply
+
+
+class FoldOffload:
+    """The worker's fold helper process, started with the first lane and again after it is gone."""
+
+    def __init__(self) -> None:
+        self._helper: _Helper | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The running helper's process id, or None."""
+        helper = self._helper
+        return None if helper is None or helper.gone is not None else helper.process.pid
+
+    def lane(self, partition: int) -> FoldLane:
+        """A lane for `partition` on the running helper, started first if there is none."""
+        helper = self._helper
+        if helper is None or helper.gone is not None:
+            if helper is not None:
+                helper.process.poll()  # reap it
+            helper = self._helper = _Helper()
+        return FoldLane(helper, partition)
+
+    async def close(self) -> None:
+        """Stop the helper, if one runs."""
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            await helper.close()
