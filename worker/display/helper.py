@@ -20,8 +20,7 @@ import struct
 import sys
 from typing import IO, Any, cast
 
-from worker.display._json import loads_object
-from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide
+from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide, Shipped
 
 __all__ = ["FRAME_HEADER", "serve"]
 
@@ -40,7 +39,7 @@ class _Partition:
         self.withheld = 0
         self.error: str | None = None
 
-    def work(self, items: list[tuple[str, bytes | None, DisplayFeed]]) -> None:
+    def work(self, items: list[tuple[str, Shipped | None, DisplayFeed]]) -> None:
         for key, adopt, feed in items:
             if self.error is not None:
                 return
@@ -49,9 +48,9 @@ class _Partition:
             except Exception as exc:  # the partition's folds are now undefined: it is rebuilt, the others go on
                 self.error = f"display fold of run {key} failed: {type(exc).__name__}: {exc}"
 
-    def _take(self, key: str, adopt: bytes | None, feed: DisplayFeed) -> None:
+    def _take(self, key: str, adopt: Shipped | None, feed: DisplayFeed) -> None:
         if adopt is not None:
-            projection = self.projections[key] = DisplayProjection.restore(loads_object(adopt))
+            projection = self.projections[key] = DisplayProjection.unship(key, adopt)
         else:
             found = self.projections.get(key)
             if found is None:

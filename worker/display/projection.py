@@ -43,6 +43,7 @@ __all__ = [
     "ExportsContinuation",
     "FoldSide",
     "PendingState",
+    "Shipped",
     "display_feed",
     "record_overhead",
 ]
@@ -61,6 +62,9 @@ _NOTE_SLACK = 256
 Headers = tuple[tuple[str, bytes], ...]
 # What only the fold side of a projection knows: (published_seq, skipped, withheld, the fold's state JSON).
 FoldSide = tuple[int, int, int, bytes]
+# A detached projection's state, for `DisplayProjection.unship`: its `export_json`, or (thread id, interval,
+# max_bytes) for one that was never fed an event.
+Shipped = bytes | tuple[str, int, int]
 # Event classes whose own fields are all text (or small integers, as `timestamp`).
 _TEXT_FIELDS_ONLY: frozenset[type[BaseEvent]] = frozenset({
     TextMessageStartEvent, TextMessageContentEvent, TextMessageEndEvent, ToolCallStartEvent, ToolCallArgsEvent,
@@ -314,13 +318,25 @@ class DisplayProjection:
         """Whether the fold side is held elsewhere (`detach`): only `feed`, `skip` and `pending_state` work."""
         return self._detached
 
-    def detach(self) -> bytes:
-        """The whole state (`export_json`), after which this projection keeps only its cadence and makes feeds for
-        the projection `restore` builds from that state elsewhere."""
+    def detach(self) -> Shipped:
+        """The whole state, after which this projection keeps only its cadence and makes feeds for the projection
+        `unship` builds from that state elsewhere."""
+        self._attached()
+        if self._cadence.next_seq == 0:  # never fed: nothing folded, published or withheld
+            self._detached = True
+            return self._thread_id, self._cadence.interval_ms, self._max_bytes
         state = self.export_json()
         self._fold = DisplayFold(self.run_id)
         self._detached = True
         return state
+
+    @classmethod
+    def unship(cls, run_id: str, shipped: Shipped) -> DisplayProjection:
+        """The projection that `detach` left `shipped` of, for run `run_id`."""
+        if isinstance(shipped, bytes):
+            return cls.restore(loads_object(shipped))
+        thread_id, interval_ms, max_bytes = shipped
+        return cls(run_id, thread_id, interval_ms=interval_ms, max_bytes=max_bytes)
 
     def attach(self, side: FoldSide) -> None:
         """Take back the fold side of a detached projection (`fold_side` of the one its feeds went to)."""
