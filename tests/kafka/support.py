@@ -235,6 +235,25 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def children(self, command: str) -> list[int]:
+        """Process ids of the worker's live child processes whose command line contains `command`."""
+        if not self.alive:
+            return []
+        assert self.proc is not None
+        try:
+            pids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return []
+        found = []
+        for pid in pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if command in cmdline:
+                found.append(int(pid))
+        return found
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
