@@ -2,7 +2,7 @@
 aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
 
     .venv/bin/python -m bench.e2e [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
-        [--parts abcdefgh] [--history 1000000] [--history-streams 10000]
+        [--parts abcdefghi] [--history 1000000] [--history-streams 10000]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
@@ -577,6 +577,7 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     plain_runs: list[Rate] = []
     bare_runs: list[Rate] = []  # (g): the worker without the changelog
     shown_runs: list[Rate] = []  # (h): the worker with the display topic
+    folded_runs: list[Rate] = []  # (i): the same, folding in the worker process
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
@@ -593,6 +594,12 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
                               extra=("--display-topic", f"bench.{tag}.display.{next(names)}"))
             shown_runs.append(await worker_throughput(worker_h, filled.items, 3))
             said += f"; (h) with the display topic {shown_runs[-1].items_per_s:,.0f} items/s"
+        if "i" in args.parts:
+            worker_i = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-i{round_}", logdir, f"i{round_}",
+                              extra=("--display-topic", f"bench.{tag}.display.{next(names)}",
+                                     "--no-display-fold-process"))  # fmt: skip
+            folded_runs.append(await worker_throughput(worker_i, filled.items, 3))
+            said += f"; (i) folding in the worker {folded_runs[-1].items_per_s:,.0f} items/s"
         print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
     eos, plain = best_eos.items_per_s, best_plain.items_per_s
@@ -642,6 +649,16 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
             ("    ratio of each round", " / ".join(f"{r:.2f}" for r in rounds), "(h) against the (a) of its round"),
             ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
              "worker with / without the display topic, best rounds"),
+        ]
+    if folded_runs:
+        folded = max(folded_runs)
+        rounds = [i.items_per_s / a.items_per_s for a, i in zip(eos_runs, folded_runs, strict=True)]
+        rows += [
+            ("(i) display folded in the worker", f"{folded.items_per_s:,.0f} items/s",
+             f"(h) with --no-display-fold-process, best of {_rates([r.items_per_s for r in folded_runs])}"),
+            ("    folded in the worker / (a)", f"{statistics.median(rounds):.2f}",
+             "median of the rounds' ratios: " + " / ".join(f"{r:.2f}" for r in rounds)),
+            ("    CPU per item", f"{folded.cpu_us_per_item:.0f} µs", "worker, best round"),
         ]
     if "f" in args.parts:
         rows += await _history_rows(bootstrap, args, logdir, tag, topic, dlq)
@@ -775,9 +792,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
-    parser.add_argument("--parts", default="abcdefgh",
+    parser.add_argument("--parts", default="abcdefghi",
                         help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost, "
-                             "h display topic cost")
+                             "h display topic cost, i the display folded in the worker process")
     parser.add_argument("--history", type=int, default=1_000_000,
                         help="records after the oldest open run's start in (f); it runs this and twice this")
     parser.add_argument("--history-streams", type=int, default=10_000, help="open runs of the partition in (f)")
