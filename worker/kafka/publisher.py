@@ -106,7 +106,12 @@ class Publisher:
     def fold_elsewhere(self, p: PartitionRun) -> None:
         """As a partition goes live: hand its display folds to the fold helper process, when there is one."""
         if self.offload is not None and p.state.display:
-            p.lane = self.offload.lane(p.tp.partition)
+            try:
+                p.lane = self.offload.lane(p.tp.partition)
+            except Exception as exc:  # the display is still right folded here, only slower
+                _log.error("display fold process could not start, the partition folds in the worker: %r", exc,
+                           extra=log_fields(p.tp))  # fmt: skip
+                return
             p.state.fold_elsewhere()
 
     def release(self, p: PartitionRun) -> None:

@@ -222,7 +222,7 @@ class KafkaRunner:
             self._closing = True
             sups = list(self._sups.values())
             self._sups.clear()
-            runs = await asyncio.gather(*(sup.stop(self._deadlines.shutdown_s) for sup in sups))
+            runs = await asyncio.gather(*(sup.stop(self._deadlines.shutdown_s, keep=False) for sup in sups))
             kept = [run for run in runs if run is not None] + list(self._parked.values())
             self._parked.clear()
             producers = [producer for run in kept if (producer := run.detach_producer()) is not None]

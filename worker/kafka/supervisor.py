@@ -120,6 +120,7 @@ class PartitionSupervisor:
         self._kept = kept  # parked through the rebalance: adopted when the committed offset did not move
         self._stopping = False
         self._committing_on_stop = False  # live: a stop lets it commit instead of cancelling it
+        self._keep = True  # a stopped partition's state is parked: its display folds come back from the helper
         self._reported_acl = ""
         self._pending_gauge = member.metrics.pending_records.labels(*run.label)
         self._where = f"{run.tp.topic}[{run.tp.partition}]"
@@ -142,10 +143,12 @@ class PartitionSupervisor:
         self.run.offer(recs)
         self._throttle()
 
-    async def stop(self, budget_s: float) -> PartitionRun | None:
+    async def stop(self, budget_s: float, *, keep: bool = True) -> PartitionRun | None:
         """End the task. A live partition commits what it has open, within `budget_s`, and is returned for parking
         with its producer; any other partition, or one whose commit does not finish in time, is dropped (its
-        producer closed in the background, its open transaction left for the next owner's producer to abort)."""
+        producer closed in the background, its open transaction left for the next owner's producer to abort).
+        Without `keep` (shutdown) the returned state is not kept: its display folds are not taken back."""
+        self._keep = keep
         if not self._task.done():
             if self._committing_on_stop:
                 self._stopping = True
@@ -315,8 +318,13 @@ class PartitionSupervisor:
         """On stop: commit what is open and hand the partition back for parking, or drop it if that fails."""
         p = self.run
         p.take_inbox()  # fetched, not processed: the next owner (or this one, kept) fetches them again
-        if await self._m.publisher.commit_now(p) and p.phase is Phase.LIVE and await self._m.publisher.reclaim(p):
-            return p
+        pub = self._m.publisher
+        if await pub.commit_now(p) and p.phase is Phase.LIVE:
+            if not self._keep:
+                pub.release(p)
+                return p
+            if await pub.reclaim(p):
+                return p
         self._drop()
         return None
 
