@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import signal
 import sys
@@ -12,6 +11,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from worker._heap import settle_heap
 from worker._native import describe
 from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
@@ -78,8 +78,7 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     runner = KafkaRunner(settings, metrics, health)
     # What is loaded by now lives as long as the process: frozen, no full collection scans it again (with the
     # conversion core and the Kafka client loaded, one took 30 ms, a stall of every partition).
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
         await runner.run(stop)

@@ -20,6 +20,7 @@ import struct
 import sys
 from typing import IO, Any, cast
 
+from worker._heap import settle_heap
 from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide, Shipped
 
 __all__ = ["FRAME_HEADER", "serve"]
@@ -115,6 +116,7 @@ def serve(sock: socket.socket) -> None:
 
 def main(argv: list[str]) -> int:
     """Serve the socket whose file descriptor is `argv[0]` (inherited from the worker)."""
+    settle_heap()  # the modules loaded by now live as long as the process
     sock = socket.socket(fileno=int(argv[0]))
     try:
         serve(sock)

@@ -244,14 +244,21 @@ class FoldOffload:
         helper = self._helper
         return None if helper is None or helper.gone is not None else helper.process.pid
 
+    def start(self) -> None:
+        """Start the helper now, if none runs, so that it has loaded its modules when the first lane needs it."""
+        self._running()
+
     def lane(self, partition: int) -> FoldLane:
         """A lane for `partition` on the running helper, started first if there is none."""
+        return FoldLane(self._running(), partition)
+
+    def _running(self) -> _Helper:
         helper = self._helper
         if helper is None or helper.gone is not None:
             if helper is not None:
                 helper.process.poll()  # reap it
             helper = self._helper = _Helper()
-        return FoldLane(helper, partition)
+        return helper
 
     async def close(self) -> None:
         """Stop the helper, if one runs."""

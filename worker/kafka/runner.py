@@ -123,6 +123,11 @@ class KafkaRunner:
         """
         # The helpers start beside the group join; a rebuild that comes first waits for them.
         pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
+        if self._pub.offload is not None:
+            try:
+                self._pub.offload.start()
+            except Exception as exc:  # each partition tries again as it goes live, and folds in the worker if it fails
+                _log.error("display fold process could not start: %r", exc)
         watch: asyncio.Task[None] | None = None
         try:
             if await until_reachable(self._start_clients, stop, self._health.beat) is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import multiprocessing
 import pickle
@@ -20,6 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
+from worker._heap import settle_heap
 from worker.errors import ConfigError, ShardedReplayError
 from worker.stream._core import StreamCore, default_core
 from worker.stream._partition import PartitionState
@@ -41,7 +41,7 @@ Row = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, val
 def _serve(conn: Connection) -> None:
     """A helper's loop: shard states built from record chunks, their results on "finish"; ends at EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    gc.freeze()  # the fork server's modules: never scanned by a collection, their pages stay shared
+    settle_heap(collect=False)  # the fork server's modules: never scanned by a collection, their pages stay shared
     states: dict[Where, ShardState] = {}
     cores: dict[str, StreamCore] = {}  # by processor: its module is imported once
     failure: str | None = None
