@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
@@ -68,12 +67,6 @@ class Worker:
     extra: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
-
-    def topics(self) -> list[str]:
-        """The topics this worker wrote that nothing reads afterwards: its output, changelog and display topic."""
-        extra = list(self.extra)
-        display = [extra[extra.index("--display-topic") + 1]] if "--display-topic" in extra else []
-        return [self.output, f"{self.group}.changelog", *display]
 
     def start(self) -> Worker:
         args = [
@@ -171,20 +164,6 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
     if status != 0:
         raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
     return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6, children_s / total * 1e6)
-
-
-async def drop_topics(bootstrap: str, names: list[str]) -> None:
-    """Delete topics a finished round wrote, so that the broker does not clean (compact) them while the next round
-    is measured."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        doomed = [name for name in names if name in existing]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()
 
 
 async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> Rate:
@@ -617,30 +596,24 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
-        await drop_topics(bootstrap, worker_a.topics())
-        plain = topic("plain")
-        plain_runs.append(await passthrough_throughput(bootstrap, src, plain, filled.items))
-        await drop_topics(bootstrap, [plain])
+        plain_runs.append(await passthrough_throughput(bootstrap, src, topic("plain"), filled.items))
         said = (f"round {round_}: (a) worker, exactly-once {eos_runs[-1].items_per_s:,.0f} items/s; "
                 f"(b) plain passthrough {plain_runs[-1].items_per_s:,.0f} items/s")
         if "g" in args.parts:
             worker_g = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-g{round_}", logdir, f"g{round_}",
                               extra=("--no-changelog",))
             bare_runs.append(await worker_throughput(worker_g, filled.items, 3))
-            await drop_topics(bootstrap, worker_g.topics())
             said += f"; (g) without the changelog {bare_runs[-1].items_per_s:,.0f} items/s"
         if "h" in args.parts:  # a display topic of its own each round, created by the worker
             worker_h = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-h{round_}", logdir, f"h{round_}",
                               extra=("--display-topic", f"bench.{tag}.display.{next(names)}"))
             shown_runs.append(await worker_throughput(worker_h, filled.items, 3))
-            await drop_topics(bootstrap, worker_h.topics())
             said += f"; (h) with the display topic {shown_runs[-1].items_per_s:,.0f} items/s"
         if "i" in args.parts:
             worker_i = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-i{round_}", logdir, f"i{round_}",
                               extra=("--display-topic", f"bench.{tag}.display.{next(names)}",
                                      "--no-display-fold-process"))  # fmt: skip
             folded_runs.append(await worker_throughput(worker_i, filled.items, 3))
-            await drop_topics(bootstrap, worker_i.topics())
             said += f"; (i) folding in the worker {folded_runs[-1].items_per_s:,.0f} items/s"
         print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
