@@ -130,8 +130,10 @@ def test_a_helper_that_exits_fails_every_lane_and_the_next_lane_starts_another(
 ) -> None:
     recs = interleaved(NAMES)
 
+    lost: list[str] = []
+
     async def main() -> None:
-        offload = FoldOffload()
+        offload = FoldOffload(lost.append)
         try:
             st = state(0, 1 << 20)
             lanes = [offload.lane(0), offload.lane(1)]
@@ -149,6 +151,7 @@ def test_a_helper_that_exits_fails_every_lane_and_the_next_lane_starts_another(
                 assert caught.value.partition == index
             with pytest.raises(FoldHelperError):
                 lanes[1].send(st.take_display_work() or [("x", None, None)])
+            assert len(lost) == 1 and "exited" in lost[0], lost
             fresh = offload.lane(0)
             assert offload.pid not in (None, pid)
             assert (await fresh.collect([], timeout_s=TIMEOUT_S)).records == []
@@ -157,6 +160,7 @@ def test_a_helper_that_exits_fails_every_lane_and_the_next_lane_starts_another(
         assert offload.pid is None
 
     loop.run_until_complete(main())
+    assert len(lost) == 1, "closing a helper is not losing it"
 
 
 def test_a_fold_that_fails_fails_its_partition_alone(loop: asyncio.AbstractEventLoop) -> None:

@@ -18,6 +18,7 @@ import pickle
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,7 +50,8 @@ class Collected:
 class _Helper:
     """One helper process and its socket; `gone` says why it can no longer be used."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
+        self._on_lost = on_lost
         self._loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -144,6 +146,8 @@ class _Helper:
         self.gone = why
         _log.error("display fold process %d is gone (%s): the partitions it folded for are rebuilt",
                    self.process.pid, why)  # fmt: skip
+        if self._on_lost is not None:
+            self._on_lost(why)
         self._loop.remove_reader(self._fd)
         self._loop.remove_writer(self._fd)
         self._sock.close()
@@ -235,8 +239,9 @@ class FoldLane:
 class FoldOffload:
     """The worker's fold helper process, started with the first lane and again after it is gone."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
         self._helper: _Helper | None = None
+        self._on_lost = on_lost  # told why, each time a running helper is lost (not when closed)
 
     @property
     def pid(self) -> int | None:
@@ -257,7 +262,7 @@ class FoldOffload:
         if helper is None or helper.gone is not None:
             if helper is not None:
                 helper.process.poll()  # reap it
-            helper = self._helper = _Helper()
+            helper = self._helper = _Helper(self._on_lost)
         return helper
 
     async def close(self) -> None:

@@ -81,7 +81,7 @@ class KafkaRunner:
         self._deadlines = Deadlines.from_settings(settings)
         self._pub = Publisher(settings, metrics, self._failed, self._halted)
         if settings.display_topic and settings.display_fold_process:
-            self._pub.offload = FoldOffload()
+            self._pub.offload = FoldOffload(lambda _why: metrics.display_fold_process_exits_total.inc())
         self._inspector: TopicInspector | None = None  # on the admin client, once started
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(make_admin(settings), make_group_consumer(settings))
