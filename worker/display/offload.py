@@ -31,6 +31,7 @@ __all__ = ["Collected", "FoldLane", "FoldOffload"]
 _log = logging.getLogger(__name__)
 _READ_BYTES = 1 << 20
 _STOP_S = 5.0  # how long a closing helper may take to exit before it is killed
+_EXIT_WAIT_S = 0.2  # how long a helper whose socket broke is given to show its exit code
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `worker` is importable from
 
 
@@ -119,11 +120,10 @@ class _Helper:
         except BlockingIOError:
             return
         except OSError as exc:
-            self.lose(f"reading from it failed: {exc}")
+            self.lose(self._exited() or f"reading from it failed: {exc}")
             return
         if not data:
-            code = self.process.poll()
-            self.lose("it exited" if code is None else f"it exited with code {code}")
+            self.lose(self._exited() or "it closed its socket")
             return
         buffer = self._in
         buffer += data
@@ -138,6 +138,12 @@ class _Helper:
             if future is not None and not future.done():
                 future.set_result(reply)
         del buffer[:start]
+
+    def _exited(self) -> str | None:
+        """How the process ended, when it has (waiting a moment for a process whose socket just closed)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return f"it exited with code {self.process.wait(timeout=_EXIT_WAIT_S)}"
+        return None
 
     def lose(self, why: str) -> None:
         """Stop using the helper (killed if still running): every waiting and later request fails with `why`."""
