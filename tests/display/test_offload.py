@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -187,6 +188,42 @@ def test_a_fold_that_fails_fails_its_partition_alone(loop: asyncio.AbstractEvent
             retry = offload.lane(1)
             assert retry.partition == 1
             assert (await retry.collect([], timeout_s=TIMEOUT_S)).records == []
+        finally:
+            await offload.close()
+
+    loop.run_until_complete(main())
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of process `pid` (Z: a zombie), or None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def test_a_helper_that_does_not_answer_in_time_is_given_up_and_killed(loop: asyncio.AbstractEventLoop) -> None:
+    lost: list[str] = []
+
+    async def main() -> None:
+        offload = FoldOffload(lost.append)
+        try:
+            lane = offload.lane(2)
+            assert (await lane.collect([], timeout_s=TIMEOUT_S)).records == []
+            pid = offload.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)  # alive, but answers nothing
+            with pytest.raises(FoldHelperError, match=r"did not answer within 0\.5 s") as caught:
+                await lane.collect([], timeout_s=0.5)
+            assert caught.value.partition == 2
+            assert offload.pid is None
+            assert lost == ["it did not answer within 0.5 s"]
+            for _ in range(100):  # killed: gone, or a zombie until reaped
+                if _process_state(pid) in {None, "Z", "X"}:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail(f"fold helper {pid} still runs")
         finally:
             await offload.close()
 

@@ -232,7 +232,7 @@ class FoldLane:
             raise FoldHelperError(str(exc), partition=self.partition) from exc
         try:
             async with asyncio.timeout(timeout_s):
-                reply: tuple[Any, ...] = await asyncio.shield(future)
+                reply: tuple[Any, ...] = await future
         except TimeoutError:
             helper.lose(f"it did not answer within {timeout_s:g} s")
             raise FoldHelperError(f"the display fold process did not answer within {timeout_s:g} s",
