@@ -18,7 +18,7 @@ import pickle
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -149,16 +149,20 @@ class _Helper:
         """Stop using the helper (killed if still running): every waiting and later request fails with `why`."""
         if self.gone is not None:
             return
-        self.gone = why
         _log.error("display fold process %d is gone (%s): the partitions it folded for are rebuilt",
                    self.process.pid, why)  # fmt: skip
         if self._on_lost is not None:
             self._on_lost(why)
+        self._hang_up(why)
+        if self.process.poll() is None:
+            self.process.kill()
+
+    def _hang_up(self, why: str) -> None:
+        """Close the socket; every waiting request fails with `why`, and so does every later one."""
+        self.gone = why
         self._loop.remove_reader(self._fd)
         self._loop.remove_writer(self._fd)
         self._sock.close()
-        if self.process.poll() is None:
-            self.process.kill()
         waiting, self._waiting = self._waiting, {}
         for future in waiting.values():
             if not future.done():
@@ -167,13 +171,7 @@ class _Helper:
     async def close(self) -> None:
         """End the process: it exits when its socket closes; killed after `_STOP_S` seconds."""
         if self.gone is None:
-            self.gone = "closed"
-            self._loop.remove_reader(self._fd)
-            self._loop.remove_writer(self._fd)
-            self._sock.close()
-            for future in self._waiting.values():
-                if not future.done():
-                    future.set_exception(FoldHelperError("the display fold process was closed"))
+            self._hang_up("it was closed")
         for _ in range(int(_STOP_S / 0.05)):
             if self.process.poll() is not None:
                 return
@@ -216,29 +214,32 @@ class FoldLane:
     def forget(self) -> None:
         """Let the helper drop this partition's folds (nothing to do when the helper is gone)."""
         with contextlib.suppress(FoldHelperError):
-            self._helper.send(("forget", self.partition))
+            self._send(("forget", self.partition))
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """A FoldHelperError of the helper as a whole raised inside names this lane's partition."""
+        try:
+            yield
+        except FoldHelperError as exc:
+            if exc.partition is not None:
+                raise
+            raise FoldHelperError(str(exc), partition=self.partition) from exc
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        try:
+        with self._named():
             self._helper.send(message)
-        except FoldHelperError as exc:
-            raise FoldHelperError(str(exc), partition=self.partition) from exc
 
     async def _ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
         helper = self._helper
-        try:
+        with self._named():
             future = helper.ask(message)
-        except FoldHelperError as exc:
-            raise FoldHelperError(str(exc), partition=self.partition) from exc
-        try:
-            async with asyncio.timeout(timeout_s):
-                reply: tuple[Any, ...] = await future
-        except TimeoutError:
-            helper.lose(f"it did not answer within {timeout_s:g} s")
-            raise FoldHelperError(f"the display fold process did not answer within {timeout_s:g} s",
-                                  partition=self.partition) from None  # fmt: skip
-        except FoldHelperError as exc:
-            raise FoldHelperError(str(exc), partition=self.partition) from exc
+            try:
+                async with asyncio.timeout(timeout_s):
+                    reply: tuple[Any, ...] = await future
+            except TimeoutError:
+                helper.lose(f"it did not answer within {timeout_s:g} s")
+                raise FoldHelperError(f"the display fold process did not answer within {timeout_s:g} s") from None
         return reply
 
 

@@ -322,11 +322,12 @@ class DisplayProjection:
         """The whole state, after which this projection keeps only its cadence and makes feeds for the projection
         `unship` builds from that state elsewhere."""
         self._attached()
+        state: Shipped
         if self._cadence.next_seq == 0:  # never fed: nothing folded, published or withheld
-            self._detached = True
-            return self._thread_id, self._cadence.interval_ms, self._max_bytes
-        state = self.export_json()
-        self._fold = DisplayFold(self.run_id)
+            state = self._thread_id, self._cadence.interval_ms, self._max_bytes
+        else:
+            state = self.export_json()
+            self._fold = DisplayFold(self.run_id)
         self._detached = True
         return state
 

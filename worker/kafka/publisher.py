@@ -219,7 +219,7 @@ class Publisher:
         assert ckpt is not None
         sent: dict[str, int] = {}
         shown = shown_bytes = 0
-        output, display, route = self._s.output_topic, self._s.display_topic, self.router
+        output, display = self._s.output_topic, self._s.display_topic
         try:
             while p.pending and p.phase is Phase.LIVE:
                 batch, p.pending = p.pending, []
@@ -230,12 +230,8 @@ class Publisher:
                         if destination is Destination.DEAD_LETTER:
                             await self._dead_letter(p, ckpt, out, outcome)
                             continue
-                        # A run's display record goes to the display topic's partition of the run's events.
                         topic = output if destination is Destination.OUTPUT else display
-                        headers = list(out.headers)
-                        partition = route(out.key) if route is not None and out.key is not None else None
-                        if partition is None or not ckpt.append(topic, out.key, out.value, headers, partition):
-                            await ckpt.send(topic, out.key, out.value, headers, partition)
+                        await self._put(ckpt, topic, out.key, out.value, out.headers)
                         if destination is Destination.OUTPUT:
                             kind = out.event_type or ""
                             sent[kind] = sent.get(kind, 0) + 1
@@ -253,6 +249,17 @@ class Publisher:
                 self._metrics.display_records_total.inc(shown)
                 self._metrics.display_bytes_total.inc(shown_bytes)
         return p.phase is Phase.LIVE
+
+    async def _put(
+        self, ckpt: Checkpoint, topic: str, key: bytes | None, value: bytes | None,
+        headers: tuple[tuple[str, bytes], ...],
+    ) -> None:  # fmt: skip
+        """Send a record of run `key` into the open transaction, in the partition of its run's output events (a
+        run's display record too: the topics have the same partition count)."""
+        route, listed = self.router, list(headers)
+        partition = route(key) if route is not None and key is not None else None
+        if partition is None or not ckpt.append(topic, key, value, listed, partition):
+            await ckpt.send(topic, key, value, listed, partition)
 
     async def _dead_letter(self, p: PartitionRun, ckpt: Checkpoint, out: OutboundRecord, outcome: Outcome) -> None:
         limit = self.limits.dead_letter_record_bytes if self.limits is not None else None
@@ -387,14 +394,11 @@ class Publisher:
 
     async def _send_display(self, p: PartitionRun, records: list[DisplayRecord]) -> None:
         """Send display records into the open transaction, each to the display partition of its run's events."""
-        ckpt, topic, route = p.checkpoint, self._s.display_topic, self.router
+        ckpt, topic = p.checkpoint, self._s.display_topic
         assert ckpt is not None
         size = 0
         for record in records:
-            headers = list(record.headers)
-            partition = route(record.key) if route is not None else None
-            if partition is None or not ckpt.append(topic, record.key, record.value, headers, partition):
-                await ckpt.send(topic, record.key, record.value, headers, partition)
+            await self._put(ckpt, topic, record.key, record.value, record.headers)
             size += len(record.value)
         if records:
             self._metrics.display_records_total.inc(len(records))
