@@ -10,7 +10,8 @@ import orjson
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
 from pydantic import JsonValue, ValidationError
 
-from worker.observe import AguiEventProcessor, has_float
+from worker.display._json import loads_object
+from worker.observe import AguiEventProcessor, encode_event, has_float
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -110,8 +111,8 @@ def bound_event(event: BaseEvent) -> BaseEvent:
 
 
 def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
-    """`bound_event` for an event as its JSON object (read from an output topic): the same object when no bound
-    applies, else the bounded event's JSON object."""
+    """`bound_event` for an event as its JSON object (as published): the same object when no bound applies, else the
+    JSON object of the bounded event as published."""
     kind = event.get("type")
     if kind == "TOOL_CALL_ARGS":
         delta = event.get("delta")
@@ -126,9 +127,8 @@ def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
         except ValidationError:
             return event  # not one the observer made; the fold reads what it can
         bounded = bound_event(model)
-        if bounded is not model:
-            dumped: dict[str, Any] = bounded.model_dump(mode="json", by_alias=True)
-            return dumped
+        if bounded is not model:  # as the worker would have published the bounded event
+            return loads_object(encode_event(bounded))
     return event
 
 

@@ -63,7 +63,7 @@ class _Partition:
         if record is not None:
             self.records.append(record)
             self.evicted += record.evicted
-        if feed.ended:
+        if feed[5]:  # the run ended
             del self.projections[key]
 
     def sides(self, runs: list[str]) -> dict[str, FoldSide]:

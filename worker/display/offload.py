@@ -30,6 +30,10 @@ __all__ = ["Collected", "FoldLane", "FoldOffload"]
 
 _log = logging.getLogger(__name__)
 _READ_BYTES = 1 << 20
+# Work waits in the worker at most this long, or until this much is queued, before it is written: each write
+# wakes the helper, and a wake-up costs the writer about as much as pickling the work.
+_FLUSH_S = 0.01
+_FLUSH_BYTES = 256 * 1024
 _STOP_S = 5.0  # how long a closing helper may take to exit before it is killed
 _EXIT_WAIT_S = 0.2  # how long a helper whose socket broke is given to show its exit code
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `worker` is importable from
@@ -67,7 +71,9 @@ class _Helper:
         ours.setblocking(False)
         self._sock = ours
         self._fd = ours.fileno()
-        self._out = bytearray()
+        self._out = bytearray()  # frames not yet written
+        self._writing = False  # whether a writer callback writes the rest of `_out`
+        self._timer: asyncio.TimerHandle | None = None  # the pending `_flush` of queued work
         self._in = bytearray()
         self._tokens = itertools.count()
         self._waiting: dict[int, asyncio.Future[Any]] = {}
@@ -75,23 +81,38 @@ class _Helper:
         self._loop.add_reader(self._fd, self._readable)
 
     def send(self, message: object) -> None:
-        """Queue `message` for the helper without waiting; FoldHelperError when the helper is gone."""
+        """Queue `message` for the helper without waiting; FoldHelperError when the helper is gone. Queued work is
+        written at most `_FLUSH_S` later (sooner once `_FLUSH_BYTES` are queued, or with the next `ask`), so that
+        the helper is woken a few times per commit interval rather than once per hand-over."""
         if self.gone is not None:
             raise FoldHelperError(f"the display fold process is gone: {self.gone}")
         body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        data = FRAME_HEADER.pack(len(body)) + body
-        if self._out:
-            self._out += data
+        self._out += FRAME_HEADER.pack(len(body))
+        self._out += body
+        if len(self._out) >= _FLUSH_BYTES:
+            self._flush()
+            if self.gone is not None:
+                raise FoldHelperError(f"the display fold process is gone: {self.gone}")
+        elif self._timer is None and not self._writing:
+            self._timer = self._loop.call_later(_FLUSH_S, self._flush)
+
+    def _flush(self) -> None:
+        """Write what is queued; the rest is written as the socket takes it. A failed write loses the helper."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writing or not self._out or self.gone is not None:
             return
         try:
-            sent = self._sock.send(data)
+            sent = self._sock.send(self._out)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
             self.lose(f"writing to it failed: {exc}")
-            raise FoldHelperError(f"the display fold process is gone: {self.gone}") from exc
-        if sent < len(data):
-            self._out += memoryview(data)[sent:]
+            return
+        del self._out[:sent]
+        if self._out:
+            self._writing = True
             self._loop.add_writer(self._fd, self._writable)
 
     def ask(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
@@ -100,6 +121,7 @@ class _Helper:
         future: asyncio.Future[Any] = self._loop.create_future()
         self.send((*message[:2], token, *message[2:]))
         self._waiting[token] = future
+        self._flush()
         return future
 
     def _writable(self) -> None:
@@ -112,6 +134,7 @@ class _Helper:
             return
         del self._out[:sent]
         if not self._out:
+            self._writing = False
             self._loop.remove_writer(self._fd)
 
     def _readable(self) -> None:
@@ -160,6 +183,9 @@ class _Helper:
     def _hang_up(self, why: str) -> None:
         """Close the socket; every waiting request fails with `why`, and so does every later one."""
         self.gone = why
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._loop.remove_reader(self._fd)
         self._loop.remove_writer(self._fd)
         self._sock.close()

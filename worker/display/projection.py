@@ -7,31 +7,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import orjson
-from ag_ui.core import (
-    BaseEvent,
-    CustomEvent,
-    ReasoningEncryptedValueEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
+from ag_ui.core import BaseEvent
 from pydantic import ValidationError
 
 from worker._value import FrozenValue
 from worker.display._failures import failed_tool_call
 from worker.display._json import loads_object
-from worker.display.bounding import bound_event
+from worker.display.bounding import bound_event_json
 from worker.display.cadence import DisplayCadence
 from worker.display.fold import DisplayFold
 from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
-from worker.observe import FRAGMENT_EVENT_NAME, encode_event
+from worker.observe import encode_event
 from worker.wire import HarnessItem
 
 __all__ = [
@@ -65,14 +52,11 @@ FoldSide = tuple[int, int, int, bytes]
 # A detached projection's state, for `DisplayProjection.unship`: its `export_json`, or (thread id, interval,
 # max_bytes) for one that was never fed an event.
 Shipped = bytes | tuple[str, int, int]
-# Event classes whose own fields are all text (or small integers, as `timestamp`).
-_TEXT_FIELDS_ONLY: frozenset[type[BaseEvent]] = frozenset({
-    TextMessageStartEvent, TextMessageContentEvent, TextMessageEndEvent, ToolCallStartEvent, ToolCallArgsEvent,
-    ToolCallEndEvent, ReasoningMessageStartEvent, ReasoningMessageContentEvent, ReasoningMessageEndEvent,
-    ReasoningEncryptedValueEvent,
-})  # fmt: skip
-
-
+# One source record's events as the fold side of a projection takes them, made by `display_feed` (which also settles
+# whether a record is due): (first_seq, the events' output record values in order, the tool call the source item
+# fails (`failed_tool_call`), agui-seq of the record due after them or None, the observer's continuation JSON when a
+# record is due, whether the run ended). A plain tuple: it is pickled to the fold helper once per source record.
+DisplayFeed = tuple[int, list[bytes], tuple[str, str, str] | None, int | None, bytes | None, bool]
 def record_overhead(key: bytes, headers: Headers) -> int:
     """Bytes a record of `key` and `headers` adds to its value in a one-record batch, at most."""
     return (
@@ -111,63 +95,26 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def _numbers(event: BaseEvent) -> bool:
-    """Whether the event's JSON may hold an arbitrary number: anything but a part event without `rawEvent`,
-    `metadata` or extra fields other than text, or a CUSTOM fragment frame."""
-    if type(event) in _TEXT_FIELDS_ONLY:
-        if event.raw_event is not None or event.metadata is not None:
-            return True
-        extra = event.__pydantic_extra__
-        return extra is not None and any(not isinstance(value, str) for value in extra.values())
-    return not (isinstance(event, CustomEvent) and event.name == FRAGMENT_EVENT_NAME and event.raw_event is None
-                and event.metadata is None and not event.__pydantic_extra__)  # fmt: skip
-
-
-class DisplayFeed(FrozenValue):
-    """One source record's events as the fold side of a projection takes them: plain data, free of models, so it
-    can be pickled to another process. Made by `display_feed`, which also settles whether a record is due."""
-
-    __slots__ = ("continuation", "due", "ended", "failed", "first_seq", "numbers", "values")
-    _FIELDS = ("first_seq", "values", "numbers", "failed", "due", "continuation", "ended")
-
-    def __init__(  # noqa: PLR0917  # built per source record, and by `__reduce__` in the order of _FIELDS
-        self, first_seq: int, values: list[bytes], numbers: list[bool], failed: tuple[str, str, str] | None,
-        due: int | None, continuation: bytes | None, ended: bool,
-    ) -> None:  # fmt: skip
-        self.first_seq: Final = first_seq
-        self.values: Final = values  # the bounded events' JSON, in order
-        self.numbers: Final = numbers  # per value: whether it may hold a number orjson cannot read exactly
-        self.failed: Final = failed  # the tool call the source item fails (`failed_tool_call`)
-        self.due: Final = due  # agui-seq of the record due after these events, or None
-        self.continuation: Final = continuation  # the observer's continuation JSON, when a record is due
-        self.ended: Final = ended
-
-    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
-        return DisplayFeed, (self.first_seq, self.values, self.numbers, self.failed, self.due, self.continuation,
-                             self.ended)  # fmt: skip
-
-
 def display_feed(
     cadence: DisplayCadence, events: Sequence[BaseEvent], first_seq: int, *, timestamp_ms: int, ended: bool,
     source: HarnessItem | None = None, encoded: Sequence[bytes] | None = None,
     observer: ExportsContinuation | None = None,
 ) -> DisplayFeed:  # fmt: skip
     """The feed of the events n = `first_seq`, ... of one source record (arguments as `DisplayProjection.offer`),
-    with `cadence` moved past them; the observer's continuation is exported only when a record is due."""
+    with `cadence` moved past them; the observer's continuation is exported only when a record is due. The values are
+    the events as published: the fold side applies the display bounds (`bound_event_json`) as it reads them."""
     cadence.expect(first_seq)
     if encoded is not None and len(encoded) != len(events):
         raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
-    values: list[bytes] = []
-    numbers: list[bool] = []
-    for index, event in enumerate(events):
-        bounded = bound_event(event)
-        values.append(encoded[index] if bounded is event and encoded is not None else encode_event(bounded))
-        numbers.append(_numbers(bounded))
+    if encoded is None:
+        values = [encode_event(event) for event in events]
+    else:
+        values = encoded if isinstance(encoded, list) else list(encoded)
     cadence.advance(first_seq, len(events))
     due = cadence.due(timestamp_ms, ended=ended)
     continuation = None if due is None or observer is None else orjson.dumps(observer.export_data())
     failed = failed_tool_call(source) if source is not None and events else None
-    return DisplayFeed(first_seq, values, numbers, failed, due, continuation, ended)
+    return first_seq, values, failed, due, continuation, ended
 
 
 def _state_json(thread_id: str, max_bytes: int, cadence: DisplayCadence, side: FoldSide) -> bytes:
@@ -367,14 +314,12 @@ class DisplayProjection:
     def take(self, feed: DisplayFeed) -> DisplayRecord | None:
         """Fold a feed made with this projection's cadence (`display_feed`) and return the record due after it."""
         self._attached()
-        if feed.values:
+        _, values, failed, last, continuation, ended = feed
+        if values:
             try:
-                numbers = feed.numbers
-                batch = [loads_object(data, numbers=numbers[index]) for index, data in enumerate(feed.values)]
-                self._fold.apply(batch, failed=feed.failed)
+                self._fold.apply([bound_event_json(loads_object(value)) for value in values], failed=failed)
             except AguiObservationError:
                 self._skipped += 1
-        last, continuation, ended = feed.due, feed.continuation, feed.ended
         if last is None:
             return None
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
