@@ -14,6 +14,7 @@ import pytest
 
 from tests.stream._support import TOPIC
 from tests.stream.test_display import NAMES, interleaved
+from worker.display.helper import PUSH_BYTES
 from worker.display.offload import FoldLane, FoldOffload
 from worker.errors import FoldHelperError
 from worker.stream import Destination, PartitionState, SourceRecord
@@ -47,8 +48,10 @@ def in_process(recs: list[SourceRecord], interval_ms: int, max_bytes: int, check
 
 async def through_helper(
     offload: FoldOffload, recs: list[SourceRecord], interval_ms: int, max_bytes: int, checkpoints: set[int],
-    go_remote_at: int,
+    go_remote_at: int, pushed: list[int],
 ) -> tuple[Shown, list[list[tuple[bytes, bytes | None]]], dict[bytes, bytes]]:  # fmt: skip
+    """The records, changelogs and image of a state whose folds go to the helper at record `go_remote_at`; every
+    seventh record the loop waits a moment and the records the helper pushed back are taken (their count added to `pushed`)."""
     st = state(interval_ms, max_bytes)
     lane: FoldLane | None = None
     shown: Shown = []
@@ -61,6 +64,12 @@ async def through_helper(
         shown += [(r.key, r.value, r.headers) for r in outcome.records if r.destination is Destination.DISPLAY]
         if lane is not None:
             lane.send(st.take_display_work())
+            if index % 7 == 0:
+                await asyncio.sleep(0.03)  # past the lane's write delay, and the helper's push
+                taken = lane.take_pushed()
+                if taken is not None:
+                    shown += [(r.key, r.value, r.headers) for r in taken.records]
+                    pushed.append(len(taken.records))
         if index in checkpoints:
             draft = st.checkpoint_draft(rec.offset + 1)
             if lane is None:
@@ -76,20 +85,23 @@ async def through_helper(
     return shown, changelogs, st.image(recs[-1].offset + 1)
 
 
+@pytest.mark.parametrize("push_bytes", [PUSH_BYTES, 1], ids=["push-default", "push-each"])
 @pytest.mark.parametrize(("interval_ms", "step", "max_bytes"), [(0, 1, 1 << 20), (1000, 170, 6000), (0, 1, 3000)])
 def test_folding_in_the_helper_publishes_and_checkpoints_what_folding_in_process_does(
-    loop: asyncio.AbstractEventLoop, interval_ms: int, step: int, max_bytes: int
+    loop: asyncio.AbstractEventLoop, interval_ms: int, step: int, max_bytes: int, push_bytes: int
 ) -> None:
     recs = interleaved(NAMES, step=step)
     checkpoints = set(range(3, len(recs), 11)) | {len(recs) - 1}
     expected = in_process(recs, interval_ms, max_bytes, checkpoints)
     assert expected[0] and any(len(c) > 2 for c in expected[1])
 
+    pushed: list[int] = []
+
     async def main() -> None:
-        offload = FoldOffload()
+        offload = FoldOffload(push_bytes=push_bytes)
         try:
             for go_remote_at in (0, 9, len(recs) // 2):
-                got = await through_helper(offload, recs, interval_ms, max_bytes, checkpoints, go_remote_at)
+                got = await through_helper(offload, recs, interval_ms, max_bytes, checkpoints, go_remote_at, pushed)
                 assert got[0] == expected[0], go_remote_at
                 assert got[1] == expected[1], go_remote_at
                 assert got[2] == expected[2], go_remote_at
@@ -97,6 +109,8 @@ def test_folding_in_the_helper_publishes_and_checkpoints_what_folding_in_process
             await offload.close()
 
     loop.run_until_complete(main())
+    if push_bytes == 1:  # records came back between the commits too, and still in order
+        assert sum(pushed) > 0
 
 
 def test_a_state_with_its_folds_taken_back_goes_on_as_if_it_never_lent_them(loop: asyncio.AbstractEventLoop) -> None:

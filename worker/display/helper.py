@@ -3,8 +3,10 @@ the display work a worker sends it, in the order sent (`python -m worker.display
 
 Requests and replies are length-prefixed pickles on one socket (`worker.display.offload` is the other end):
 
-    ("work", partition, [DisplayWork, ...])     fold, keeping the records made; no reply
+    ("work", partition, [DisplayWork, ...])     fold, keeping the records made; once they pass `push_bytes` they
+                                                 are pushed: (None, partition, records, evicted, withheld)
     ("collect", partition, token, [run, ...])    reply (token, error, records, evicted, withheld, {run: FoldSide})
+                                                 with the records made since the last push
     ("reclaim", partition, token)                reply (token, error, {run: FoldSide}); the partition is forgotten
     ("forget", partition)                        drop the partition's folds and records; no reply
 
@@ -23,19 +25,23 @@ from typing import IO, Any, cast
 from worker._heap import settle_heap
 from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide, Shipped
 
-__all__ = ["FRAME_HEADER", "serve"]
+__all__ = ["FRAME_HEADER", "PUSH_BYTES", "serve"]
 
 FRAME_HEADER = struct.Struct(">I")  # the length of the pickle that follows
+# Display records are sent back as they are made, once this many bytes wait: a commit then collects only the rest,
+# instead of megabytes at once.
+PUSH_BYTES = 128 * 1024
 
 
 class _Partition:
     """The folds of one source partition and what they made since the last collect."""
 
-    __slots__ = ("error", "evicted", "projections", "records", "withheld")
+    __slots__ = ("error", "evicted", "projections", "records", "size", "withheld")
 
     def __init__(self) -> None:
         self.projections: dict[str, DisplayProjection] = {}
         self.records: list[DisplayRecord] = []
+        self.size = 0  # bytes of the records' values
         self.evicted = 0
         self.withheld = 0
         self.error: str | None = None
@@ -62,6 +68,7 @@ class _Partition:
         self.withheld += projection.withheld - withheld
         if record is not None:
             self.records.append(record)
+            self.size += len(record.value)
             self.evicted += record.evicted
         if feed[5]:  # the run ended
             del self.projections[key]
@@ -75,6 +82,12 @@ class _Partition:
                 break
             out[run] = projection.fold_side()
         return out
+
+    def take(self) -> tuple[list[DisplayRecord], int, int]:
+        """The records made since the last take, with the items they evicted and the records withheld."""
+        taken = self.records, self.evicted, self.withheld
+        self.records, self.size, self.evicted, self.withheld = [], 0, 0, 0
+        return taken
 
 
 def _read(stream: IO[bytes]) -> Any:
@@ -93,19 +106,21 @@ def _write(sock: socket.socket, reply: object) -> None:
     sock.sendall(FRAME_HEADER.pack(len(body)) + body)
 
 
-def serve(sock: socket.socket) -> None:
-    """Answer requests on `sock` until it closes."""
+def serve(sock: socket.socket, push_bytes: int = PUSH_BYTES) -> None:
+    """Answer requests on `sock` until it closes, pushing records back once `push_bytes` of them wait."""
     partitions: dict[int, _Partition] = {}
     with cast("IO[bytes]", sock.makefile("rb", buffering=1 << 20)) as stream:
         while (request := _read(stream)) is not None:
             kind, partition = request[0], request[1]
             if kind == "work":
-                partitions.setdefault(partition, _Partition()).work(request[2])
+                folds = partitions.setdefault(partition, _Partition())
+                folds.work(request[2])
+                if folds.error is None and folds.size >= push_bytes:
+                    _write(sock, (None, partition, *folds.take()))
             elif kind == "collect":
                 folds = partitions.setdefault(partition, _Partition())
                 sides = folds.sides(request[3]) if folds.error is None else {}
-                _write(sock, (request[2], folds.error, folds.records, folds.evicted, folds.withheld, sides))
-                folds.records, folds.evicted, folds.withheld = [], 0, 0
+                _write(sock, (request[2], folds.error, *folds.take(), sides))
             elif kind == "reclaim":
                 folds = partitions.pop(partition, _Partition())
                 sides = folds.sides(list(folds.projections)) if folds.error is None else {}
@@ -115,11 +130,12 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Serve the socket whose file descriptor is `argv[0]` (inherited from the worker)."""
+    """Serve the socket whose file descriptor is `argv[0]` (inherited from the worker), pushing records back once
+    `argv[1]` bytes of them wait (default PUSH_BYTES)."""
     settle_heap()  # the modules loaded by now live as long as the process
     sock = socket.socket(fileno=int(argv[0]))
     try:
-        serve(sock)
+        serve(sock, int(argv[1]) if len(argv) > 1 else PUSH_BYTES)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the worker is gone
     finally:

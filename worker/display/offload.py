@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from worker.display.helper import FRAME_HEADER
+from worker.display.helper import FRAME_HEADER, PUSH_BYTES
 from worker.display.projection import DisplayRecord, FoldSide
 from worker.errors import FoldHelperError
 
@@ -34,6 +34,7 @@ _READ_BYTES = 1 << 20
 # wakes the helper, and a wake-up costs the writer about as much as pickling the work.
 _FLUSH_S = 0.01
 _FLUSH_BYTES = 256 * 1024
+_SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 _STOP_S = 5.0  # how long a closing helper may take to exit before it is killed
 _EXIT_WAIT_S = 0.2  # how long a helper whose socket broke is given to show its exit code
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `worker` is importable from
@@ -55,15 +56,19 @@ class Collected:
 class _Helper:
     """One helper process and its socket; `gone` says why it can no longer be used."""
 
-    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_lost: Callable[[str], None] | None = None, push_bytes: int = PUSH_BYTES) -> None:
         self._on_lost = on_lost
         self._loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair()
+        for end in (ours, theirs):  # a reply of a few megabytes crosses in one piece where the system allows
+            with contextlib.suppress(OSError):
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (_PACKAGE_ROOT, env.get("PYTHONPATH"))))
         try:
             self.process = subprocess.Popen(  # our own interpreter and module
-                [sys.executable, "-m", "worker.display.helper", str(theirs.fileno())],
+                [sys.executable, "-m", "worker.display.helper", str(theirs.fileno()), str(push_bytes)],
                 pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         finally:
@@ -76,7 +81,8 @@ class _Helper:
         self._timer: asyncio.TimerHandle | None = None  # the pending `_flush` of queued work
         self._in = bytearray()
         self._tokens = itertools.count()
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._waiting: dict[int, tuple[asyncio.Future[Any], int]] = {}  # by token: the reply's future, its partition
+        self._pushed: dict[int, Collected] = {}  # by partition: display records pushed and not yet taken
         self.gone: str | None = None
         self._loop.add_reader(self._fd, self._readable)
 
@@ -116,11 +122,12 @@ class _Helper:
             self._loop.add_writer(self._fd, self._writable)
 
     def ask(self, message: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """Send `message` with a token after its first two fields; the future holds the reply."""
+        """Send `message` (kind, partition, ...) with a token after its first two fields; the future holds the reply
+        and what the partition's records pushed before it left untaken (`take_pushed`), or None."""
         token = next(self._tokens)
         future: asyncio.Future[Any] = self._loop.create_future()
         self.send((*message[:2], token, *message[2:]))
-        self._waiting[token] = future
+        self._waiting[token] = future, message[1]
         self._flush()
         return future
 
@@ -138,18 +145,21 @@ class _Helper:
             self._loop.remove_writer(self._fd)
 
     def _readable(self) -> None:
-        try:
-            data = self._sock.recv(_READ_BYTES)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            self.lose(self._exited() or f"reading from it failed: {exc}")
-            return
-        if not data:
-            self.lose(self._exited() or "it closed its socket")
-            return
         buffer = self._in
-        buffer += data
+        while True:  # all that is there: a reply read over several turns of the loop waits that much longer
+            try:
+                data = self._sock.recv(_READ_BYTES)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                self.lose(self._exited() or f"reading from it failed: {exc}")
+                return
+            if not data:
+                self.lose(self._exited() or "it closed its socket")
+                return
+            buffer += data
+            if len(data) < _READ_BYTES:
+                break
         start, size = 0, FRAME_HEADER.size
         while len(buffer) - start >= size:
             (length,) = FRAME_HEADER.unpack_from(buffer, start)
@@ -157,10 +167,28 @@ class _Helper:
                 break
             reply = pickle.loads(memoryview(buffer)[start + size : start + size + length])  # our child
             start += size + length
-            future = self._waiting.pop(reply[0], None)
-            if future is not None and not future.done():
-                future.set_result(reply)
+            if reply[0] is None:  # records pushed: (None, partition, records, evicted, withheld)
+                self._keep(reply[1], Collected(reply[2], reply[3], reply[4], {}))
+                continue
+            waiting = self._waiting.pop(reply[0], None)
+            if waiting is not None:
+                future, partition = waiting
+                # Everything pushed before the reply comes from work sent before the request: it goes with it.
+                pushed = self._pushed.pop(partition, None)
+                if not future.done():
+                    future.set_result((reply, pushed))
         del buffer[:start]
+
+    def _keep(self, partition: int, pushed: Collected) -> None:
+        held = self._pushed.get(partition)
+        if held is not None:
+            pushed = Collected(held.records + pushed.records, held.evicted + pushed.evicted,
+                               held.withheld + pushed.withheld, {})  # fmt: skip
+        self._pushed[partition] = pushed
+
+    def take_pushed(self, partition: int) -> Collected | None:
+        """The display records the helper pushed for `partition` since the last take or reply, or None."""
+        return self._pushed.pop(partition, None)
 
     def _exited(self) -> str | None:
         """How the process ended, when it has (waiting a moment for a process whose socket just closed)."""
@@ -190,7 +218,8 @@ class _Helper:
         self._loop.remove_writer(self._fd)
         self._sock.close()
         waiting, self._waiting = self._waiting, {}
-        for future in waiting.values():
+        self._pushed.clear()
+        for future, _ in waiting.values():
             if not future.done():
                 future.set_exception(FoldHelperError(f"the display fold process is gone: {why}"))
 
@@ -221,17 +250,26 @@ class FoldLane:
         if work:
             self._send(("work", self.partition, work))
 
+    def take_pushed(self) -> Collected | None:
+        """The display records made from work already sent and pushed back by the helper, or None: they belong to
+        the transaction of that work, as do those `collect` returns."""
+        return self._helper.take_pushed(self.partition)
+
     async def collect(self, runs: list[str], *, timeout_s: float) -> Collected:
-        """The records folded from all work sent before this call, and the fold sides of `runs`."""
-        _, error, records, evicted, withheld, sides = await self._ask(("collect", self.partition, runs), timeout_s)
+        """The records folded from all work sent before this call that `take_pushed` did not return, and the fold
+        sides of `runs`."""
+        reply, pushed = await self._ask(("collect", self.partition, runs), timeout_s)
+        _, error, records, evicted, withheld, sides = reply
         if error is not None:
             raise FoldHelperError(error, partition=self.partition)
+        if pushed is not None:
+            return Collected(pushed.records + records, pushed.evicted + evicted, pushed.withheld + withheld, sides)
         return Collected(records, evicted, withheld, sides)
 
     async def reclaim(self, *, timeout_s: float) -> dict[str, FoldSide]:
         """The fold side of every run the helper holds for this partition, after all work sent; the helper then
         forgets the partition."""
-        _, error, sides = await self._ask(("reclaim", self.partition), timeout_s)
+        (_, error, sides), _ = await self._ask(("reclaim", self.partition), timeout_s)
         if error is not None:
             raise FoldHelperError(error, partition=self.partition)
         sides_: dict[str, FoldSide] = sides
@@ -239,6 +277,7 @@ class FoldLane:
 
     def forget(self) -> None:
         """Let the helper drop this partition's folds (nothing to do when the helper is gone)."""
+        self._helper.take_pushed(self.partition)
         with contextlib.suppress(FoldHelperError):
             self._send(("forget", self.partition))
 
@@ -256,13 +295,13 @@ class FoldLane:
         with self._named():
             self._helper.send(message)
 
-    async def _ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
+    async def _ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[tuple[Any, ...], Collected | None]:
         helper = self._helper
         with self._named():
             future = helper.ask(message)
             try:
                 async with asyncio.timeout(timeout_s):
-                    reply: tuple[Any, ...] = await future
+                    reply: tuple[tuple[Any, ...], Collected | None] = await future
             except TimeoutError:
                 helper.lose(f"it did not answer within {timeout_s:g} s")
                 raise FoldHelperError(f"the display fold process did not answer within {timeout_s:g} s") from None
@@ -270,11 +309,13 @@ class FoldLane:
 
 
 class FoldOffload:
-    """The worker's fold helper process, started with the first lane and again after it is gone."""
+    """The worker's fold helper process, started with the first lane and again after it is gone; it pushes display
+    records back once `push_bytes` of them wait."""
 
-    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_lost: Callable[[str], None] | None = None, push_bytes: int = PUSH_BYTES) -> None:
         self._helper: _Helper | None = None
         self._on_lost = on_lost  # told why, each time a running helper is lost (not when closed)
+        self._push_bytes = push_bytes
 
     @property
     def pid(self) -> int | None:
@@ -295,7 +336,7 @@ class FoldOffload:
         if helper is None or helper.gone is not None:
             if helper is not None:
                 helper.process.poll()  # reap it
-            helper = self._helper = _Helper(self._on_lost)
+            helper = self._helper = _Helper(self._on_lost, self._push_bytes)
         return helper
 
     async def close(self) -> None:

@@ -159,11 +159,7 @@ class Publisher:
                 _child(p.verdict_counters, verdict, self._metrics.source_records_total, *p.label, verdict.value).inc(n)
             self._metrics.open_streams.labels(*p.label).set(p.state.open_streams)
             if p.state.display:
-                evicted, withheld = p.state.take_display_tally()
-                if evicted:
-                    self._metrics.display_evicted_items_total.inc(evicted)
-                if withheld:
-                    self._metrics.display_withheld_total.inc(withheld)
+                self._count_display(*p.state.take_display_tally())
 
     async def _consume(self, p: PartitionRun, recs: list[Any], tally: dict[Verdict, int]) -> None:
         assert p.checkpoint is not None
@@ -239,6 +235,8 @@ class Publisher:
                             shown += 1
                             shown_bytes += len(out.value or b"")
                     ckpt.note_source(timestamp, interval_start)
+            if p.lane is not None and ckpt.is_open and p.phase is Phase.LIVE:
+                await self._send_pushed(p)
         except Exception as exc:
             self._on_failure(p, exc)
             return False
@@ -386,11 +384,24 @@ class Publisher:
         lane.send(p.state.take_display_work())
         collected = await lane.collect([] if draft is None else draft.runs, timeout_s=self._fold_timeout_s)
         await self._send_display(p, collected.records)
-        if collected.evicted:
-            self._metrics.display_evicted_items_total.inc(collected.evicted)
-        if collected.withheld:
-            self._metrics.display_withheld_total.inc(collected.withheld)
+        self._count_display(collected.evicted, collected.withheld)
         return None if draft is None else draft.complete(collected.sides)
+
+    async def _send_pushed(self, p: PartitionRun) -> None:
+        """Send the display records the fold helper pushed back into the open transaction: they come from work of
+        records in it (everything earlier was collected by the commit before), so they go where `collect` would
+        have put them, only sooner."""
+        assert p.lane is not None
+        pushed = p.lane.take_pushed()
+        if pushed is not None:
+            await self._send_display(p, pushed.records)
+            self._count_display(pushed.evicted, pushed.withheld)
+
+    def _count_display(self, evicted: int, withheld: int) -> None:
+        if evicted:
+            self._metrics.display_evicted_items_total.inc(evicted)
+        if withheld:
+            self._metrics.display_withheld_total.inc(withheld)
 
     async def _send_display(self, p: PartitionRun, records: list[DisplayRecord]) -> None:
         """Send display records into the open transaction, each to the display partition of its run's events."""
