@@ -51,7 +51,7 @@ async def through_helper(
     go_remote_at: int, pushed: list[int],
 ) -> tuple[Shown, list[list[tuple[bytes, bytes | None]]], dict[bytes, bytes]]:  # fmt: skip
     """The records, changelogs and image of a state whose folds go to the helper at record `go_remote_at`; every
-    seventh record the loop waits a moment and the records the helper pushed back are taken (their count added to `pushed`)."""
+    seventh record the loop waits a moment and the records the helper pushed back are taken (counted in `pushed`)."""
     st = state(interval_ms, max_bytes)
     lane: FoldLane | None = None
     shown: Shown = []
