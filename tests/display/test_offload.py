@@ -113,6 +113,38 @@ def test_folding_in_the_helper_publishes_and_checkpoints_what_folding_in_process
         assert sum(pushed) > 0
 
 
+def test_partitions_sharing_a_helper_each_get_their_own_records_in_order(loop: asyncio.AbstractEventLoop) -> None:
+    """Work of two partitions goes to one helper interleaved; each collects at its own points (the helper answers
+    one partition's collect before the other's earlier work), and each gets what folding in process gives."""
+    recs = interleaved(NAMES, step=1)
+    plans = {0: (0, 1 << 20, set(range(5, len(recs), 13))), 1: (1000, 6000, set(range(2, len(recs), 7)))}
+    expected = {part: in_process(recs, interval, size, set())[0] for part, (interval, size, _) in plans.items()}
+
+    async def main() -> dict[int, Shown]:
+        offload = FoldOffload(push_bytes=4096)
+        try:
+            states = {part: state(interval, size) for part, (interval, size, _) in plans.items()}
+            lanes = {part: offload.lane(part) for part in plans}
+            shown: dict[int, Shown] = {part: [] for part in plans}
+            for st in states.values():
+                st.fold_elsewhere()
+            for index, rec in enumerate(recs):
+                for part, st in states.items():
+                    st.process(rec)
+                    lanes[part].send(st.take_display_work())
+                    if index in plans[part][2]:
+                        collected = await lanes[part].collect([], timeout_s=TIMEOUT_S)
+                        shown[part] += [(r.key, r.value, r.headers) for r in collected.records]
+            for part, lane in lanes.items():
+                collected = await lane.collect([], timeout_s=TIMEOUT_S)
+                shown[part] += [(r.key, r.value, r.headers) for r in collected.records]
+            return shown
+        finally:
+            await offload.close()
+
+    assert loop.run_until_complete(main()) == expected
+
+
 def test_a_state_with_its_folds_taken_back_goes_on_as_if_it_never_lent_them(loop: asyncio.AbstractEventLoop) -> None:
     recs = interleaved(NAMES, step=170)
     cut = len(recs) // 2

@@ -1,5 +1,5 @@
 """The fold helper process: it holds the fold side of detached display projections, per source partition, and folds
-the display work a worker sends it, in the order sent (`python -m worker.display.helper FD`).
+the display work a worker sends it, each partition's in the order sent (`python -m worker.display.helper FD [PUSH]`).
 
 Requests and replies are length-prefixed pickles on one socket (`worker.display.offload` is the other end):
 
@@ -20,7 +20,8 @@ import pickle
 import socket
 import struct
 import sys
-from typing import IO, Any, cast
+from collections import deque
+from typing import Any
 
 from worker._heap import settle_heap
 from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide, Shipped
@@ -28,6 +29,9 @@ from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRec
 __all__ = ["FRAME_HEADER", "PUSH_BYTES", "serve"]
 
 FRAME_HEADER = struct.Struct(">I")  # the length of the pickle that follows
+_READ_BYTES = 1 << 20
+# One source record's display work: (run, the projection's shipped state or None, its feed).
+DisplayWork = tuple[str, Shipped | None, DisplayFeed]
 # Display records are sent back as they are made, once this many bytes wait: a commit then collects only the rest,
 # instead of megabytes at once.
 PUSH_BYTES = 128 * 1024
@@ -46,7 +50,7 @@ class _Partition:
         self.withheld = 0
         self.error: str | None = None
 
-    def work(self, items: list[tuple[str, Shipped | None, DisplayFeed]]) -> None:
+    def work(self, items: list[DisplayWork]) -> None:
         for key, adopt, feed in items:
             if self.error is not None:
                 return
@@ -90,43 +94,90 @@ class _Partition:
         return taken
 
 
-def _read(stream: IO[bytes]) -> Any:
-    header = stream.read(FRAME_HEADER.size)
-    if len(header) < FRAME_HEADER.size:
-        return None
-    (size,) = FRAME_HEADER.unpack(header)
-    body = stream.read(size)
-    if len(body) < size:
-        return None
-    return pickle.loads(body)  # only the worker that started this process writes to the socket
-
-
 def _write(sock: socket.socket, reply: object) -> None:
     body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(FRAME_HEADER.pack(len(body)) + body)
 
 
+class _Server:
+    """Takes in every frame the socket holds before folding more: work is queued per partition and folded a message
+    at a time, partitions in turn, while a request first folds only its own partition's queued work. So a commit
+    waits for its partition's work, not for the other partitions' work sent before its request."""
+
+    def __init__(self, sock: socket.socket, push_bytes: int) -> None:
+        self._sock = sock
+        self._push_bytes = push_bytes
+        self._in = bytearray()
+        self._partitions: dict[int, _Partition] = {}
+        self._queued: dict[int, deque[list[DisplayWork]]] = {}  # work not folded yet, per partition, in order
+        self._open = True
+
+    def run(self) -> None:
+        while self._open:
+            self._receive(block=not any(self._queued.values()))
+            if self._open:
+                self._fold_next()
+
+    def _receive(self, *, block: bool) -> None:
+        try:
+            data = self._sock.recv(_READ_BYTES, 0 if block else socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        if not data:
+            self._open = False  # the worker is gone: what is queued has nobody to go to
+            return
+        buffer = self._in
+        buffer += data
+        start, size = 0, FRAME_HEADER.size
+        while len(buffer) - start >= size:
+            (length,) = FRAME_HEADER.unpack_from(buffer, start)
+            if len(buffer) - start - size < length:
+                break
+            # Only the worker that started this process writes to the socket.
+            self._handle(pickle.loads(memoryview(buffer)[start + size : start + size + length]))
+            start += size + length
+        del buffer[:start]
+
+    def _handle(self, request: tuple[Any, ...]) -> None:
+        kind, partition = request[0], request[1]
+        if kind == "work":
+            self._queued.setdefault(partition, deque()).append(request[2])
+            return
+        if kind == "forget":
+            self._queued.pop(partition, None)
+            self._partitions.pop(partition, None)
+            return
+        queued = self._queued.pop(partition, None)
+        while queued:
+            self._fold(partition, queued.popleft())
+        if kind == "collect":
+            folds = self._partitions.setdefault(partition, _Partition())
+            sides = folds.sides(request[3]) if folds.error is None else {}
+            _write(self._sock, (request[2], folds.error, *folds.take(), sides))
+        elif kind == "reclaim":
+            folds = self._partitions.pop(partition, _Partition())
+            sides = folds.sides(list(folds.projections)) if folds.error is None else {}
+            _write(self._sock, (request[2], folds.error, sides))
+
+    def _fold_next(self) -> None:
+        """Fold the oldest queued message of the next partition with work queued."""
+        for partition, queued in self._queued.items():
+            if queued:
+                items = queued.popleft()
+                self._queued[partition] = self._queued.pop(partition)  # the others go first next time
+                self._fold(partition, items)
+                return
+
+    def _fold(self, partition: int, items: list[DisplayWork]) -> None:
+        folds = self._partitions.setdefault(partition, _Partition())
+        folds.work(items)
+        if folds.error is None and folds.size >= self._push_bytes:
+            _write(self._sock, (None, partition, *folds.take()))
+
+
 def serve(sock: socket.socket, push_bytes: int = PUSH_BYTES) -> None:
     """Answer requests on `sock` until it closes, pushing records back once `push_bytes` of them wait."""
-    partitions: dict[int, _Partition] = {}
-    with cast("IO[bytes]", sock.makefile("rb", buffering=1 << 20)) as stream:
-        while (request := _read(stream)) is not None:
-            kind, partition = request[0], request[1]
-            if kind == "work":
-                folds = partitions.setdefault(partition, _Partition())
-                folds.work(request[2])
-                if folds.error is None and folds.size >= push_bytes:
-                    _write(sock, (None, partition, *folds.take()))
-            elif kind == "collect":
-                folds = partitions.setdefault(partition, _Partition())
-                sides = folds.sides(request[3]) if folds.error is None else {}
-                _write(sock, (request[2], folds.error, *folds.take(), sides))
-            elif kind == "reclaim":
-                folds = partitions.pop(partition, _Partition())
-                sides = folds.sides(list(folds.projections)) if folds.error is None else {}
-                _write(sock, (request[2], folds.error, sides))
-            elif kind == "forget":
-                partitions.pop(partition, None)
+    _Server(sock, push_bytes).run()
 
 
 def main(argv: list[str]) -> int:
