@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -110,9 +109,11 @@ class Entry:
                     "first_stream_id": self.first, "last_stream_id": self.last, "started_at": self.started,
                     "ended_at": self.ended, "content": self.content,
                 }  # fmt: skip
-                with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+                try:  # a plain try: a suppress() context costs a call in and out on every item written
                     # A copy: orjson's own bytes keep the capacity of its working buffer, kilobytes for any text.
                     self.json = bytes(memoryview(orjson.dumps(fields, option=orjson.OPT_UTC_Z)))
+                except (TypeError, orjson.JSONEncodeError):
+                    self.json = None  # written through the model below
             if self.json is None:
                 item = self.item()
                 self.json = item.__pydantic_serializer__.to_json(item)
