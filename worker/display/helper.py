@@ -24,14 +24,12 @@ from collections import deque
 from typing import Any
 
 from worker._heap import settle_heap
-from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, FoldSide, Shipped
+from worker.display.projection import DisplayFeed, DisplayProjection, DisplayRecord, DisplayWork, FoldSide, Shipped
 
-__all__ = ["FRAME_HEADER", "PUSH_BYTES", "serve"]
+__all__ = ["FRAME_HEADER", "PUSH_BYTES", "READ_BYTES", "serve", "take_frames"]
 
 FRAME_HEADER = struct.Struct(">I")  # the length of the pickle that follows
-_READ_BYTES = 1 << 20
-# One source record's display work: (run, the projection's shipped state or None, its feed).
-DisplayWork = tuple[str, Shipped | None, DisplayFeed]
+READ_BYTES = 1 << 20  # what either end asks its socket for at a time
 # Display records are sent back as they are made, once this many bytes wait: a commit then collects only the rest,
 # instead of megabytes at once.
 PUSH_BYTES = 128 * 1024
@@ -94,6 +92,21 @@ class _Partition:
         return taken
 
 
+def take_frames(buffer: bytearray) -> list[Any]:
+    """The messages of the whole frames at the start of `buffer`, which keeps only the incomplete rest. Only the two
+    ends of one socket pair, a worker and the helper it started, write the frames."""
+    messages = []
+    start, size = 0, FRAME_HEADER.size
+    while len(buffer) - start >= size:
+        (length,) = FRAME_HEADER.unpack_from(buffer, start)
+        if len(buffer) - start - size < length:
+            break
+        messages.append(pickle.loads(memoryview(buffer)[start + size : start + size + length]))
+        start += size + length
+    del buffer[:start]
+    return messages
+
+
 def _write(sock: socket.socket, reply: object) -> None:
     body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(FRAME_HEADER.pack(len(body)) + body)
@@ -120,23 +133,15 @@ class _Server:
 
     def _receive(self, *, block: bool) -> None:
         try:
-            data = self._sock.recv(_READ_BYTES, 0 if block else socket.MSG_DONTWAIT)
+            data = self._sock.recv(READ_BYTES, 0 if block else socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         if not data:
             self._open = False  # the worker is gone: what is queued has nobody to go to
             return
-        buffer = self._in
-        buffer += data
-        start, size = 0, FRAME_HEADER.size
-        while len(buffer) - start >= size:
-            (length,) = FRAME_HEADER.unpack_from(buffer, start)
-            if len(buffer) - start - size < length:
-                break
-            # Only the worker that started this process writes to the socket.
-            self._handle(pickle.loads(memoryview(buffer)[start + size : start + size + length]))
-            start += size + length
-        del buffer[:start]
+        self._in += data
+        for request in take_frames(self._in):
+            self._handle(request)
 
     def _handle(self, request: tuple[Any, ...]) -> None:
         kind, partition = request[0], request[1]

@@ -22,14 +22,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from worker.display.helper import FRAME_HEADER, PUSH_BYTES
+from worker.display.helper import FRAME_HEADER, PUSH_BYTES, READ_BYTES, take_frames
 from worker.display.projection import DisplayRecord, FoldSide
 from worker.errors import FoldHelperError
 
 __all__ = ["Collected", "FoldLane", "FoldOffload"]
 
 _log = logging.getLogger(__name__)
-_READ_BYTES = 1 << 20
 # Work waits in the worker at most this long, or until this much is queued, before it is written: each write
 # wakes the helper, and a wake-up costs the writer about as much as pickling the work.
 _FLUSH_S = 0.01
@@ -51,6 +50,16 @@ class Collected:
         self.evicted: Final = evicted
         self.withheld: Final = withheld
         self.sides: Final = sides
+
+    @classmethod
+    def after(
+        cls, earlier: Collected | None, records: list[DisplayRecord], evicted: int, withheld: int,
+        sides: dict[str, FoldSide],
+    ) -> Collected:  # fmt: skip
+        """What `earlier` (records made first) and the rest together hold; the sides are the rest's."""
+        if earlier is None:
+            return cls(records, evicted, withheld, sides)
+        return cls(earlier.records + records, earlier.evicted + evicted, earlier.withheld + withheld, sides)
 
 
 class _Helper:
@@ -148,7 +157,7 @@ class _Helper:
         buffer = self._in
         while True:  # all that is there: a reply read over several turns of the loop waits that much longer
             try:
-                data = self._sock.recv(_READ_BYTES)
+                data = self._sock.recv(READ_BYTES)
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -158,17 +167,13 @@ class _Helper:
                 self.lose(self._exited() or "it closed its socket")
                 return
             buffer += data
-            if len(data) < _READ_BYTES:
+            if len(data) < READ_BYTES:
                 break
-        start, size = 0, FRAME_HEADER.size
-        while len(buffer) - start >= size:
-            (length,) = FRAME_HEADER.unpack_from(buffer, start)
-            if len(buffer) - start - size < length:
-                break
-            reply = pickle.loads(memoryview(buffer)[start + size : start + size + length])  # our child
-            start += size + length
+        for reply in take_frames(buffer):
             if reply[0] is None:  # records pushed: (None, partition, records, evicted, withheld)
-                self._keep(reply[1], Collected(reply[2], reply[3], reply[4], {}))
+                _, partition, records, evicted, withheld = reply
+                held = self._pushed.get(partition)
+                self._pushed[partition] = Collected.after(held, records, evicted, withheld, {})
                 continue
             waiting = self._waiting.pop(reply[0], None)
             if waiting is not None:
@@ -177,14 +182,6 @@ class _Helper:
                 pushed = self._pushed.pop(partition, None)
                 if not future.done():
                     future.set_result((reply, pushed))
-        del buffer[:start]
-
-    def _keep(self, partition: int, pushed: Collected) -> None:
-        held = self._pushed.get(partition)
-        if held is not None:
-            pushed = Collected(held.records + pushed.records, held.evicted + pushed.evicted,
-                               held.withheld + pushed.withheld, {})  # fmt: skip
-        self._pushed[partition] = pushed
 
     def take_pushed(self, partition: int) -> Collected | None:
         """The display records the helper pushed for `partition` since the last take or reply, or None."""
@@ -262,9 +259,7 @@ class FoldLane:
         _, error, records, evicted, withheld, sides = reply
         if error is not None:
             raise FoldHelperError(error, partition=self.partition)
-        if pushed is not None:
-            return Collected(pushed.records + records, pushed.evicted + evicted, pushed.withheld + withheld, sides)
-        return Collected(records, evicted, withheld, sides)
+        return Collected.after(pushed, records, evicted, withheld, sides)
 
     async def reclaim(self, *, timeout_s: float) -> dict[str, FoldSide]:
         """The fold side of every run the helper holds for this partition, after all work sent; the helper then

@@ -27,6 +27,7 @@ __all__ = [
     "DisplayFeed",
     "DisplayProjection",
     "DisplayRecord",
+    "DisplayWork",
     "ExportsContinuation",
     "FoldSide",
     "PendingState",
@@ -57,6 +58,11 @@ Shipped = bytes | tuple[str, int, int]
 # fails (`failed_tool_call`), agui-seq of the record due after them or None, the observer's continuation JSON when a
 # record is due, whether the run ended). A plain tuple: it is pickled to the fold helper once per source record.
 DisplayFeed = tuple[int, list[bytes], tuple[str, str, str] | None, int | None, bytes | None, bool]
+# One source record's work for a display fold side held elsewhere: the run, the projection's whole state when the
+# fold side does not hold it yet (`DisplayProjection.detach`), and the feed.
+DisplayWork = tuple[str, Shipped | None, DisplayFeed]
+
+
 def record_overhead(key: bytes, headers: Headers) -> int:
     """Bytes a record of `key` and `headers` adds to its value in a one-record batch, at most."""
     return (

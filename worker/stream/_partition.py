@@ -9,7 +9,7 @@ from typing import TypedDict
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayFeed, DisplayProjection, FoldSide, Shipped
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection, DisplayWork, FoldSide
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
@@ -49,9 +49,6 @@ _HEADER_ALLOWANCE = 512
 
 _R = DeadLetterReason
 Changelog = list[tuple[bytes, bytes | None]]
-# One source record's work for a display fold side held elsewhere: the run, the projection's whole state when the
-# fold side does not hold it yet (`DisplayProjection.detach`), and the feed.
-DisplayWork = tuple[str, Shipped | None, DisplayFeed]
 
 
 class StateOptions(TypedDict):
