@@ -137,6 +137,14 @@ class Rate(NamedTuple):
     items_per_s: float
     cpu_us_per_item: float
     children_cpu_us_per_item: float = 0.0  # the worker's child processes (its display fold helper)
+    machine_cores: float = 0.0  # cores the whole machine kept busy meanwhile (broker and load generator included)
+
+    def cores(self) -> str:
+        """How busy the cores were meanwhile: the whole machine, and the worker and its helper within that."""
+        worker = self.cpu_us_per_item * self.items_per_s / 1e6
+        helper = self.children_cpu_us_per_item * self.items_per_s / 1e6
+        rest = max(0.0, self.machine_cores - worker - helper)
+        return f"{self.machine_cores:.2f} (worker {worker:.2f}, fold helper {helper:.2f}, broker and rest {rest:.2f})"
 
 
 async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate:
@@ -158,12 +166,14 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
             if now > deadline or (worker.proc is not None and worker.proc.poll() is not None):
                 raise RuntimeError(f"worker {worker.name} stuck at {done}/{total}:\n{worker.log_tail()}")
             await asyncio.sleep(0.02)
-    cpu_s = _cpu_counters(worker.proc.pid)[2] - cpu_before[2]
+    cpu_after = _cpu_counters(worker.proc.pid)
+    cpu_s = cpu_after[2] - cpu_before[2]
     children_s = _children_cpu(worker.proc.pid) - children_before
+    machine = (cpu_after[1] - cpu_before[1]) / max(cpu_after[0] - cpu_before[0], 1e-6)
     status = worker.stop()
     if status != 0:
         raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
-    return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6, children_s / total * 1e6)
+    return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6, children_s / total * 1e6, machine)
 
 
 async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> Rate:
@@ -407,7 +417,8 @@ async def rebuild(
     results = []
     for round_ in range(rounds):
         live = first if round_ == 0 else make(f"d-live-{round_}", str(round_))
-        live_rate, live_cpu_us = await worker_throughput(live, stats.items, partitions=1)
+        measured = await worker_throughput(live, stats.items, partitions=1)
+        live_rate, live_cpu_us = measured.items_per_s, measured.cpu_us_per_item
         again = make(f"d-restart-{round_}", str(round_))
         m = await _rebuilt(again, within_s=300)
         results.append(Rebuild(
@@ -511,7 +522,7 @@ async def history_rebuild(
     live = make("f-live", ())
     tag = secrets.token_hex(3)
     total = await _produce_fast(live.bootstrap, live.source, _history_items(tag, streams, history))
-    live_rate, _ = await worker_throughput(live, total, partitions=1)
+    live_rate = (await worker_throughput(live, total, partitions=1)).items_per_s
     restores, fallbacks, read, replayed = [], [], 0, 0
     for round_ in range(rounds):
         restore = make(f"f-restore{round_}", ())
@@ -665,6 +676,8 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
             ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
              f"worker with / without the display topic, best rounds; the fold helper process "
              f"{shown.children_cpu_us_per_item:.0f} µs"),
+            ("    cores busy", f"{shown.machine_cores:.2f} / {best_eos.machine_cores:.2f}",
+             f"of {os.cpu_count()}, (h) / (a), best rounds: (h) {shown.cores()}; (a) {best_eos.cores()}"),
         ]
     if folded_runs:
         folded = max(folded_runs)
