@@ -7,9 +7,10 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings
 
 from worker._heap import settle_heap
 from worker._native import describe
@@ -20,18 +21,22 @@ from worker.settings import Settings
 __all__ = ["build_parser", "main_run", "settings_from_args"]
 
 _log = logging.getLogger("worker")
+_S = TypeVar("_S", bound=BaseSettings)
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """One flag per setting (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
+def build_parser(
+    parser: argparse.ArgumentParser | None = None, model: type[BaseSettings] = Settings
+) -> argparse.ArgumentParser:
+    """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
     parser = parser or argparse.ArgumentParser(prog="python -m worker run")
-    for name, info in Settings.model_fields.items():
+    prefix = str(model.model_config.get("env_prefix", ""))
+    for name, info in model.model_fields.items():
         default = info.default.value if hasattr(info.default, "value") else info.default
-        help_text = f"{info.description} [env WORKER_{name.upper()}; default {default!r}]"
+        help_text = f"{info.description} [env {prefix}{name.upper()}; default {default!r}]"
         if info.annotation is bool:
             parser.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
@@ -40,11 +45,19 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+@overload
+def settings_from_args(args: argparse.Namespace) -> Settings: ...
+
+
+@overload
+def settings_from_args(args: argparse.Namespace, model: type[_S]) -> _S: ...
+
+
+def settings_from_args(args: argparse.Namespace, model: type[BaseSettings] = Settings) -> BaseSettings:
     """Flags given on the command line override the environment, which overrides the defaults."""
-    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in model.model_fields and v is not None}
     try:
-        return Settings(**given)
+        return model(**given)
     except ValidationError as exc:
         # Inputs are left out: a rejected value may be a password.
         problems = "; ".join(
@@ -53,7 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise ConfigError(f"invalid settings: {problems}") from None
 
 
-def _safe(settings: Settings) -> dict[str, Any]:
+def _safe(settings: BaseSettings) -> dict[str, Any]:
     return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in settings.model_dump().items()}
 
 

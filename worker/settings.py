@@ -1,19 +1,21 @@
-"""Every knob of `python -m worker run`, read from flags and `WORKER_*` environment variables."""
+"""Every knob of `python -m worker run` (and the broker connection it shares with other commands), read from flags
+and `WORKER_*` environment variables."""
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.errors import ConfigError
 
-__all__ = ["GapPolicy", "OpenStreamPolicy", "Settings"]
+__all__ = ["ConnectionSettings", "GapPolicy", "OpenStreamPolicy", "Settings"]
 
 _MODULE_ATTRIBUTE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
 
 class GapPolicy(StrEnum):
     """What a sequence gap in a run does: close the run with RUN_ERROR, or halt the partition."""
@@ -27,12 +29,41 @@ class OpenStreamPolicy(StrEnum):
     DEAD_LETTER = "dead-letter"
     HALT = "halt"
 
-class Settings(BaseSettings):
-    """Worker configuration; environment variables are the field names upper-cased with a `WORKER_` prefix."""
+class ConnectionSettings(BaseSettings):
+    """How a client reaches and authenticates to the brokers: the settings `run` and `gateway` share, read from the
+    same `WORKER_*` variables."""
 
     model_config = SettingsConfigDict(env_prefix="WORKER_", extra="forbid", frozen=True)
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated.")
+    client_id: str = Field("harness-agui-worker", description="Client id prefix shown in broker logs and quotas.")
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Client security protocol."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = Field(
+        None, description="SASL mechanism (required with SASL_*)."
+    )
+    sasl_username: str | None = Field(None, description="SASL username.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    ssl_cafile: str | None = Field(None, description="CA bundle path for SSL.")
+    ssl_certfile: str | None = Field(None, description="Client certificate path for mutual TLS.")
+    ssl_keyfile: str | None = Field(None, description="Client key path for mutual TLS.")
+    ssl_password: SecretStr | None = Field(None, description="Password of the client key (never logged).")
+    ssl_check_hostname: bool = Field(True, description="Verify the broker's host name against its certificate.")
+
+    @model_validator(mode="after")
+    def _mechanism_given(self) -> Self:
+        if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
+            raise ConfigError(f"security_protocol={self.security_protocol} needs sasl_mechanism")
+        return self
+
+
+class Settings(ConnectionSettings):
+    """Worker configuration; environment variables are the field names upper-cased with a `WORKER_` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="WORKER_", extra="forbid", frozen=True)
+
     source_topic: str = Field("harness.events", description="Topic of Harness wire items, keyed by root run id.")
     output_topic: str = Field("agui.events", description="Topic the AG-UI events are published to, in transactions.")
     dlq_topic: str = Field("harness.events.dlq", description="Dead-letter topic for records that cannot be converted.")
@@ -43,7 +74,6 @@ class Settings(BaseSettings):
     group_instance_id: str | None = Field(
         None, description="Static group membership id (KIP-345); set it to the pod name in a StatefulSet."
     )
-    client_id: str = Field("harness-agui-worker", description="Client id prefix shown in broker logs and quotas.")
 
     commit_interval_ms: int = Field(100, ge=1, le=60_000, description=(
         "A partition's transaction commits once its oldest record is this old, counted from the record's source "
@@ -151,20 +181,6 @@ class Settings(BaseSettings):
         ),
     )  # fmt: skip
 
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", description="Client security protocol."
-    )
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = Field(
-        None, description="SASL mechanism (required with SASL_*)."
-    )
-    sasl_username: str | None = Field(None, description="SASL username.")
-    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
-    ssl_cafile: str | None = Field(None, description="CA bundle path for SSL.")
-    ssl_certfile: str | None = Field(None, description="Client certificate path for mutual TLS.")
-    ssl_keyfile: str | None = Field(None, description="Client key path for mutual TLS.")
-    ssl_password: SecretStr | None = Field(None, description="Password of the client key (never logged).")
-    ssl_check_hostname: bool = Field(True, description="Verify the broker's host name against its certificate.")
-
     metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
     metrics_port: int = Field(
         9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
@@ -208,8 +224,6 @@ class Settings(BaseSettings):
                 f"display_topic {self.display_topic!r} must differ from the source, output, dead-letter and "
                 "changelog topics"
             )
-        if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
-            raise ConfigError(f"security_protocol={self.security_protocol} needs sasl_mechanism")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "

@@ -25,13 +25,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.errors import CheckpointError
 from worker.kafka._aiokafka import force_close, member_id
-from worker.kafka._clients import (
+from worker.kafka.changelog import Changelog, read_changelog
+from worker.kafka.clients import (
     MAX_BATCH_BYTES,
     make_replay_consumer,
     make_transactional_producer,
     transactional_id,
 )
-from worker.kafka.changelog import Changelog, read_changelog
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
 from worker.kafka.offsets import ReplayWindow, plan_replay, read_committed, tail_window

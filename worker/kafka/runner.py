@@ -19,7 +19,7 @@ from aiokafka.errors import IllegalStateError
 from worker.display.offload import FoldOffload
 from worker.errors import ConfigError
 from worker.kafka._aiokafka import force_close
-from worker.kafka._clients import make_admin, make_group_consumer
+from worker.kafka.clients import make_admin, make_group_consumer
 from worker.kafka.deadlines import Deadlines
 from worker.kafka.partition import PartitionRun, Phase
 from worker.kafka.publisher import Publisher, log_fields

@@ -13,7 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
 from worker.errors import ConfigError
-from worker.kafka._clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
+from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
 from worker.settings import Settings
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Builds aiokafka clients from Settings; the only place that maps our settings onto client arguments."""
+"""Builds aiokafka clients from settings; the only place that maps our settings onto client arguments."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
-from worker.settings import Settings
+from worker.settings import ConnectionSettings, Settings
 
-__all__ = ["MAX_BATCH_BYTES", "MAX_REQUEST_BYTES", "make_admin", "make_group_consumer", "make_replay_consumer",
-           "make_transactional_producer", "transactional_id"]
+__all__ = ["MAX_BATCH_BYTES", "MAX_REQUEST_BYTES", "connection_options", "make_admin", "make_group_consumer",
+           "make_replay_consumer", "make_transactional_producer", "transactional_id"]
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the producers' max_request_size
 MAX_BATCH_BYTES = 256 * 1024  # the producers' batch size, unless a destination takes less
 
 
-def _connection(settings: Settings) -> dict[str, Any]:
-    """Bootstrap, client id and the security passthrough shared by every client."""
+def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
+    """Bootstrap servers and security: the keyword arguments every aiokafka client of `run` and `gateway` takes."""
     kwargs: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap_servers,
         "security_protocol": settings.security_protocol,
@@ -65,7 +65,7 @@ def make_group_consumer(settings: Settings) -> AIOKafkaConsumer:
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         fetch_min_bytes=settings.fetch_min_bytes,
         partition_assignment_strategy=(StickyPartitionAssignor,),
-        **_connection(settings),
+        **connection_options(settings),
     )
 
 
@@ -81,7 +81,7 @@ def make_replay_consumer(settings: Settings) -> AIOKafkaConsumer:
         fetch_max_wait_ms=100,
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
-        **_connection(settings),
+        **connection_options(settings),
     )
 
 
@@ -102,10 +102,10 @@ def make_transactional_producer(
         max_batch_size=batch_bytes,
         max_request_size=MAX_REQUEST_BYTES,
         transaction_timeout_ms=settings.transaction_timeout_ms,
-        **_connection(settings),
+        **connection_options(settings),
     )
 
 
 def make_admin(settings: Settings) -> AIOKafkaAdminClient:
     """An admin client for committed-offset look-ups."""
-    return AIOKafkaAdminClient(client_id=f"{settings.client_id}-admin", **_connection(settings))
+    return AIOKafkaAdminClient(client_id=f"{settings.client_id}-admin", **connection_options(settings))
