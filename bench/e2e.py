@@ -136,7 +136,7 @@ class Rate(NamedTuple):
 
     items_per_s: float
     cpu_us_per_item: float
-    children_cpu_us_per_item: float = 0.0  # the worker's child processes (its display fold helper)
+    children_cpu_us_per_item: float = 0.0  # the worker's child processes
     machine_cores: float = 0.0  # cores the whole machine kept busy meanwhile (broker and load generator included)
 
     def cores(self) -> str:
@@ -144,7 +144,7 @@ class Rate(NamedTuple):
         worker = self.cpu_us_per_item * self.items_per_s / 1e6
         helper = self.children_cpu_us_per_item * self.items_per_s / 1e6
         rest = max(0.0, self.machine_cores - worker - helper)
-        return f"{self.machine_cores:.2f} (worker {worker:.2f}, fold helper {helper:.2f}, broker and rest {rest:.2f})"
+        return f"{self.machine_cores:.2f} (worker {worker:.2f}, its children {helper:.2f}, broker and rest {rest:.2f})"
 
 
 async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate:
@@ -603,7 +603,6 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     plain_runs: list[Rate] = []
     bare_runs: list[Rate] = []  # (g): the worker without the changelog
     shown_runs: list[Rate] = []  # (h): the worker with the display topic
-    folded_runs: list[Rate] = []  # (i): the same, folding in the worker process
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
@@ -620,12 +619,6 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
                               extra=("--display-topic", f"bench.{tag}.display.{next(names)}"))
             shown_runs.append(await worker_throughput(worker_h, filled.items, 3))
             said += f"; (h) with the display topic {shown_runs[-1].items_per_s:,.0f} items/s"
-        if "i" in args.parts:
-            worker_i = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-i{round_}", logdir, f"i{round_}",
-                              extra=("--display-topic", f"bench.{tag}.display.{next(names)}",
-                                     "--no-display-fold-process"))  # fmt: skip
-            folded_runs.append(await worker_throughput(worker_i, filled.items, 3))
-            said += f"; (i) folding in the worker {folded_runs[-1].items_per_s:,.0f} items/s"
         print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
     eos, plain = best_eos.items_per_s, best_plain.items_per_s
@@ -674,20 +667,10 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
              + ("OK" if ratio >= 0.8 else "MISSED") + f"; best against best {shown.items_per_s / eos:.2f}"),
             ("    ratio of each round", " / ".join(f"{r:.2f}" for r in rounds), "(h) against the (a) of its round"),
             ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
-             f"worker with / without the display topic, best rounds; the fold helper process "
+             f"worker with / without the display topic, best rounds; its child processes "
              f"{shown.children_cpu_us_per_item:.0f} µs"),
             ("    cores busy", f"{shown.machine_cores:.2f} / {best_eos.machine_cores:.2f}",
              f"of {os.cpu_count()}, (h) / (a), best rounds: (h) {shown.cores()}; (a) {best_eos.cores()}"),
-        ]
-    if folded_runs:
-        folded = max(folded_runs)
-        rounds = [i.items_per_s / a.items_per_s for a, i in zip(eos_runs, folded_runs, strict=True)]
-        rows += [
-            ("(i) display folded in the worker", f"{folded.items_per_s:,.0f} items/s",
-             f"(h) with --no-display-fold-process, best of {_rates([r.items_per_s for r in folded_runs])}"),
-            ("    folded in the worker / (a)", f"{statistics.median(rounds):.2f}",
-             "median of the rounds' ratios: " + " / ".join(f"{r:.2f}" for r in rounds)),
-            ("    CPU per item", f"{folded.cpu_us_per_item:.0f} µs", "worker, best round"),
         ]
     if "f" in args.parts:
         rows += await _history_rows(bootstrap, args, logdir, tag, topic, dlq)
@@ -823,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
     parser.add_argument("--parts", default="abcdefghi",
                         help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost, "
-                             "h display topic cost, i the display folded in the worker process")
+                             "h display topic cost")
     parser.add_argument("--history", type=int, default=1_000_000,
                         help="records after the oldest open run's start in (f); it runs this and twice this")
     parser.add_argument("--history-streams", type=int, default=10_000, help="open runs of the partition in (f)")

@@ -7,7 +7,6 @@
     ├── GapError                a run's source history has a hole (halt policy)
     ├── DisplayGapError         a display reader was handed a run's AG-UI events with one missing
     ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
-    ├── FoldHelperError         the process folding display projections failed or is gone: rebuild the partition
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
@@ -27,7 +26,6 @@ __all__ = [
     "DecodeError",
     "DisplayGapError",
     "FencedError",
-    "FoldHelperError",
     "GapError",
     "KafkaWorkerError",
     "RebuildError",
@@ -76,15 +74,6 @@ class DisplayGapError(WorkerError):
 
 class ShardedReplayError(WorkerError):
     """A replay split by key across processes cannot stand in for the in-process one; replay in-process."""
-
-
-class FoldHelperError(WorkerError):
-    """The process that folds display projections failed or exited; `partition` (None: all of them) must be
-    rebuilt, its folds shipped again."""
-
-    def __init__(self, message: str, *, partition: int | None = None) -> None:
-        self.partition = partition
-        super().__init__(message if partition is None else f"partition {partition}: {message}")
 
 
 class CheckpointError(WorkerError):

@@ -146,13 +146,6 @@ class Settings(ConnectionSettings):
             "always with the run's first and last events; 0: after every source record with events."
         ),
     )
-    display_fold_process: bool = Field(
-        True, description=(
-            "With the display topic on, fold the runs' display projections in one helper process beside the "
-            "worker, so that folding runs beside conversion; it holds the open runs' displays. False: fold in the "
-            "worker process."
-        ),
-    )
     rebuild_lookback_ms: int = Field(
         24 * 3_600_000, ge=0, description=(
             "How far back from the current time a rebuild replays when the committed offset carries no "

@@ -1,18 +1,15 @@
 """Recovery is invisible: an adversarial source processed calmly and under chaos gives identical topics.
 
 One group runs a single uninterrupted worker; another group processes the same source while its workers are
-killed with SIGKILL, join, leave and restart, and their display fold helper processes are killed with SIGKILL. Both
-write a display topic: the calm worker folds it in its own process, the chaotic ones in their helpers. The output
-and display topics must hold the same records per key (values and every header) and the dead-letter topics the
-same dead letter per source offset.
+killed with SIGKILL, join, leave and restart. Both write a display topic, folded in each worker's own process (no
+worker starts a child process). The output and display topics must hold the same records per key (values and every
+header) and the dead-letter topics the same dead letter per source offset.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,12 +86,8 @@ class Chaos:
     def step(self) -> None:
         live = self.live()
         roll = self._rng.random()
-        helpers = [pid for w in live for pid in w.children("worker.display.helper")]
         if not live or (roll < 0.25 and len(live) < self._most):
             self.start()
-        elif roll < 0.35 and helpers:
-            os.kill(self._rng.choice(helpers), signal.SIGKILL)
-            self.actions["kill -9 fold helper"] += 1
         elif roll < 0.75:
             self._rng.choice(live).kill()
             self.actions["kill -9"] += 1
@@ -120,13 +113,13 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(
     chaotic = Sink(topic_factory("chaos-out", partitions=3), topic_factory("chaos-dlq", partitions=2),
                    f"chaos-{source}", unique_names("chaos-display"))
 
-    def worker(sink: Sink, name: str, *fold: str) -> WorkerProcess:
+    def worker(sink: Sink, name: str) -> WorkerProcess:
         return WorkerProcess(tmp_path, name, kafka_bootstrap, source, sink.output, sink.dlq, sink.group,
-                             *LIMITS, *FAST_GROUP, "--display-topic", sink.display, *fold)
+                             *LIMITS, *FAST_GROUP, "--display-topic", sink.display)
 
     rng = random.Random(SEED)
     chaos = Chaos(lambda name: worker(chaotic, name), rng)
-    calm_worker = worker(calm, "calm", "--no-display-fold-process").start()
+    calm_worker = worker(calm, "calm").start()
 
     async def scenario() -> None:
         chaos.start()
@@ -141,14 +134,14 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(
             wait_caught_up(kafka_bootstrap, chaotic.group, source, timeout_s=180),
             wait_caught_up(kafka_bootstrap, calm.group, source, timeout_s=180),
         )
-        assert not calm_worker.children("worker.display.helper"), "the calm worker folds in its own process"
-        assert any(w.children("worker.display.helper") for w in chaos.live()), "the chaotic workers fold in helpers"
+        for w in [calm_worker, *chaos.live()]:
+            assert not w.children(""), f"{w.log_path.name} started a child process: {w.children('')}"
 
     try:
         asyncio.run(scenario())
         for w in [calm_worker, *chaos.live()]:
             assert w.stop() == 0, w.log()[-3000:]
-        assert chaos.actions["kill -9"] >= 4 and chaos.actions["kill -9 fold helper"] >= 1, chaos.actions
+        assert chaos.actions["kill -9"] >= 4, chaos.actions
         topics = asyncio.run(_read_all(kafka_bootstrap, calm, chaotic))
         said = [str(r.get("msg", "")) for w in chaos.workers for r in w.log_records()]
     except AssertionError:
@@ -175,7 +168,6 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(
     seen = Counter(r.header("dlq-reason") for r in calm_dlq)
     assert {"duplicate", "gap", "mis-keyed", "decode-error", "open-stream-cap"} <= set(seen), seen
     assert any(m.startswith("partition rebuilt: restored") for m in said), "no rebuild restored a checkpoint"
-    assert any(m.startswith("display fold process") and "is gone" in m for m in said), "no fold helper was lost"
 
 
 async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec], ...]:

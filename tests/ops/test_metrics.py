@@ -47,7 +47,6 @@ EXPECTED = {
     "display_bytes_total": ("counter", set()),
     "display_evicted_items_total": ("counter", set()),
     "display_withheld_total": ("counter", set()),
-    "display_fold_process_exits_total": ("counter", set()),
     "worker_info": ("gauge", {"version"}),
 }
 UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", "_ready", "_info")

@@ -90,7 +90,7 @@ def test_dead_letter_messages_are_at_most_1000_characters() -> None:
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(worker.stream.__all__) == sorted([
         "CHECKPOINT_FORMAT_VERSION", "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE",
-        "ChangelogDraft", "CheckpointHeader", "DeadLetterReason", "Destination", "DisplayWork", "OutboundRecord",
+        "CheckpointHeader", "DeadLetterReason", "Destination", "OutboundRecord",
         "Outcome", "PartitionState",
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",

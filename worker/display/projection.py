@@ -24,15 +24,9 @@ from worker.wire import HarnessItem
 __all__ = [
     "DEFAULT_DISPLAY_INTERVAL_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "DisplayFeed",
     "DisplayProjection",
     "DisplayRecord",
-    "DisplayWork",
     "ExportsContinuation",
-    "FoldSide",
-    "PendingState",
-    "Shipped",
-    "display_feed",
     "record_overhead",
 ]
 
@@ -48,20 +42,6 @@ _RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 _NOTE_SLACK = 256
 
 Headers = tuple[tuple[str, bytes], ...]
-# What only the fold side of a projection knows: (published_seq, skipped, withheld, the fold's state JSON).
-FoldSide = tuple[int, int, int, bytes]
-# A detached projection's state, for `DisplayProjection.unship`: its `export_json`, or (thread id, interval,
-# max_bytes) for one that was never fed an event.
-Shipped = bytes | tuple[str, int, int]
-# One source record's events as the fold side of a projection takes them, made by `display_feed` (which also settles
-# whether a record is due): (first_seq, the events' output record values in order, the tool call the source item
-# fails (`failed_tool_call`), agui-seq of the record due after them or None, the observer's continuation JSON when a
-# record is due, whether the run ended). A plain tuple: it is pickled to the fold helper once per source record.
-DisplayFeed = tuple[int, list[bytes], tuple[str, str, str] | None, int | None, bytes | None, bool]
-# One source record's work for a display fold side held elsewhere: the run, the projection's whole state when the
-# fold side does not hold it yet (`DisplayProjection.detach`), and the feed.
-DisplayWork = tuple[str, Shipped | None, DisplayFeed]
-
 
 def record_overhead(key: bytes, headers: Headers) -> int:
     """Bytes a record of `key` and `headers` adds to its value in a one-record batch, at most."""
@@ -101,31 +81,10 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def display_feed(
-    cadence: DisplayCadence, events: Sequence[BaseEvent], first_seq: int, *, timestamp_ms: int, ended: bool,
-    source: HarnessItem | None = None, encoded: Sequence[bytes] | None = None,
-    observer: ExportsContinuation | None = None,
-) -> DisplayFeed:  # fmt: skip
-    """The feed of the events n = `first_seq`, ... of one source record (arguments as `DisplayProjection.offer`),
-    with `cadence` moved past them; the observer's continuation is exported only when a record is due. The values are
-    the events as published: the fold side applies the display bounds (`bound_event_json`) as it reads them."""
-    cadence.expect(first_seq)
-    if encoded is not None and len(encoded) != len(events):
-        raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
-    if encoded is None:
-        values = [encode_event(event) for event in events]
-    else:
-        values = encoded if isinstance(encoded, list) else list(encoded)
-    cadence.advance(first_seq, len(events))
-    due = cadence.due(timestamp_ms, ended=ended)
-    continuation = None if due is None or observer is None else orjson.dumps(observer.export_data())
-    failed = failed_tool_call(source) if source is not None and events else None
-    return first_seq, values, failed, due, continuation, ended
-
-
-def _state_json(thread_id: str, max_bytes: int, cadence: DisplayCadence, side: FoldSide) -> bytes:
-    """A projection's exported state: its cadence (moved by whoever makes the feeds) and its fold side."""
-    published, skipped, withheld, fold = side
+def _state_json(  # noqa: PLR0917  # the exported state's fields, in its order
+    thread_id: str, max_bytes: int, cadence: DisplayCadence, published: int, skipped: int, withheld: int, fold: bytes
+) -> bytes:
+    """A projection's exported state: its cadence, what it published and skipped, and its fold."""
     return b"".join((
         b'{"format":%d,"thread_id":' % _STATE_FORMAT, orjson.dumps(thread_id),
         b',"interval_ms":%d,"max_bytes":%d,"next_seq":%d,"published_seq":%d,"attempted_seq":%d,"anchor_ms":%d,'
@@ -135,22 +94,6 @@ def _state_json(thread_id: str, max_bytes: int, cadence: DisplayCadence, side: F
     ))  # fmt: skip
 
 
-class PendingState:
-    """A detached projection's state as it stood when made, waiting for the fold side that another process holds:
-    `complete(side)` is what `export_json` would have returned then."""
-
-    __slots__ = ("_cadence", "_max_bytes", "_thread_id")
-
-    def __init__(self, thread_id: str, max_bytes: int, cadence: DisplayCadence) -> None:
-        self._thread_id = thread_id
-        self._max_bytes = max_bytes
-        self._cadence = DisplayCadence(cadence.run_id, cadence.interval_ms, next_seq=cadence.next_seq,
-                                       attempted_seq=cadence.attempted_seq, anchor_ms=cadence.anchor_ms)  # fmt: skip
-
-    def complete(self, side: FoldSide) -> bytes:
-        return _state_json(self._thread_id, self._max_bytes, self._cadence, side)
-
-
 class DisplayProjection:
     """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
 
@@ -158,14 +101,10 @@ class DisplayProjection:
     replay or a `restore(export())` followed by the same calls returns the same records. When a record is due is
     `DisplayCadence`'s rule, which looks at event numbers and timestamps only. A record never exceeds `max_bytes`:
     finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
-
-    A detached projection (`detach`) keeps only its cadence: it makes feeds (`feed`) for a fold side held
-    elsewhere, which `attach` brings back.
     """
 
     __slots__ = (
         "_cadence",
-        "_detached",
         "_fold",
         "_headers_key",
         "_max_bytes",
@@ -192,7 +131,6 @@ class DisplayProjection:
         self._published = -1  # agui-seq of the last record returned
         self._skipped = 0
         self._withheld = 0
-        self._detached = False
 
     @property
     def run_id(self) -> str:
@@ -247,87 +185,22 @@ class DisplayProjection:
         `encoded` the events' output record values when at hand, `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
-        return self.take(self.feed(events, first_seq, timestamp_ms=timestamp_ms, ended=ended, source=source,
-                                   encoded=encoded, observer=observer))  # fmt: skip
-
-    def feed(
-        self,
-        events: Sequence[BaseEvent],
-        first_seq: int,
-        *,
-        timestamp_ms: int,
-        ended: bool,
-        source: HarnessItem | None = None,
-        encoded: Sequence[bytes] | None = None,
-        observer: ExportsContinuation | None = None,
-    ) -> DisplayFeed:
-        """The feed of `offer`'s arguments, with this projection's cadence moved past them and nothing folded: for
-        the fold side's `take`, here or in another process."""
-        return display_feed(self._cadence, events, first_seq, timestamp_ms=timestamp_ms, ended=ended,
-                            source=source, encoded=encoded, observer=observer)  # fmt: skip
-
-    @property
-    def detached(self) -> bool:
-        """Whether the fold side is held elsewhere (`detach`): only `feed`, `skip` and `pending_state` work."""
-        return self._detached
-
-    def detach(self) -> Shipped:
-        """The whole state, after which this projection keeps only its cadence and makes feeds for the projection
-        `unship` builds from that state elsewhere."""
-        self._attached()
-        state: Shipped
-        if self._cadence.next_seq == 0:  # never fed: nothing folded, published or withheld
-            state = self._thread_id, self._cadence.interval_ms, self._max_bytes
-        else:
-            state = self.export_json()
-            self._fold = DisplayFold(self.run_id)
-        self._detached = True
-        return state
-
-    @classmethod
-    def unship(cls, run_id: str, shipped: Shipped) -> DisplayProjection:
-        """The projection that `detach` left `shipped` of, for run `run_id`."""
-        if isinstance(shipped, bytes):
-            return cls.restore(loads_object(shipped))
-        thread_id, interval_ms, max_bytes = shipped
-        return cls(run_id, thread_id, interval_ms=interval_ms, max_bytes=max_bytes)
-
-    def attach(self, side: FoldSide) -> None:
-        """Take back the fold side of a detached projection (`fold_side` of the one its feeds went to)."""
-        published, skipped, withheld, fold = side
-        try:
-            restored = DisplayFold.restore(DisplaySnapshot.model_validate(loads_object(fold)))
-        except ValidationError as exc:
-            raise ConfigError(f"display fold state is not readable: {exc}") from exc
-        restored.settle_finished()
-        self._fold = restored
-        self._published, self._skipped, self._withheld = published, skipped, withheld
-        self._detached = False
-
-    def fold_side(self) -> FoldSide:
-        """What the fold side knows, for `attach` or `PendingState.complete`."""
-        self._attached()
-        return self._published, self._skipped, self._withheld, self._fold.export_json()
-
-    def pending_state(self) -> PendingState:
-        """This projection's state as it stands, but for the fold side (`PendingState.complete` adds it)."""
-        return PendingState(self._thread_id, self._max_bytes, self._cadence)
-
-    def _attached(self) -> None:
-        if self._detached:
-            raise WorkerError(f"display projection of run {self.run_id} is detached: its fold is held elsewhere")
-
-    def take(self, feed: DisplayFeed) -> DisplayRecord | None:
-        """Fold a feed made with this projection's cadence (`display_feed`) and return the record due after it."""
-        self._attached()
-        _, values, failed, last, continuation, ended = feed
-        if values:
+        cadence = self._cadence
+        cadence.expect(first_seq)
+        if encoded is not None and len(encoded) != len(events):
+            raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+        if events:
+            values = encoded if encoded is not None else [encode_event(event) for event in events]
             try:
-                self._fold.apply([bound_event_json(loads_object(value)) for value in values], failed=failed)
+                self._fold.apply([bound_event_json(loads_object(value)) for value in values],
+                                 failed=failed_tool_call(source) if source is not None else None)
             except AguiObservationError:
                 self._skipped += 1
+        cadence.advance(first_seq, len(events))
+        last = cadence.due(timestamp_ms, ended=ended)
         if last is None:
             return None
+        continuation = None if observer is None else orjson.dumps(observer.export_data())
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers)
         value = self._fold.export_json(observer_json=continuation)
@@ -375,7 +248,8 @@ class DisplayProjection:
 
     def export_json(self) -> bytes:
         """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
-        return _state_json(self._thread_id, self._max_bytes, self._cadence, self.fold_side())
+        return _state_json(self._thread_id, self._max_bytes, self._cadence, self._published, self._skipped,
+                           self._withheld, self._fold.export_json())
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         # Through the exported state: `restore(export())` is exact, and the fold's parts need not pickle.

@@ -10,7 +10,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from worker.display.offload import FoldLane
 from worker.kafka.checkpoint import Checkpoint
 from worker.stream import Outcome, PartitionState
 
@@ -51,7 +50,6 @@ class PartitionRun:
     fault: BaseException | None = None
     throttled: bool = False  # fetching paused because `backlog` passed its bound
     checkpointed_at: float = 0.0  # time.monotonic() of the last changelog checkpoint (or of going live)
-    lane: FoldLane | None = None  # where the state's display folds are held, when not in this process
     label: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,9 +1,7 @@
 """Live publishing of one member: outcomes into each partition's open transaction, commits beside consumption.
 
 A partition sends each outcome into its open transaction at once; while that transaction commits, new outcomes
-wait in `pending` and go into the next one, so a commit never stops consumption. When the display folds are held
-by the fold helper process (`PartitionRun.lane`), the display work goes there as records are processed, and each
-commit collects the display records made from it into its transaction before committing.
+wait in `pending` and go into the next one, so a commit never stops consumption.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from worker.display import DisplayRecord
-from worker.display.offload import FoldOffload
 from worker.errors import WorkerError
 from worker.kafka.checkpoint import Checkpoint
 from worker.kafka.partition import PartitionRun, Phase
@@ -30,7 +26,6 @@ from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
 from worker.stream import (
-    ChangelogDraft,
     Destination,
     OutboundRecord,
     Outcome,
@@ -90,8 +85,6 @@ class Publisher:
         self._on_halt = on_halt
         self.router: KeyRouter | None = None
         self.limits: TopicLimits | None = None  # set and refreshed by the runner; None: dead letters go uncut
-        self.offload: FoldOffload | None = None  # set by the runner when display folds run in a helper process
-        self._fold_timeout_s = settings.broker_call_timeout_ms / 1000
         self._by_type: dict[str, Any] = {}  # output_events_total children by event type
         self._logged: OrderedDict[tuple[str, int, str | None], None] = OrderedDict()  # streams, oldest first
 
@@ -102,49 +95,6 @@ class Publisher:
         if p.phase is not Phase.LIVE or ckpt is None or not ckpt.is_open or p.commit_task is not None:
             return None
         return max(0.0, self._s.commit_interval_ms / 1000 - ckpt.age_s)
-
-    def fold_elsewhere(self, p: PartitionRun) -> None:
-        """As a partition goes live: hand its display folds to the fold helper process, when there is one."""
-        if self.offload is not None and p.state.display:
-            try:
-                p.lane = self.offload.lane(p.tp.partition)
-            except Exception as exc:  # the display is still right folded here, only slower
-                _log.error("display fold process could not start, the partition folds in the worker: %r", exc,
-                           extra=log_fields(p.tp))  # fmt: skip
-                return
-            p.state.fold_elsewhere()
-
-    def release(self, p: PartitionRun) -> None:
-        """Let the fold helper forget a partition whose state is dropped."""
-        lane, p.lane = p.lane, None
-        if lane is not None:
-            lane.forget()
-
-    async def reclaim(self, p: PartitionRun) -> bool:
-        """Take a stopped partition's display folds back from the fold helper, so the state can be kept; False
-        when that failed (the state must then be dropped)."""
-        lane, p.lane = p.lane, None
-        if lane is None:
-            return True
-        try:
-            lane.send(p.state.take_display_work())
-            p.state.attach_folds(await lane.reclaim(timeout_s=self._fold_timeout_s))
-        except Exception as exc:
-            _log.warning("display folds not taken back, the partition's state is dropped: %s", exc,
-                         extra=log_fields(p.tp))  # fmt: skip
-            return False
-        return True
-
-    def _hand_over(self, p: PartitionRun) -> bool:
-        """Send the display work of the records processed so far to the fold helper; False if the partition failed."""
-        lane = p.lane
-        if lane is not None:
-            try:
-                lane.send(p.state.take_display_work())
-            except Exception as exc:
-                self._on_failure(p, exc)
-                return False
-        return True
 
     async def consume(self, p: PartitionRun, recs: list[Any]) -> None:
         """Process consumed records of a live partition in offset order and send their outcomes."""
@@ -172,8 +122,6 @@ class Publisher:
             now = time.monotonic()
             if now >= yield_at:
                 # Let in-flight commits read their responses; a commit that failed meanwhile ends the batch.
-                if not self._hand_over(p):
-                    return
                 await asyncio.sleep(0)
                 now = time.monotonic()
                 yield_at = now + _YIELD_EVERY_S
@@ -198,8 +146,6 @@ class Publisher:
                 if not await self._flush(p):
                     return
                 self._start_commit(p)
-        if not self._hand_over(p):
-            return
         # Outcomes go into the transaction once a poll, not once a record; a running commit takes them itself.
         if p.commit_task is None and p.phase is Phase.LIVE and p.checkpoint is not None and await self._flush(p):
             try:
@@ -235,8 +181,6 @@ class Publisher:
                             shown += 1
                             shown_bytes += len(out.value or b"")
                     ckpt.note_source(timestamp, interval_start)
-            if p.lane is not None and ckpt.is_open and p.phase is Phase.LIVE:
-                await self._send_pushed(p)
         except Exception as exc:
             self._on_failure(p, exc)
             return False
@@ -351,10 +295,9 @@ class Publisher:
             return True
         # _flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset, metadata = _position(p)
-        draft = p.state.checkpoint_draft(offset) if self._checkpoint_due(p, offset, final) else None
+        changes = p.state.checkpoint(offset) if self._checkpoint_due(p, offset, final) else None
         started = ckpt.begun_at
         try:
-            changes = await self._complete(p, draft)
             if changes is not None:
                 changelog, partition = self._s.changelog_topic_name, p.tp.partition
                 for key, value in changes:
@@ -375,45 +318,11 @@ class Publisher:
         self._metrics.source_to_commit_delay_seconds.observe_many([max(0.0, now_ms - ts) / 1000 for ts in stamps])
         return True
 
-    async def _complete(self, p: PartitionRun, draft: ChangelogDraft | None) -> list[tuple[bytes, bytes | None]] | None:
-        """With the folds in the helper: its display records of every record processed so far go into the open
-        transaction, and the fold sides the draft waits for complete it. The draft's changelog records."""
-        lane = p.lane
-        if lane is None:
-            return None if draft is None else draft.complete({})
-        lane.send(p.state.take_display_work())
-        collected = await lane.collect([] if draft is None else draft.runs, timeout_s=self._fold_timeout_s)
-        await self._send_display(p, collected.records)
-        self._count_display(collected.evicted, collected.withheld)
-        return None if draft is None else draft.complete(collected.sides)
-
-    async def _send_pushed(self, p: PartitionRun) -> None:
-        """Send the display records the fold helper pushed back into the open transaction: they come from work of
-        records in it (everything earlier was collected by the commit before), so they go where `collect` would
-        have put them, only sooner."""
-        assert p.lane is not None
-        pushed = p.lane.take_pushed()
-        if pushed is not None:
-            await self._send_display(p, pushed.records)
-            self._count_display(pushed.evicted, pushed.withheld)
-
     def _count_display(self, evicted: int, withheld: int) -> None:
         if evicted:
             self._metrics.display_evicted_items_total.inc(evicted)
         if withheld:
             self._metrics.display_withheld_total.inc(withheld)
-
-    async def _send_display(self, p: PartitionRun, records: list[DisplayRecord]) -> None:
-        """Send display records into the open transaction, each to the display partition of its run's events."""
-        ckpt, topic = p.checkpoint, self._s.display_topic
-        assert ckpt is not None
-        size = 0
-        for record in records:
-            await self._put(ckpt, topic, record.key, record.value, record.headers)
-            size += len(record.value)
-        if records:
-            self._metrics.display_records_total.inc(len(records))
-            self._metrics.display_bytes_total.inc(size)
 
     async def _halt(self, p: PartitionRun, offset: int, exc: WorkerError) -> None:
         """A policy (gap, open-stream cap) or a failed state says stop: commit what came before, then hold the

@@ -16,7 +16,6 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError
 
-from worker.display.offload import FoldOffload
 from worker.errors import ConfigError
 from worker.kafka._aiokafka import force_close
 from worker.kafka.clients import make_admin, make_group_consumer
@@ -80,8 +79,6 @@ class KafkaRunner:
             if settings.replay_processes and not state_factory else None
         self._deadlines = Deadlines.from_settings(settings)
         self._pub = Publisher(settings, metrics, self._failed, self._halted)
-        if settings.display_topic and settings.display_fold_process:
-            self._pub.offload = FoldOffload(lambda _why: metrics.display_fold_process_exits_total.inc())
         self._inspector: TopicInspector | None = None  # on the admin client, once started
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(make_admin(settings), make_group_consumer(settings))
@@ -123,11 +120,6 @@ class KafkaRunner:
         """
         # The helpers start beside the group join; a rebuild that comes first waits for them.
         pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
-        if self._pub.offload is not None:
-            try:
-                self._pub.offload.start()
-            except Exception as exc:  # each partition tries again as it goes live, and folds in the worker if it fails
-                _log.error("display fold process could not start: %r", exc)
         watch: asyncio.Task[None] | None = None
         try:
             if await until_reachable(self._start_clients, stop, self._health.beat) is None:
@@ -218,8 +210,6 @@ class KafkaRunner:
             await self._admin.close()
         if self._pool is not None:
             await self._pool.close()
-        if self._pub.offload is not None:
-            await self._pub.offload.close()
 
     async def _drain(self) -> None:
         """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
@@ -227,7 +217,7 @@ class KafkaRunner:
             self._closing = True
             sups = list(self._sups.values())
             self._sups.clear()
-            runs = await asyncio.gather(*(sup.stop(self._deadlines.shutdown_s, keep=False) for sup in sups))
+            runs = await asyncio.gather(*(sup.stop(self._deadlines.shutdown_s) for sup in sups))
             kept = [run for run in runs if run is not None] + list(self._parked.values())
             self._parked.clear()
             producers = [producer for run in kept if (producer := run.detach_producer()) is not None]

@@ -120,7 +120,6 @@ class PartitionSupervisor:
         self._kept = kept  # parked through the rebalance: adopted when the committed offset did not move
         self._stopping = False
         self._committing_on_stop = False  # live: a stop lets it commit instead of cancelling it
-        self._keep = True  # a stopped partition's state is parked: its display folds come back from the helper
         self._reported_acl = ""
         self._pending_gauge = member.metrics.pending_records.labels(*run.label)
         self._where = f"{run.tp.topic}[{run.tp.partition}]"
@@ -143,12 +142,10 @@ class PartitionSupervisor:
         self.run.offer(recs)
         self._throttle()
 
-    async def stop(self, budget_s: float, *, keep: bool = True) -> PartitionRun | None:
+    async def stop(self, budget_s: float) -> PartitionRun | None:
         """End the task. A live partition commits what it has open, within `budget_s`, and is returned for parking
         with its producer; any other partition, or one whose commit does not finish in time, is dropped (its
-        producer closed in the background, its open transaction left for the next owner's producer to abort).
-        Without `keep` (shutdown) the returned state is not kept: its display folds are not taken back."""
-        self._keep = keep
+        producer closed in the background, its open transaction left for the next owner's producer to abort)."""
         if not self._task.done():
             if self._committing_on_stop:
                 self._stopping = True
@@ -252,7 +249,6 @@ class PartitionSupervisor:
         p, m, s = self.run, self._m.metrics, self._m.settings
         p.state = rebuilt.state
         p.go_live(rebuilt.producer, s.group_id, rebuilt.committed, self._m.deadlines.call_s)
-        self._m.publisher.fold_elsewhere(p)
         p.throttled = False
         self._reported_acl = ""
         self._m.fetcher.seek(self.tp, rebuilt.committed)
@@ -320,11 +316,7 @@ class PartitionSupervisor:
         p.take_inbox()  # fetched, not processed: the next owner (or this one, kept) fetches them again
         pub = self._m.publisher
         if await pub.commit_now(p) and p.phase is Phase.LIVE:
-            if not self._keep:
-                pub.release(p)
-                return p
-            if await pub.reclaim(p):
-                return p
+            return p
         self._drop()
         return None
 
@@ -386,7 +378,6 @@ class PartitionSupervisor:
         if task is not None and not task.done():
             task.cancel()
         p.commit_task = None
-        self._m.publisher.release(p)
         producer = p.detach_producer()
         if producer is not None:
             self._m.rebuilder.close_later(producer)

@@ -122,11 +122,6 @@ class Metrics:
             "Display records due but withheld: the run's open items alone exceed the display topic's record limit.",
             registry=r,
         )
-        self.display_fold_process_exits_total = Counter(
-            f"{p}display_fold_process_exits_total",
-            "Display fold helper processes lost (exited, or did not answer in time); their partitions were rebuilt.",
-            registry=r,
-        )
         self.dead_letter_records_total = Counter(
             f"{p}dead_letter_records_total", "Records sent to the dead-letter topic, by reason code.",
             ["reason"], registry=r,

@@ -4,7 +4,6 @@ and the partition state as changelog records (checkpoint and restore)."""
 from worker.stream._build import record_size
 from worker.stream._changelog import (
     CHECKPOINT_FORMAT_VERSION,
-    ChangelogDraft,
     CheckpointHeader,
     read_checkpoint_header,
 )
@@ -16,7 +15,6 @@ from worker.stream._partition import (
     EVENT_TOO_LARGE_CODE,
     MIN_RECORD_BYTES,
     SOURCE_GAP_CODE,
-    DisplayWork,
     PartitionState,
     StateOptions,
 )
@@ -35,11 +33,9 @@ __all__ = [
     "EVENT_TOO_LARGE_CODE",
     "MIN_RECORD_BYTES",
     "SOURCE_GAP_CODE",
-    "ChangelogDraft",
     "CheckpointHeader",
     "DeadLetterReason",
     "Destination",
-    "DisplayWork",
     "OutboundRecord",
     "Outcome",
     "PartitionState",

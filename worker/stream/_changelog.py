@@ -14,8 +14,8 @@ from typing import Any, Final
 import orjson
 
 from worker._value import FrozenValue
-from worker.display.projection import DisplayProjection, FoldSide, PendingState
-from worker.errors import CheckpointError, CheckpointVersionError, ConfigError, WorkerError
+from worker.display.projection import DisplayProjection
+from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
 from worker.observe import loads_exact
 from worker.stream._core import StreamObserver
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, OpenStream
@@ -23,19 +23,16 @@ from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, OpenStre
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "PARTITION_KEY",
-    "ChangelogDraft",
     "CheckpointHeader",
     "decode_ended",
     "decode_stream",
     "encode_ended",
     "encode_partition",
     "encode_stream",
-    "encode_stream_head",
     "ended_key",
     "read_checkpoint_header",
     "split_key",
     "stream_key",
-    "with_display",
 ]
 
 CHECKPOINT_FORMAT_VERSION: Final = 1
@@ -76,46 +73,6 @@ class CheckpointHeader(FrozenValue):
         self.worker: Final = worker
 
 
-class ChangelogDraft:
-    """A checkpoint's changelog records in the order they are written; the values of open streams whose display
-    projection is detached wait for the fold side held elsewhere (`runs`), which `complete` puts in."""
-
-    __slots__ = ("_changes", "_waiting")
-
-    def __init__(self) -> None:
-        self._changes: dict[bytes, bytes | None] = {}
-        self._waiting: dict[bytes, tuple[str, bytes, PendingState]] = {}
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        """Write `value` under `key` (a tombstone for None), in place of any value written before."""
-        self._changes[key] = value
-
-    def put_default(self, key: bytes, value: bytes | None) -> None:
-        """Write `value` under `key` unless a value is written there already."""
-        self._changes.setdefault(key, value)
-
-    def wait(self, key: bytes, run: str, head: bytes, pending: PendingState) -> None:
-        """Write the stream record `head` (`encode_stream_head`) of run `run` under `key`, its display state
-        `pending` completed with the fold side `complete` is given for `run`."""
-        self._changes[key] = b""
-        self._waiting[key] = (run, head, pending)
-
-    @property
-    def runs(self) -> list[str]:
-        """The runs whose fold side `complete` needs."""
-        return [run for run, _, _ in self._waiting.values()]
-
-    def complete(self, sides: Mapping[str, FoldSide]) -> list[tuple[bytes, bytes | None]]:
-        """The records, each waiting value completed with the fold side of its run in `sides`."""
-        changes = self._changes
-        for key, (run, head, pending) in self._waiting.items():
-            side = sides.get(run)
-            if side is None:
-                raise WorkerError(f"the checkpoint of run {run} waits for its display fold state, which is missing")
-            changes[key] = with_display(head, pending.complete(side))
-        return list(changes.items())
-
-
 def _json(value: object) -> bytes:
     """orjson's bytes, copied: a checkpoint keeps its values by the thousand, and orjson's own output buffers kept
     that way cost several times the encoding (they are allocated large, then shrunk)."""
@@ -147,17 +104,8 @@ def split_key(raw: bytes, topic: str, partition: int) -> tuple[bool, str]:
 def encode_stream(stream: OpenStream, export: Callable[[StreamObserver], object], *, display: bool = False) -> bytes:
     """The value of an open stream's record; with `display` (the display topic is on) it holds the stream's
     display projection state too, null once the stream was closed."""
-    head = encode_stream_head(stream, export)
-    if not display:
-        return head
-    projection = stream.display
-    return with_display(head, b"null" if projection is None else projection.export_json())
-
-
-def encode_stream_head(stream: OpenStream, export: Callable[[StreamObserver], object]) -> bytes:
-    """An open stream's record without its display state (`with_display` adds it)."""
     observer = stream.observer
-    return _json({
+    head = _json({
         "first_offset": stream.first_offset,
         "thread_id": stream.thread_id,
         "n": stream.n,
@@ -166,10 +114,10 @@ def encode_stream_head(stream: OpenStream, export: Callable[[StreamObserver], ob
         "closed_by": stream.closed_by,
         "observer": None if observer is None else export(observer),
     })  # fmt: skip
-
-
-def with_display(head: bytes, state: bytes) -> bytes:
-    """`head` (`encode_stream_head`) with the display projection state `state` (JSON) as its last field."""
+    if not display:
+        return head
+    projection = stream.display
+    state = b"null" if projection is None else projection.export_json()
     return b"".join((head[:-1], b',"display":', state, b"}"))
 
 

@@ -9,20 +9,18 @@ from typing import TypedDict
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection, DisplayWork, FoldSide
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, output_record, record_size
 from worker.stream._changelog import (
     PARTITION_KEY,
-    ChangelogDraft,
     decode_ended,
     decode_stream,
     encode_ended,
     encode_partition,
     encode_stream,
-    encode_stream_head,
     ended_key,
     read_checkpoint_header,
     split_key,
@@ -34,8 +32,8 @@ from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStr
 from worker.wire import HarnessEvent, HarnessRunResultEvent
 
 __all__ = [
-    "EVENT_TOO_LARGE_CODE", "MIN_DISPLAY_BYTES", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "DisplayWork",
-    "PartitionState", "StateOptions",
+    "EVENT_TOO_LARGE_CODE", "MIN_DISPLAY_BYTES", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState",
+    "StateOptions",
 ]
 
 MIN_RECORD_BYTES = 1024  # the smallest output-record limit accepted: room for a RUN_ERROR and its headers
@@ -90,9 +88,7 @@ class PartitionState:
 
     With `display_interval_ms` (the display topic on), every open stream has a `DisplayProjection` fed the events
     it publishes, in replay as live; the display record it makes (at most `display_max_bytes`) follows those
-    events in their Outcome, its cadence measured on source record timestamps. After `fold_elsewhere` the folds
-    are held by another process: the projections keep their cadence only and `take_display_work` hands out, in
-    order, what that process folds into the same records; `checkpoint_draft` then needs its fold sides.
+    events in their Outcome, its cadence measured on source record timestamps.
 
     `checkpoint` returns the changelog records that bring a compacted changelog to this state, and `restore`
     rebuilds exactly this state from them. Replaying from `replay_from(C)` instead rebuilds the state at `C`
@@ -108,7 +104,6 @@ class PartitionState:
         "_display_interval",
         "_display_max",
         "_display_withheld",
-        "_display_work",
         "_ended",
         "_gap_policy",
         "_gone",
@@ -117,7 +112,6 @@ class PartitionState:
         "_max_open",
         "_max_record",
         "_open_policy",
-        "_remote",
         "_stale",
         "_streams",
         "partition",
@@ -158,8 +152,6 @@ class PartitionState:
         self._display_max = display_max_bytes
         self._display_evicted = 0  # items evicted by the display records published since `take_display_tally`
         self._display_withheld = 0  # display records withheld since then
-        self._remote = False  # folds are held elsewhere (`fold_elsewhere`)
-        self._display_work: list[DisplayWork] = []
         self._core = core if core is not None else default_core()
         self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
         self._ended = EndedStreams(closed_stream_memory)
@@ -192,34 +184,6 @@ class PartitionState:
         tally = (self._display_evicted, self._display_withheld)
         self._display_evicted = self._display_withheld = 0
         return tally
-
-    def fold_elsewhere(self) -> None:
-        """From now on, each projection detaches at its next events, and the fold side of every detached one is
-        fed by another process from `take_display_work`: display records come from there, not in the Outcomes."""
-        self._remote = True
-
-    def take_display_work(self) -> list[DisplayWork]:
-        """The display work of the records processed since the last call, in processing order."""
-        work, self._display_work = self._display_work, []
-        return work
-
-    def detached_runs(self) -> list[str]:
-        """The open runs whose display projection is detached (`attach_folds` needs their fold sides)."""
-        return [key for key, stream in self._streams.items()
-                if stream.display is not None and stream.display.detached]  # fmt: skip
-
-    def attach_folds(self, sides: Mapping[str, FoldSide]) -> None:
-        """Take the folds back (`DisplayProjection.attach`): `sides` holds the fold side of every detached run;
-        display records are made in process again."""
-        missing = [key for key in self.detached_runs() if key not in sides]
-        if missing or self._display_work:
-            raise WorkerError(f"{self.topic}[{self.partition}] cannot take its display folds back: "
-                              f"{len(missing)} missing, {len(self._display_work)} feeds not taken")  # fmt: skip
-        for key in self.detached_runs():
-            display = self._streams[key].display
-            if display is not None:
-                display.attach(sides[key])
-        self._remote = False
 
     @property
     def core(self) -> StreamCore:
@@ -413,8 +377,8 @@ class PartitionState:
         if values is None:
             display.skip(first, len(events))
             first, events = first + len(events), ()
-        adopt = display.detach() if self._remote and not display.detached else None
-        feed = display.feed(
+        withheld = display.withheld
+        record = display.offer(
             events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
             source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
             encoded=values if events else None,
@@ -422,11 +386,6 @@ class PartitionState:
         )  # fmt: skip
         if ended:
             stream.display = None
-        if display.detached:
-            self._display_work.append((step.key, adopt, feed))
-            return None
-        withheld = display.withheld
-        record = display.take(feed)
         if not step.publish:
             return None
         self._display_withheld += display.withheld - withheld
@@ -554,41 +513,31 @@ class PartitionState:
         """The changelog records (key, value; None for a tombstone) that bring the changelog from the previous
         checkpoint to this state at source offset `offset`: each key changed since, once, and the partition
         record last. `offset` is the next offset to process; every record below it counts as processed."""
-        return self.checkpoint_draft(offset).complete({})
-
-    def checkpoint_draft(self, offset: int) -> ChangelogDraft:
-        """`checkpoint(offset)`, but a detached projection's state waits for its fold side (`ChangelogDraft.runs`),
-        to be completed once the process holding it has folded every feed taken before this call."""
         self._check_offset(offset)
-        out = ChangelogDraft()
+        out: dict[bytes, bytes | None] = {}
         streams, export = self._streams, self._core.export_observer
         display = self._display_interval is not None
         for key in sorted(self._dirty):
-            stream = streams[key]
-            projection = stream.display
-            if display and projection is not None and projection.detached:
-                out.wait(stream_key(key), key, encode_stream_head(stream, export), projection.pending_state())
-            else:
-                out.put(stream_key(key), encode_stream(stream, export, display=display))
+            out[stream_key(key)] = encode_stream(streams[key], export, display=display)
         for key in sorted(self._gone):
             if key not in streams:
-                out.put(stream_key(key), None)
+                out[stream_key(key)] = None
         ended = self._ended
         for key in sorted(self._dirty_ended):
             entry = ended.get(key)
             if entry is not None:
-                out.put(ended_key(key), encode_ended(entry[0], entry[1]))
+                out[ended_key(key)] = encode_ended(entry[0], entry[1])
         for key in sorted(self._gone_ended):
             if ended.get(key) is None:
-                out.put(ended_key(key), None)
+                out[ended_key(key)] = None
         for raw in sorted(self._stale):
-            out.put_default(raw, None)  # every live key is written already: what remains is stale
-        out.put(PARTITION_KEY, encode_partition(self.topic, self.partition, offset, len(streams), len(ended)))
+            out.setdefault(raw, None)  # every live key is written already: what remains is stale
+        out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(streams), len(ended))
         self._dirty, self._gone, self._dirty_ended, self._gone_ended, self._stale = set(), set(), set(), set(), set()
         self._checkpointed = offset
         if offset > 0 and (self._last_offset is None or self._last_offset < offset - 1):
             self._last_offset = offset - 1
-        return out
+        return list(out.items())
 
     def image(self, offset: int) -> dict[bytes, bytes]:
         """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
