@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
-from worker._heap import settle_heap
+from worker._heap import freeze_heap
 from worker._native import describe
 from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
@@ -72,7 +72,7 @@ def _safe(settings: BaseSettings) -> dict[str, Any]:
 
 async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
-    from worker.kafka import KafkaRunner  # noqa: PLC0415
+    from worker.kafka import GroupMember  # noqa: PLC0415
     from worker.ops import Health, HealthServer, Metrics  # noqa: PLC0415
 
     metrics = Metrics()
@@ -88,13 +88,13 @@ async def _serve(settings: Settings, early: list[int]) -> int:
         loop.add_signal_handler(sig, stop.set)
     if early:
         stop.set()
-    runner = KafkaRunner(settings, metrics, health)
+    member = GroupMember(settings, metrics, health)
     # What is loaded by now lives as long as the process: frozen, no full collection scans it again (with the
     # conversion core and the Kafka client loaded, one took 30 ms, a stall of every partition).
-    settle_heap()
+    freeze_heap()
     _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
-        await runner.run(stop)
+        await member.run(stop)
     finally:
         if server is not None:
             await server.stop()

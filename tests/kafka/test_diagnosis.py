@@ -24,8 +24,9 @@ from aiokafka.producer.transaction_manager import TransactionManager
 
 from worker.errors import DeadlineError
 from worker.kafka._aiokafka import force_close, member_id, observe_producer
-from worker.kafka.diagnosis import Fault, Names, diagnose, settle
+from worker.kafka.diagnosis import Fault, Names, diagnose
 from worker.kafka.ownership import Ownership, owner_in
+from worker.kafka.transaction import Transaction, TxnPhase
 
 NAMES = Names("harness-agui-worker:g:src:0", "g", "src")
 TP = TopicPartition("src", 0)
@@ -136,6 +137,9 @@ class _Broker:
         self.reply = reply
         self.aborts = 0
 
+    async def begin_transaction(self) -> None:
+        return None  # the transaction manager is in its transaction already
+
     async def abort_transaction(self) -> None:
         self.aborts += 1
         self._txn_manager.aborting_transaction()
@@ -148,15 +152,32 @@ class _Broker:
         raise self.reply
 
 
-async def test_settle_aborts_first_so_the_brokers_answer_decides() -> None:
+async def _ended(broker: _Broker) -> Any:
+    """The producer as observed after its partition's transaction was ended the way containment ends it."""
+    txn = Transaction(broker, TP, "g", deadline_s=1.0)  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.abort()
+    return observe_producer(broker)
+
+
+async def test_containment_aborts_first_so_the_brokers_answer_decides() -> None:
     fenced = _Broker(ProducerFenced())
-    diagnosis = diagnose(await settle(fenced, 1.0, "src[0]"), ProducerFenced(), NAMES)
+    diagnosis = diagnose(await _ended(fenced), ProducerFenced(), NAMES)
     assert (fenced.aborts, diagnosis.fault) == (1, Fault.FENCED)
     ours = _Broker(None)
-    diagnosis = diagnose(await settle(ours, 1.0, "src[0]"), ProducerFenced(), NAMES)
+    diagnosis = diagnose(await _ended(ours), ProducerFenced(), NAMES)
     assert (ours.aborts, diagnosis.fault) == (1, Fault.ERROR)
     assert observe_producer(ours).state == "READY"
     ours._sender.sender_task.cancel()
+
+
+async def test_no_abort_is_tried_once_the_sender_is_gone() -> None:
+    gone = _Broker(None)
+    gone._sender.sender_task.set_exception(ProducerFenced())
+    txn = Transaction(gone, TP, "g", deadline_s=1.0)  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.abort()
+    assert gone.aborts == 0 and txn.phase is TxnPhase.BROKEN
 
 
 async def test_force_close_returns_even_when_stop_would_wait_for_ever() -> None:

@@ -1,14 +1,14 @@
 """What a partition's failure means, decided from the producer's state and never from the exception class alone.
 
 Once aiokafka's sender has died of a fence, later calls raise `IllegalOperation` or `AssertionError`; a fence that
-a produce response reported leaves the producer in a transaction until the abort's reply. So the failure is
-settled first (an abort, when one can still reach the broker) and the producer observed afterwards: it is fenced
-only when its sender stopped on a newer epoch. A successful abort proves the epoch is still ours.
+a produce response reported leaves the producer in a transaction until the abort's reply. So the partition's task
+first ends the transaction (`Transaction.abort`, when an abort can still reach the broker) and observes the
+producer afterwards: it is fenced only when its sender stopped on a newer epoch. A successful abort proves the
+epoch is still ours.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -24,10 +24,9 @@ from aiokafka.errors import (
 )
 
 from worker.errors import DeadlineError
-from worker.kafka._aiokafka import ProducerView, observe_producer
-from worker.kafka.deadlines import bounded
+from worker.kafka._aiokafka import ProducerView
 
-__all__ = ["Diagnosis", "Fault", "Names", "diagnose", "settle"]
+__all__ = ["Diagnosis", "Fault", "Names", "diagnose"]
 
 _FENCES = (ProducerFenced, InvalidProducerEpoch)
 
@@ -117,12 +116,3 @@ def diagnose(view: ProducerView | None, exc: BaseException, names: Names) -> Dia
     if deadline is not None:
         return Diagnosis(Fault.DEADLINE, deadline)
     return Diagnosis(Fault.ERROR, exc)
-
-
-async def settle(producer: Any, seconds: float, where: str) -> ProducerView:
-    """Abort the producer's open transaction when an abort can still reach the broker (within `seconds`, errors
-    ignored), then observe the producer: only the broker's answer to our epoch shows whether we are fenced."""
-    if observe_producer(producer).can_abort:
-        with contextlib.suppress(Exception):
-            await bounded(producer.abort_transaction(), seconds, "abort", where)
-    return observe_producer(producer)

@@ -12,12 +12,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
 from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
 from worker.settings import Settings
 
 __all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_TOPIC_RECORD_BYTES",
     "SIZE_MARGIN_BYTES",
     "TopicInspector",
@@ -28,7 +28,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`, assumed when a topic's is unreadable
 SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
 MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
 _UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
@@ -48,7 +47,9 @@ def _check_described(code: int, topic: str, role: str) -> None:
         raise for_code(code)(f"describing topic {topic!r}")
 
 
-def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
+def record_limit(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_request_bytes: int = MAX_REQUEST_BYTES
+) -> int:
     """The largest `sizes.record_size` a record may have to reach a topic whose `max.message.bytes` is given,
     through a producer whose `max_request_size` is `max_request_bytes`: within both, less a margin."""
     return min(max_message_bytes, max_request_bytes) - SIZE_MARGIN_BYTES

@@ -11,10 +11,10 @@ from typing import Final, Literal, get_args
 
 from worker.ops.metrics import CONTENT_TYPE, Metrics
 
-__all__ = ["Health", "HealthServer", "PartitionState"]
+__all__ = ["Health", "HealthServer", "Readiness"]
 
-PartitionState = Literal["rebuilding", "ready", "failed"]
-_STATES: Final = frozenset(get_args(PartitionState))
+Readiness = Literal["rebuilding", "ready", "failed"]
+_STATES: Final = frozenset(get_args(Readiness))
 _MAX_REQUEST_HEAD: Final = 8192
 _READ_TIMEOUT_S: Final = 5.0
 _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
@@ -34,7 +34,7 @@ class Health:
         self._clock = clock
         self._last_beat = clock()
         self._member = False
-        self._partitions: dict[tuple[str, int], PartitionState] = {}
+        self._partitions: dict[tuple[str, int], Readiness] = {}
 
     def beat(self) -> None:
         """Record that the processing loop made progress now."""
@@ -44,7 +44,7 @@ class Health:
         """Record whether the consumer currently belongs to its group."""
         self._member = member
 
-    def set_partition(self, topic: str, partition: int, state: PartitionState) -> None:
+    def set_partition(self, topic: str, partition: int, state: Readiness) -> None:
         """Record the state of an assigned partition."""
         if state not in _STATES:
             raise ValueError(f"partition state must be one of {sorted(_STATES)}, got {state!r}")

@@ -1,7 +1,8 @@
-"""Publisher bookkeeping without a broker: a committed source offset covers exactly the outputs in its transaction.
+"""Commit bookkeeping without a broker: a committed source offset covers exactly the outputs in its transaction.
 
-The producer here is a recording fake whose commit takes a while, so records keep arriving while a transaction
-commits; exactly-once across a real broker is proven by the tests in test_exactly_once.py.
+The producer here is a recording stand-in whose commit takes a while, so records keep arriving while a transaction
+commits; the partition task, its transactions and state are the real ones. Exactly-once across a real broker is
+proven by the tests in test_exactly_once.py.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-import worker.kafka.checkpoint as checkpoint_module
-import worker.kafka.publisher as publisher_module
 from tests.kafka.support import RecordBatch
+from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
-from worker.kafka.partition import PartitionRun, Phase
-from worker.kafka.publisher import Publisher
 from worker.kafka.source import to_source_record
-from worker.ops import Metrics
+from worker.kafka.transaction import CommitPolicy
 from worker.settings import Settings
 from worker.stream import PartitionState, decode_replay_metadata, read_checkpoint_header
 
@@ -44,7 +42,8 @@ class _RecordingProducer:
 
     def __init__(self, commit_s: float) -> None:
         self.commit_s = commit_s
-        self.committed: list[_Txn] = []
+        self.transactions: list[_Txn] = []
+        self.committed: list[int] = []
         self._open: _Txn | None = None
 
     async def begin_transaction(self) -> None:
@@ -90,54 +89,46 @@ class _RecordingProducer:
     async def commit_transaction(self) -> None:
         assert self._open is not None
         await asyncio.sleep(self.commit_s / 2)
-        self.committed.append(self._open)
+        assert self._open.offset is not None
+        self.transactions.append(self._open)
+        self.committed.append(self._open.offset)
         self._open = None
 
 
-class _Rec:
-    def __init__(self, offset: int, key: str, value: bytes) -> None:
-        self.topic, self.partition, self.offset = TOPIC, 0, offset
-        self.timestamp = 1_700_000_000_000 + offset
-        self.key, self.value, self.headers = key.encode(), value, ()
-
-
-def _source(streams: int, items: int) -> list[_Rec]:
+def _source(streams: int, items: int) -> list[Rec]:
     """`streams` runs interleaved round-robin, `items` each, the last one terminal."""
-    out: list[_Rec] = []
+    out: list[Rec] = []
     for seq in range(items):
         for s in range(streams):
             run = f"run-{s}"
-            out.append(_Rec(len(out), run, item(run, seq, terminal=seq == items - 1)))
+            out.append(Rec(0, len(out), run.encode(), item(run, seq, terminal=seq == items - 1)))
     return out
 
 
-async def _publish(batches: list[list[_Rec]], *, max_records: int, interval_ms: int, commit_s: float,
-                   pause_s: float, checkpoint_ms: int = 1000) -> tuple[PartitionRun, _RecordingProducer]:
-    settings = Settings(max_records_per_transaction=max_records, commit_interval_ms=interval_ms,
-                        checkpoint_interval_ms=checkpoint_ms)
-    failures: list[BaseException] = []
-
-    def on_failure(p: PartitionRun, exc: BaseException) -> None:
-        failures.append(exc)
-
-    pub = Publisher(settings, Metrics(), on_failure, lambda p, reason: None)
-    p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
-    producer = _RecordingProducer(commit_s)
-    p.go_live(producer, "group", 0)  # type: ignore[arg-type]
+async def _publish(batches: list[list[Rec]], *, max_records: int, interval_ms: int, commit_s: float,
+                   pause_s: float, checkpoint_ms: int = 1000) -> _RecordingProducer:
+    """Feed the batches to one live partition task, then stop it (its final commit); the producer it used."""
+    rebuilder = ScriptedRebuilder(lambda tp: _RecordingProducer(commit_s))
+    world = TaskWorld(rebuilder, max_records_per_transaction=max_records, commit_interval_ms=interval_ms,
+                      checkpoint_interval_ms=checkpoint_ms, broker_call_timeout_ms=5_000)
+    task = world.start(0)
+    await until(lambda: live(task))
+    total = 0
     for batch in batches:
-        await pub.consume(p, batch)
-        pub.commit_due([p])
+        world.offer(task, batch)
+        total += len(batch)
         await asyncio.sleep(pause_s)
-    assert await pub.commit_now(p)
-    assert not failures, failures
-    assert p.phase is Phase.LIVE
-    return p, producer
+    await until(lambda: world.processed(task) == total)
+    assert await task.stop(5.0) is not None, "the final commit failed"
+    assert world.value("transaction_failures_total", topic=TOPIC, partition="0", cause="error") == 0
+    [producer] = rebuilder.producers
+    return producer
 
 
 def _check_commits(producer: _RecordingProducer, total: int) -> None:
     """Every commit's offset is one past the last source record whose output it or an earlier one holds."""
     covered = -1
-    for n, txn in enumerate(producer.committed):
+    for n, txn in enumerate(producer.transactions):
         assert txn.offset is not None
         if txn.sources:
             assert min(txn.sources) > covered, f"transaction {n} repeats records below {covered + 1}"
@@ -157,20 +148,20 @@ def test_committed_offset_never_runs_ahead_of_the_transaction(max_records: int, 
                                                                pause_s: float) -> None:
     source = _source(streams=5, items=12)
     batches = [source[i:i + 9] for i in range(0, len(source), 9)]
-    p, producer = asyncio.run(
+    producer = asyncio.run(
         _publish(batches, max_records=max_records, interval_ms=interval_ms, commit_s=0.004, pause_s=pause_s)
     )
     _check_commits(producer, len(source))
-    assert len(producer.committed) >= 2, "the scenario must commit while it consumes"
-    assert p.committed == p.next_offset == len(source)
+    assert len(producer.transactions) >= 2, "the scenario must commit while it consumes"
+    assert producer.committed[-1] == len(source)
 
 
 def test_replay_metadata_names_the_oldest_open_stream_at_the_committed_offset() -> None:
     # Streams end at different times; each commit's replay start must rebuild exactly the state at its offset.
     source = _source(streams=3, items=4)
     batches = [source[i:i + 2] for i in range(0, len(source), 2)]
-    _, producer = asyncio.run(_publish(batches, max_records=2, interval_ms=30_000, commit_s=0.003, pause_s=0.0))
-    for txn in producer.committed:
+    producer = asyncio.run(_publish(batches, max_records=2, interval_ms=30_000, commit_s=0.003, pause_s=0.0))
+    for txn in producer.transactions:
         assert txn.offset is not None
         state = PartitionState(TOPIC, 0, core=FAKE_CORE)
         for rec in source[: txn.offset]:
@@ -185,11 +176,11 @@ def test_each_checkpoint_is_the_state_at_the_offset_its_transaction_commits(chec
     commits; folded over all committed transactions, the changelog equals the final state's image."""
     source = _source(streams=4, items=6)
     batches = [source[i:i + 3] for i in range(0, len(source), 3)]
-    _, producer = asyncio.run(_publish(batches, max_records=4, interval_ms=1, commit_s=0.003, pause_s=0.002,
-                                       checkpoint_ms=checkpoint_ms))
+    producer = asyncio.run(_publish(batches, max_records=4, interval_ms=1, commit_s=0.003, pause_s=0.002,
+                                    checkpoint_ms=checkpoint_ms))
     folded: dict[bytes, bytes] = {}
     checkpoints = 0
-    for txn in producer.committed:
+    for txn in producer.transactions:
         for key, value in txn.changelog:
             if value is None:
                 folded.pop(key, None)
@@ -205,50 +196,21 @@ def test_each_checkpoint_is_the_state_at_the_offset_its_transaction_commits(chec
         for rec in source[: txn.offset]:
             state.process(to_source_record(rec), publish=False)
         assert folded == state.image(txn.offset)
-    assert checkpoints >= (len(producer.committed) if checkpoint_ms == 0 else 2)
+    assert checkpoints >= (len(producer.transactions) if checkpoint_ms == 0 else 2)
     assert header.offset == len(source), "the final commit writes the last state"
 
 
-class _FrozenClock:
-    """Stands in for the `time` module of the publisher and the checkpoint: both clocks stand still."""
-
-    MONOTONIC = 5_000.0
-    WALL = 1_800_000_000.0
-
-    def monotonic(self) -> float:
-        return self.MONOTONIC
-
-    def time(self) -> float:
-        return self.WALL
-
-
 @pytest.mark.parametrize(
-    ("late_ms", "age_ms"),
-    [(40, 40), (50, 50), (80, 50), (100, 50), (101, 0), (60_000, 0), (0, 0), (-3_000, 0)],
+    ("late_ms", "start_ms"),
+    [(40, -40), (50, -50), (80, -50), (100, -50), (101, 0), (60_000, 0), (0, 0), (-3_000, 0)],
     ids=["late", "half-interval-late", "capped", "one-interval-late", "catching-up", "long-behind", "on-time",
          "stamped-ahead"],
 )
 def test_the_commit_interval_starts_at_the_source_timestamp_by_at_most_half_an_interval(
-    monkeypatch: pytest.MonkeyPatch, late_ms: int, age_ms: int
+    late_ms: int, start_ms: int
 ) -> None:
     """A transaction's age counts the wait of its oldest record before consumption, up to half the interval;
     a record more than an interval late (a partition catching up) counts from consumption."""
-    clock = _FrozenClock()
-    monkeypatch.setattr(publisher_module, "time", clock)
-    monkeypatch.setattr(checkpoint_module, "time", clock)
-
-    async def scenario() -> float:
-        pub = Publisher(Settings(commit_interval_ms=100), Metrics(), _no_failure, lambda p, reason: None)
-        p = PartitionRun(TP, PartitionState(TOPIC, 0, core=FAKE_CORE))
-        p.go_live(_RecordingProducer(0.0), "group", 0)  # type: ignore[arg-type]
-        rec = _Rec(0, "run-0", item("run-0", 0))
-        rec.timestamp = int(clock.WALL * 1000) - late_ms
-        await pub.consume(p, [rec])
-        assert p.checkpoint is not None and p.checkpoint.is_open
-        return p.checkpoint.age_s
-
-    assert asyncio.run(scenario()) == pytest.approx(age_ms / 1000)
-
-
-def _no_failure(p: PartitionRun, exc: BaseException) -> None:
-    raise AssertionError(f"unexpected partition failure: {exc!r}")
+    policy = CommitPolicy(Settings(commit_interval_ms=100))
+    consumed_at = 5_000.0
+    assert policy.interval_start(consumed_at, late_ms / 1000) == pytest.approx(consumed_at + start_ms / 1000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from worker.kafka.sizes import fit_dead_letter
+from worker.kafka.publishing import fit_dead_letter
 from worker.kafka.topics import SIZE_MARGIN_BYTES, TopicLimits, record_limit
 from worker.stream import Destination, OutboundRecord, record_size
 

@@ -1,8 +1,10 @@
-"""One group member: the poll loop, the rebalance callbacks and shutdown around one task per assigned partition.
+"""One member of the consumer group: its clients, the poll loop, the rebalance callbacks and shutdown, around one
+`PartitionTask` per assigned partition.
 
-The poll loop never waits for anything but the next fetch: it hands records to each partition's task
-(`PartitionSupervisor`) and beats the liveness probe. The rebalance callbacks wait for partition tasks only within
-the revocation budget. Partition tasks wait for the broker under no lock.
+The poll loop never waits for anything but the next fetch: it hands records to each partition's task and beats
+the liveness probe. The rebalance callbacks and shutdown take the membership lock, which no partition takes, and
+wait for partition tasks only within the revocation (or shutdown) budget. A revoked live partition commits and is
+parked; when it comes straight back with its committed offset unchanged its state is kept.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -20,28 +22,35 @@ from worker.errors import ConfigError
 from worker.kafka._aiokafka import force_close
 from worker.kafka.clients import make_admin, make_group_consumer
 from worker.kafka.deadlines import Deadlines
-from worker.kafka.partition import PartitionRun, Phase
-from worker.kafka.publisher import Publisher, log_fields
-from worker.kafka.rebuilder import KafkaRebuilder
-from worker.kafka.routing import KeyRouter
+from worker.kafka.publishing import KeyRouter, Routes
+from worker.kafka.rebuild import Parked, Rebuilder
 from worker.kafka.startup import until_reachable
-from worker.kafka.supervisor import Member, PartitionSupervisor
-from worker.kafka.topics import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    TopicInspector,
-    TopicLimits,
-    check_output_partitions,
-    record_limit,
-)
+from worker.kafka.task import Member, PartitionTask
+from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
 from worker.settings import Settings
-from worker.stream import PartitionState, ReplayPool, default_core
+from worker.stream import PartitionState, ReplayPool, StreamCore, default_core
 
-__all__ = ["KafkaRunner"]
+__all__ = ["GroupMember", "partition_state"]
 
 _log = logging.getLogger(__name__)
 _POLL_MS = 100  # an idle poll returns this often: the liveness beat and the lag gauges
-StateFactory = Callable[[TopicPartition], PartitionState]
+
+
+def partition_state(
+    settings: Settings, tp: TopicPartition, limits: TopicLimits | None, core: StreamCore | None = None
+) -> PartitionState:
+    """A fresh state of `tp` with the settings' options and the processor's `core`, and the output and display
+    topics' record limits as last read (`limits`; None before the topics were read)."""
+    s = settings
+    display_bytes = limits.display_record_bytes if limits is not None else None
+    return PartitionState(
+        tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
+        open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=core,
+        max_record_bytes=limits.output_record_bytes if limits is not None else None,
+        display_interval_ms=s.display_interval_ms if s.display_topic else None,
+        display_max_bytes=display_bytes if display_bytes is not None else record_limit(),
+    )  # fmt: skip
 
 
 class _GroupFetch:
@@ -63,52 +72,42 @@ class _GroupFetch:
             self._consumer.seek(tp, offset)
 
 
-class KafkaRunner:
-    """A consumer-group member publishing each partition's AG-UI events exactly once."""
+class GroupMember:
+    """A consumer-group member publishing each assigned partition's AG-UI events exactly once."""
 
-    def __init__(
-        self, settings: Settings, metrics: Metrics, health: Health, *, state_factory: StateFactory | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, health: Health) -> None:
         self._s = settings
         self._metrics = metrics
         self._health = health
-        self._state_factory = state_factory or self._default_state
         self._core = default_core(settings.processor) if settings.processor else None
-        # Helpers build default states only, so a custom factory (tests) always replays in-process.
-        self._pool = ReplayPool(settings.replay_processes, settings.processor) \
-            if settings.replay_processes and not state_factory else None
+        self._pool = ReplayPool(settings.replay_processes, settings.processor) if settings.replay_processes else None
         self._deadlines = Deadlines.from_settings(settings)
-        self._pub = Publisher(settings, metrics, self._failed, self._halted)
+        self._routes: Routes | None = None  # once the topics were checked
         self._inspector: TopicInspector | None = None  # on the admin client, once started
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(make_admin(settings), make_group_consumer(settings))
-        self._sups: dict[TopicPartition, PartitionSupervisor] = {}
-        self._parked: dict[TopicPartition, PartitionRun] = {}
+        self._tasks: dict[TopicPartition, PartitionTask] = {}
+        self._parked: dict[TopicPartition, Parked] = {}
         self._membership = asyncio.Lock()  # rebalance callbacks and shutdown one at a time; no partition takes it
         self._closing = False
 
     def _wire(self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> None:
         """Use these (not yet started) clients, and build what partitions reach them through."""
         self._admin, self._consumer = admin, consumer
-        self._fetch = _GroupFetch(consumer)
-        self._rebuilder = KafkaRebuilder(self._s, self._metrics, admin=admin, consumer=consumer,
-                                         publisher=self._pub, state_factory=self._state_factory, pool=self._pool,
-                                         deadlines=self._deadlines)
-        self._member = Member(self._s, self._metrics, self._health, self._pub, self._deadlines, self._rebuilder,
-                              self._fetch)
+        self._rebuilder = Rebuilder(self._s, self._metrics, admin=admin, consumer=consumer, new_state=self._new_state,
+                                    limits=self._limits, pool=self._pool, deadlines=self._deadlines)  # fmt: skip
+        self._member = Member(self._s, self._metrics, self._health, self._deadlines, self._rebuilder,
+                              _GroupFetch(consumer), self._current_routes)  # fmt: skip
 
-    def _default_state(self, tp: TopicPartition) -> PartitionState:
-        """Fresh state with the settings' options and processor, and the output and display topics' record limits
-        as last read (a state built after a topic check that changed them uses the new ones)."""
-        s, limits = self._s, self._pub.limits
-        display_bytes = limits.display_record_bytes if limits is not None else None
-        return PartitionState(
-            tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
-            open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=self._core,
-            max_record_bytes=limits.output_record_bytes if limits is not None else None,
-            display_interval_ms=s.display_interval_ms if s.display_topic else None,
-            display_max_bytes=display_bytes or record_limit(DEFAULT_MAX_MESSAGE_BYTES),
-        )
+    def _limits(self) -> TopicLimits | None:
+        return self._routes.limits if self._routes is not None else None
+
+    def _new_state(self, tp: TopicPartition) -> PartitionState:
+        return partition_state(self._s, tp, self._limits(), self._core)
+
+    def _current_routes(self) -> Routes:
+        assert self._routes is not None, "partitions are assigned only after the topics were checked"
+        return self._routes
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -131,10 +130,11 @@ class KafkaRunner:
                 self._health.beat()
                 batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
                 for tp, recs in batches.items():
-                    sup = self._sups.get(tp)
-                    if sup is not None:
-                        sup.offer(recs)
-                self._observe_lag()
+                    task = self._tasks.get(tp)
+                    if task is not None:
+                        task.offer(recs)
+                for tp, task in self._tasks.items():
+                    task.observe_lag(self._consumer.last_stable_offset(tp))
         finally:
             if watch is not None:
                 watch.cancel()
@@ -168,8 +168,9 @@ class KafkaRunner:
             self._wire(make_admin(self._s), make_group_consumer(self._s))
             raise
         self._inspector = inspector
-        self._pub.limits = limits
-        self._pub.router = KeyRouter(limits.output_partitions)
+        s = self._s
+        self._routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
+                              KeyRouter(limits.output_partitions), limits)  # fmt: skip
         _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes%s",
                   limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes,
                   "" if limits.display_record_bytes is None else
@@ -181,13 +182,12 @@ class KafkaRunner:
         gone, the output's partition count changed) stops the worker with that error."""
         while True:
             await asyncio.sleep(self._s.topic_check_interval_ms / 1000)
-            router, inspector = self._pub.router, self._inspector
-            if inspector is None:
+            routes, inspector = self._routes, self._inspector
+            if routes is None or inspector is None:
                 continue
             try:
                 limits = await inspector.limits()
-                if router is not None:
-                    check_output_partitions(self._s, router.partitions, limits)
+                check_output_partitions(self._s, routes.router.partitions, limits)
             except ConfigError as exc:
                 self._fatal = exc
                 stop.set()
@@ -195,9 +195,10 @@ class KafkaRunner:
             except Exception as exc:
                 _log.warning("topics could not be checked again, keeping the last limits: %r", exc)
                 continue
-            if limits != self._pub.limits:
+            if limits != routes.limits:
                 _log.info("topic limits changed: %s", limits)
-                self._pub.limits = limits
+                self._routes = Routes(routes.output_topic, routes.dlq_topic, routes.display_topic,
+                                      routes.changelog_topic, routes.router, limits)  # fmt: skip
 
     async def _shutdown(self) -> None:
         try:
@@ -215,41 +216,13 @@ class KafkaRunner:
         """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
         async with self._membership:
             self._closing = True
-            sups = list(self._sups.values())
-            self._sups.clear()
-            runs = await asyncio.gather(*(sup.stop(self._deadlines.shutdown_s) for sup in sups))
-            kept = [run for run in runs if run is not None] + list(self._parked.values())
+            tasks = list(self._tasks.values())
+            self._tasks.clear()
+            stopped = await asyncio.gather(*(task.stop(self._deadlines.shutdown_s) for task in tasks))
+            kept = [parked for parked in stopped if parked is not None] + list(self._parked.values())
             self._parked.clear()
-            producers = [producer for run in kept if (producer := run.detach_producer()) is not None]
-            await asyncio.gather(*(force_close(producer, self._deadlines.call_s) for producer in producers))
+            await asyncio.gather(*(force_close(parked.producer, self._deadlines.call_s) for parked in kept))
             await self._rebuilder.drain(self._deadlines.call_s)
-
-    # ---- what a partition's publisher reports (never waits) ------------------------------------------------
-
-    def _failed(self, p: PartitionRun, exc: BaseException) -> None:
-        """A transaction of a live partition failed: stop fetching it; its task contains the failure."""
-        if p.phase is Phase.LIVE:
-            self._fetch.pause(p.tp)
-        p.fail(exc)
-
-    def _halted(self, p: PartitionRun, reason: str) -> None:
-        """Hold a partition a policy stopped: paused, not ready, counted and logged with `reason`."""
-        p.phase = Phase.HALTED
-        p.wake.set()
-        _log.warning("partition held, not ready: %s", reason, extra=log_fields(p.tp))
-        self._fetch.pause(p.tp)
-        self._health.set_partition(p.tp.topic, p.tp.partition, "failed")
-        self._metrics.partition_ready.labels(*p.label).set(0)
-        self._metrics.partition_failures_total.labels(*p.label).inc()
-
-    def _observe_lag(self) -> None:
-        for sup in self._sups.values():
-            p = sup.run
-            if p.phase is not Phase.LIVE:
-                continue
-            end = self._consumer.last_stable_offset(p.tp)
-            if end is not None:
-                self._metrics.consumer_lag_records.labels(*p.label).set(max(0, end - p.next_offset))
 
     # ---- rebalance ---------------------------------------------------------------------------------------
 
@@ -257,18 +230,18 @@ class KafkaRunner:
         """Commit what each revoked partition has open, within the revocation budget, and park the live ones in
         case they come straight back."""
         async with self._membership:
-            sups = [self._sups.pop(tp) for tp in revoked if tp in self._sups]
-            if not sups:
+            tasks = [self._tasks.pop(tp) for tp in revoked if tp in self._tasks]
+            if not tasks:
                 return
-            _log.info("partitions revoked: %s", sorted(sup.tp.partition for sup in sups))
-            runs = await asyncio.gather(*(sup.stop(self._deadlines.revoke_s) for sup in sups))
-            for sup, run in zip(sups, runs, strict=True):
-                self._health.drop_partition(sup.tp.topic, sup.tp.partition)
-                if run is not None:
-                    self._parked[sup.tp] = run
+            _log.info("partitions revoked: %s", sorted(task.tp.partition for task in tasks))
+            stopped = await asyncio.gather(*(task.stop(self._deadlines.revoke_s) for task in tasks))
+            for task, parked in zip(tasks, stopped, strict=True):
+                self._health.drop_partition(task.tp.topic, task.tp.partition)
+                if parked is not None:
+                    self._parked[task.tp] = parked
                 else:
-                    self._metrics.forget_partition(*sup.tp)
-            self._metrics.assigned_partitions.set(len(self._sups))
+                    self._metrics.forget_partition(*task.tp)
+            self._metrics.assigned_partitions.set(len(self._tasks))
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         """Start a task per assigned partition; a parked one keeps its state if its committed offset did not move."""
@@ -277,37 +250,34 @@ class KafkaRunner:
                 return
             assigned = set(assigned)
             for tp in [tp for tp in self._parked if tp not in assigned]:
-                producer = self._parked.pop(tp).detach_producer()
-                if producer is not None:
-                    self._rebuilder.close_later(producer)
+                self._rebuilder.close_later(self._parked.pop(tp).producer)
                 self._metrics.forget_partition(*tp)
-            for tp in sorted(assigned - set(self._sups)):
-                run = PartitionRun(tp, self._state_factory(tp))
-                self._sups[tp] = PartitionSupervisor(self._member, run, self._parked.pop(tp, None))
-            self._metrics.assigned_partitions.set(len(self._sups))
+            for tp in sorted(assigned - set(self._tasks)):
+                self._tasks[tp] = PartitionTask(self._member, tp, self._parked.pop(tp, None))
+            self._metrics.assigned_partitions.set(len(self._tasks))
 
     def hold(self, tps: Iterable[TopicPartition]) -> None:
         """Pause partitions whose assignment could not be handled, reported not ready."""
         for tp in tps:
-            self._fetch.pause(tp)
+            self._member.fetcher.pause(tp)
             self._health.set_partition(tp.topic, tp.partition, "failed")
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     """aiokafka swallows listener exceptions: each callback logs its own failure and holds the partitions."""
 
-    def __init__(self, runner: KafkaRunner) -> None:
-        self._runner = runner
+    def __init__(self, member: GroupMember) -> None:
+        self._member = member
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         try:
-            await self._runner.on_revoked(revoked)
+            await self._member.on_revoked(revoked)
         except Exception:
             _log.exception("on_partitions_revoked failed")
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         try:
-            await self._runner.on_assigned(assigned)
+            await self._member.on_assigned(assigned)
         except Exception:
             _log.exception("on_partitions_assigned failed; the partitions stay paused and not ready")
-            self._runner.hold(assigned)
+            self._member.hold(assigned)

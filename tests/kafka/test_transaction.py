@@ -1,4 +1,4 @@
-"""The checkpoint's transaction state machine, on a recording stand-in producer (no broker: phases only)."""
+"""A partition's transaction state machine, on a recording stand-in producer (no broker: phases only)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from worker.errors import DeadlineError, KafkaWorkerError
-from worker.kafka.checkpoint import Checkpoint, TxnPhase
+from worker.kafka.transaction import Transaction, TxnPhase
 
 TP = TopicPartition("src", 3)
 
@@ -61,63 +61,63 @@ class _Producer:
 
 async def test_commit_sends_records_then_offsets_then_ends_the_transaction() -> None:
     producer = _Producer()
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"v", [])
-    ckpt.note_source(1_000)
-    ckpt.note_source(2_000)
-    stamps = await ckpt.commit(42, '{"v":1,"replay_from":40}')
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", b"k", b"v", [])
+    txn.note_source(1_000)
+    txn.note_source(2_000)
+    stamps = await txn.commit(42, '{"v":1,"replay_from":40}')
     assert stamps == [1_000, 2_000]
     assert [c[0] for c in producer.calls] == ["begin", "send", "offsets", "commit"]
     assert producer.calls[2][1] == ({TP: (42, '{"v":1,"replay_from":40}')}, "group")
-    assert ckpt.phase is TxnPhase.IDLE and ckpt.records == 0
+    assert txn.phase is TxnPhase.IDLE and txn.records == 0
 
 
 async def test_begin_is_idempotent_while_open() -> None:
     producer = _Producer()
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.begin()
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.begin()
     assert [c[0] for c in producer.calls] == ["begin"]
 
 
 async def test_send_outside_a_transaction_is_refused() -> None:
-    ckpt = Checkpoint(_Producer(), TP, "group")  # type: ignore[arg-type]
+    txn = Transaction(_Producer(), TP, "group")  # type: ignore[arg-type]
     with pytest.raises(KafkaWorkerError, match="send outside a transaction"):
-        await ckpt.send("out", None, b"v", [])
+        await txn.send("out", None, b"v", [])
 
 
-async def test_a_failed_delivery_fails_the_commit_and_breaks_the_checkpoint() -> None:
+async def test_a_failed_delivery_fails_the_commit_and_breaks_the_transaction() -> None:
     producer = _Producer(fail="delivery")
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", None, b"v", [])
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", None, b"v", [])
     with pytest.raises(KafkaError, match="delivery failed"):
-        await ckpt.commit(1, "")
+        await txn.commit(1, "")
     # The offsets may join the transaction while records are in flight; it is never committed without them.
     assert "commit" not in [c[0] for c in producer.calls], "a transaction that lost records must never commit"
-    assert ckpt.phase is TxnPhase.BROKEN
+    assert txn.phase is TxnPhase.BROKEN
     with pytest.raises(KafkaWorkerError, match="illegal transaction move broken -> open"):
-        await ckpt.begin()
+        await txn.begin()
 
 
 async def test_abort_returns_to_idle_and_forgets_the_batch() -> None:
     producer = _Producer()
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    ckpt.note_source(5)
-    await ckpt.abort()
-    assert ckpt.phase is TxnPhase.IDLE and ckpt.records == 0
-    await ckpt.abort()  # nothing open: no call
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    txn.note_source(5)
+    await txn.abort()
+    assert txn.phase is TxnPhase.IDLE and txn.records == 0
+    await txn.abort()  # nothing open: no call
     assert [c[0] for c in producer.calls] == ["begin", "abort"]
 
 
-async def test_a_failed_commit_call_breaks_the_checkpoint() -> None:
-    ckpt = Checkpoint(_Producer(fail="commit"), TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
+async def test_a_failed_commit_call_breaks_the_transaction() -> None:
+    txn = Transaction(_Producer(fail="commit"), TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
     with pytest.raises(KafkaError):
-        await ckpt.commit(1, "")
-    assert ckpt.phase is TxnPhase.BROKEN
+        await txn.commit(1, "")
+    assert txn.phase is TxnPhase.BROKEN
 
 
 def _offsets(producer: _Producer) -> list[int]:
@@ -126,47 +126,47 @@ def _offsets(producer: _Producer) -> list[int]:
 
 async def test_join_group_sends_offsets_early_once_per_transaction_and_the_commit_sends_the_final_ones() -> None:
     producer = _Producer()
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    assert not ckpt.joins_group
-    ckpt.join_group(1, "")  # no transaction open: nothing to join
-    await ckpt.begin()
-    assert ckpt.joins_group
-    ckpt.join_group(10, '{"v":1,"replay_from":7}')
-    assert not ckpt.joins_group
-    ckpt.join_group(11, "")  # joined already
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    assert not txn.joins_group
+    txn.join_group(1, "")  # no transaction open: nothing to join
+    await txn.begin()
+    assert txn.joins_group
+    txn.join_group(10, '{"v":1,"replay_from":7}')
+    assert not txn.joins_group
+    txn.join_group(11, "")  # joined already
     await asyncio.sleep(0)  # the early offsets go out
-    await ckpt.send("out", b"k", b"v", [])
-    await ckpt.commit(12, '{"v":1,"replay_from":9}')
+    await txn.send("out", b"k", b"v", [])
+    await txn.commit(12, '{"v":1,"replay_from":9}')
     assert _offsets(producer) == [10, 12]
     assert producer.calls[-2] == ("offsets", ({TP: (12, '{"v":1,"replay_from":9}')}, "group"))
     assert producer.calls[-1][0] == "commit"
-    await ckpt.begin()
-    ckpt.join_group(12, "")  # a new transaction joins again
+    await txn.begin()
+    txn.join_group(12, "")  # a new transaction joins again
     producer.offsets_gate = asyncio.Event()
-    committing = asyncio.create_task(ckpt.commit(13, ""))
+    committing = asyncio.create_task(txn.commit(13, ""))
     await asyncio.sleep(0.01)
     assert _offsets(producer) == [10, 12, 12], "the final offsets are queued only once the early ones settled"
     producer.offsets_gate.set()
     await committing
     assert _offsets(producer) == [10, 12, 12, 13]
     producer.offsets_gate = None
-    await ckpt.begin()
-    ckpt.join_group(13, "")
-    await ckpt.commit(14, "")  # before the early offsets left: only the final ones, not two in a row
+    await txn.begin()
+    txn.join_group(13, "")
+    await txn.commit(14, "")  # before the early offsets left: only the final ones, not two in a row
     assert _offsets(producer) == [10, 12, 12, 13, 14]
 
 
 async def test_an_abort_never_waits_for_the_early_offsets_and_a_failed_one_fails_the_commit() -> None:
     producer = _BatchingProducer(capacity=100)
     producer.offsets_gate = asyncio.Event()  # the broker never answers the early offsets
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    ckpt.join_group(3, "")
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    txn.join_group(3, "")
     await asyncio.sleep(0.01)
     async with asyncio.timeout(1):
-        await ckpt.abort()
+        await txn.abort()
     assert [c[0] for c in producer.calls] == ["begin", "offsets", "abort"]
-    assert ckpt.phase is TxnPhase.IDLE
+    assert txn.phase is TxnPhase.IDLE
 
     undelivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -174,22 +174,22 @@ async def test_an_abort_never_waits_for_the_early_offsets_and_a_failed_one_fails
         return undelivered
 
     producer.send_batch = stuck_send_batch  # type: ignore[method-assign]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"v", [], partition=0)
-    await ckpt.ship_new()
-    ckpt.join_group(4, "")  # waits for a batch that is never delivered
+    await txn.begin()
+    await txn.send("out", b"k", b"v", [], partition=0)
+    await txn.ship_new()
+    txn.join_group(4, "")  # waits for a batch that is never delivered
     async with asyncio.timeout(1):
-        await ckpt.abort()
+        await txn.abort()
     assert [c[0] for c in producer.calls][-2:] == ["begin", "abort"], "the early offsets were never sent"
 
     failing = _Producer(fail="offsets")
-    ckpt = Checkpoint(failing, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    ckpt.join_group(3, "")
+    txn = Transaction(failing, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    txn.join_group(3, "")
     with pytest.raises(KafkaError, match="offsets failed"):
-        await ckpt.commit(4, "")
+        await txn.commit(4, "")
     assert "commit" not in [c[0] for c in failing.calls]
-    assert ckpt.phase is TxnPhase.BROKEN
+    assert txn.phase is TxnPhase.BROKEN
 
 
 class _Batch:
@@ -235,53 +235,53 @@ def _shipped(producer: _Producer, partition: int) -> list[bytes]:
 
 async def test_ship_new_hands_over_only_partitions_new_to_the_transaction_and_the_commit_the_rest() -> None:
     producer = _BatchingProducer(capacity=100)
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
 
     def batches() -> list[tuple[int, list[bytes]]]:
         return [(arg[1], arg[2]) for name, arg in producer.calls if name == "batch"]
 
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"a0", [], partition=1)
-    await ckpt.ship_new()
+    await txn.begin()
+    await txn.send("out", b"k", b"a0", [], partition=1)
+    await txn.ship_new()
     assert batches() == [(1, [b"a0"])]  # partition 1 joins the transaction at once
-    await ckpt.send("out", b"k", b"a1", [], partition=1)
-    await ckpt.send("out", b"k", b"b0", [], partition=2)
-    await ckpt.ship_new()
+    await txn.send("out", b"k", b"a1", [], partition=1)
+    await txn.send("out", b"k", b"b0", [], partition=2)
+    await txn.ship_new()
     assert batches() == [(1, [b"a0"]), (2, [b"b0"])]  # a1 waits: partition 1 is in already
-    await ckpt.send("out", b"k", b"a2", [], partition=1)
-    await ckpt.commit(5, "")
+    await txn.send("out", b"k", b"a2", [], partition=1)
+    await txn.commit(5, "")
     assert batches()[2:] == [(1, [b"a1", b"a2"])]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"a3", [], partition=1)
-    await ckpt.ship_new()
+    await txn.begin()
+    await txn.send("out", b"k", b"a3", [], partition=1)
+    await txn.ship_new()
     assert batches()[3:] == [(1, [b"a3"])]  # a new transaction: partition 1 is new to it again
 
 
 async def test_append_fills_an_open_batch_without_waiting_and_hands_the_rest_to_send() -> None:
     producer = _BatchingProducer(capacity=2)
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    assert not ckpt.append("out", b"k", b"x", [], 1), "no transaction: nothing appended"
-    await ckpt.begin()
-    assert not ckpt.append("out", b"k", b"a0", [], 1), "no open batch yet: send opens one"
-    await ckpt.send("out", b"k", b"a0", [], partition=1)
-    assert ckpt.append("out", b"k", b"a1", [], 1)
-    assert not ckpt.append("out", b"k", b"a2", [], 1), "full: send ships it and starts the next"
-    await ckpt.send("out", b"k", b"a2", [], partition=1)
-    await ckpt.commit(3, "")
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    assert not txn.append("out", b"k", b"x", [], 1), "no transaction: nothing appended"
+    await txn.begin()
+    assert not txn.append("out", b"k", b"a0", [], 1), "no open batch yet: send opens one"
+    await txn.send("out", b"k", b"a0", [], partition=1)
+    assert txn.append("out", b"k", b"a1", [], 1)
+    assert not txn.append("out", b"k", b"a2", [], 1), "full: send ships it and starts the next"
+    await txn.send("out", b"k", b"a2", [], partition=1)
+    await txn.commit(3, "")
     assert _shipped(producer, 1) == [b"a0", b"a1", b"a2"]
 
 
 async def test_records_of_a_partition_go_out_in_batches_in_send_order() -> None:
     producer = _BatchingProducer(capacity=3)
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
     for i in range(7):
-        await ckpt.send("out", b"k", f"a{i}".encode(), [], partition=1)
+        await txn.send("out", b"k", f"a{i}".encode(), [], partition=1)
         if i % 3 == 0:
-            await ckpt.send("out", b"k", f"b{i}".encode(), [], partition=2)
-    await ckpt.ship()
-    await ckpt.send("out", b"k", b"a7", [], partition=1)  # after a ship: a new batch, still in order
-    await ckpt.commit(9, "")
+            await txn.send("out", b"k", f"b{i}".encode(), [], partition=2)
+    await txn.ship()
+    await txn.send("out", b"k", b"a7", [], partition=1)  # after a ship: a new batch, still in order
+    await txn.commit(9, "")
     names = [c[0] for c in producer.calls]
     assert names[-1] == "commit", "every batch is handed over before the transaction ends"
     assert _shipped(producer, 1) == [f"a{i}".encode() for i in range(8)]
@@ -291,25 +291,25 @@ async def test_records_of_a_partition_go_out_in_batches_in_send_order() -> None:
 
 async def test_a_record_too_large_for_a_batch_goes_alone_after_the_batch_before_it() -> None:
     producer = _BatchingProducer(capacity=10)
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
     big = b"x" * 200
     for value in (b"a", b"b", big, b"c"):
-        await ckpt.send("out", b"k", value, [], partition=0)
-    await ckpt.commit(4, "")
+        await txn.send("out", b"k", value, [], partition=0)
+    await txn.commit(4, "")
     sent = [(name, arg) for name, arg in producer.calls if name in ("batch", "send")]
     assert sent == [("batch", ("out", 0, [b"a", b"b"])), ("send", ("out", b"k", big)), ("batch", ("out", 0, [b"c"]))]
 
 
 async def test_a_failed_batch_never_commits() -> None:
     producer = _BatchingProducer(fail="batch-delivery")
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"v", [], partition=0)
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", b"k", b"v", [], partition=0)
     with pytest.raises(KafkaError, match="batch delivery failed"):
-        await ckpt.commit(1, "")
+        await txn.commit(1, "")
     assert "commit" not in [c[0] for c in producer.calls]
-    assert ckpt.phase is TxnPhase.BROKEN
+    assert txn.phase is TxnPhase.BROKEN
 
 
 async def test_join_group_waits_for_the_batches_shipped_so_far_before_sending_offsets() -> None:
@@ -324,29 +324,29 @@ async def test_join_group_waits_for_the_batches_shipped_so_far_before_sending_of
         return delivered
 
     producer.send_batch = slow_send_batch  # type: ignore[method-assign]
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"first", [], partition=1)
-    await ckpt.ship_new()
-    ckpt.join_group(1, "")
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", b"k", b"first", [], partition=1)
+    await txn.ship_new()
+    txn.join_group(1, "")
     await asyncio.sleep(0.01)
     assert _offsets(producer) == [], "offsets sent while the first batch awaits verification"
     delivered.set_result(None)
     await asyncio.sleep(0.01)
     assert _offsets(producer) == [1]
-    await ckpt.commit(1, "")
+    await txn.commit(1, "")
     assert _offsets(producer) == [1, 1]
 
 
 async def test_an_abort_drops_the_open_batches() -> None:
     producer = _BatchingProducer()
-    ckpt = Checkpoint(producer, TP, "group")  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"aborted", [], partition=0)
-    await ckpt.abort()
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"kept", [], partition=0)
-    await ckpt.commit(2, "")
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", b"k", b"aborted", [], partition=0)
+    await txn.abort()
+    await txn.begin()
+    await txn.send("out", b"k", b"kept", [], partition=0)
+    await txn.commit(2, "")
     assert _shipped(producer, 0) == [b"kept"]
 
 
@@ -378,23 +378,44 @@ class _StuckProducer(_BatchingProducer):
         await super().abort_transaction()
 
 
-@pytest.mark.parametrize("call", ["begin", "send", "commit", "abort"])
-async def test_every_transactional_call_fails_at_its_deadline_and_breaks_the_checkpoint(call: str) -> None:
+@pytest.mark.parametrize("call", ["begin", "send", "commit"])
+async def test_every_transactional_call_fails_at_its_deadline_and_breaks_the_transaction(call: str) -> None:
     producer = _StuckProducer({call})
-    ckpt = Checkpoint(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
+    txn = Transaction(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(DeadlineError) as failure:
-        await ckpt.begin()
-        await ckpt.send("out", b"k", b"a", [], partition=0)
-        await ckpt.ship()
-        if call == "abort":
-            await ckpt.abort()
-        await ckpt.commit(1, "")
+        await txn.begin()
+        await txn.send("out", b"k", b"a", [], partition=0)
+        await txn.ship()
+        await txn.commit(1, "")
     assert failure.value.call == call and failure.value.where == "src[3]"
     assert loop.time() - started < 1.0, "one deadline, not a hang"
-    assert ckpt.phase is TxnPhase.BROKEN or call == "send"
+    assert txn.phase is TxnPhase.BROKEN or call == "send"
     assert "commit" not in [c[0] for c in producer.calls]
+
+
+async def test_an_abort_the_broker_never_answers_ends_at_its_deadline_without_raising() -> None:
+    producer = _StuckProducer({"abort"})
+    txn = Transaction(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
+    await txn.begin()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await txn.abort()  # what went wrong is read from the producer afterwards, not raised
+    assert loop.time() - started < 1.0, "one deadline, not a hang"
+    assert txn.phase is TxnPhase.BROKEN
+
+
+async def test_an_abort_after_a_failed_commit_still_ends_the_producers_transaction() -> None:
+    """A failed commit leaves the producer inside its transaction: containment's abort goes to the broker."""
+    producer = _Producer(fail="commit")
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    with pytest.raises(KafkaError):
+        await txn.commit(1, "")
+    await txn.abort()
+    assert [c[0] for c in producer.calls][-2:] == ["commit", "abort"]
+    assert txn.phase is TxnPhase.IDLE
 
 
 async def test_a_commit_stuck_on_an_undelivered_batch_fails_at_its_deadline_with_its_offsets_settled() -> None:
@@ -405,13 +426,13 @@ async def test_a_commit_stuck_on_an_undelivered_batch_fails_at_its_deadline_with
         return asyncio.shield(undelivered)  # as aiokafka's; the leader is gone and the batch retried for ever
 
     producer.send_batch = stuck_send_batch  # type: ignore[method-assign]
-    ckpt = Checkpoint(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
-    await ckpt.begin()
-    await ckpt.send("out", b"k", b"v", [], partition=0)
+    txn = Transaction(producer, TP, "group", deadline_s=0.05)  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", b"k", b"v", [], partition=0)
     async with asyncio.timeout(1):
         with pytest.raises(DeadlineError, match=r"commit did not finish within 0\.05 s"):
-            await ckpt.commit(1, "")
-    assert ckpt.phase is TxnPhase.BROKEN
-    ckpt.discard()  # the producer is abandoned; a late failure of the batch is marked seen, never logged
+            await txn.commit(1, "")
+    assert txn.phase is TxnPhase.BROKEN
+    txn.discard()  # the producer is abandoned; a late failure of the batch is marked seen, never logged
     undelivered.set_exception(KafkaError("leader gone"))
     await asyncio.sleep(0)
