@@ -10,6 +10,7 @@
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
+        ├── AuthorizationError  the broker refused a right the worker needs: retried until it is granted
         ├── RebuildError        a partition could not be rebuilt from its source history
         ├── FencedError         another worker now owns a partition's transactional id
         └── DeadlineError       a broker call of one partition did not finish within its deadline
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "AguiObservationError",
+    "AuthorizationError",
     "CheckpointError",
     "CheckpointVersionError",
     "ConfigError",
@@ -104,6 +106,15 @@ class CheckpointVersionError(WorkerError):
 
 class KafkaWorkerError(WorkerError):
     """The broker or the client failed in a way the worker cannot absorb by retrying."""
+
+
+class AuthorizationError(KafkaWorkerError):
+    """The broker refused a right the worker needs; the message names each one (`CREATE on Topic 'x'`) and the
+    principal, `labels` holds each right's (resource type, operation) for the metrics. Retried until granted."""
+
+    def __init__(self, message: str, labels: tuple[tuple[str, str], ...]) -> None:
+        self.labels = labels
+        super().__init__(message)
 
 
 class RebuildError(KafkaWorkerError):

@@ -24,7 +24,7 @@ from aiokafka.producer.transaction_manager import TransactionManager
 
 from worker.errors import DeadlineError
 from worker.kafka._aiokafka import force_close, member_id, observe_producer
-from worker.kafka.diagnosis import Fault, Names, diagnose
+from worker.kafka.diagnosis import Fault, Names, Step, diagnose
 from worker.kafka.ownership import Ownership, owner_in
 from worker.kafka.transaction import Transaction, TxnPhase
 
@@ -95,9 +95,13 @@ async def test_a_missing_transactional_id_acl_is_unauthorised_not_fenced_and_nam
     await producer.begin_transaction()
     _sender_dies(producer, TransactionalIdAuthorizationFailed(NAMES.transactional_id))  # on AddPartitionsToTxn
     diagnosis = diagnose(observe_producer(producer), IllegalOperation("not in transaction"), NAMES)
-    assert diagnosis.fault is Fault.UNAUTHORISED and diagnosis.resource == "transactional-id"
-    assert diagnosis.acl == "WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0'"
-    assert "grant WRITE and DESCRIBE on TransactionalId" in diagnosis.describe()
+    assert diagnosis.fault is Fault.UNAUTHORISED
+    [denied] = diagnosis.denied
+    assert denied.label == ("transactional-id", "write-describe")
+    assert denied.grant == "WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0'"
+    assert diagnosis.describe("User:w") == (
+        "not authorised: WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0' for User:w "
+        "(TransactionalIdAuthorizationFailed); grant it as README.md#access-control shows")
     await producer.stop()
 
 
@@ -105,13 +109,36 @@ async def test_topic_and_group_acls_come_from_the_abortable_transaction_error() 
     producer = await _producer()
     await producer.begin_transaction()
     producer._txn_manager.error_transaction(TopicAuthorizationFailedError({"agui.events", "dlq"}))
-    diagnosis = diagnose(observe_producer(producer), KafkaError("commit failed"), NAMES)
-    assert (diagnosis.fault, diagnosis.resource) == (Fault.UNAUTHORISED, "topic")
-    assert diagnosis.acl == "WRITE on Topic 'agui.events', WRITE on Topic 'dlq'"
-    source = diagnose(None, TopicAuthorizationFailedError("src"), NAMES)
-    assert source.acl == "READ on Topic 'src'", "the source is read, by the replay"
-    group = diagnose(None, GroupAuthorizationFailedError("g"), NAMES)
-    assert (group.resource, group.acl) == ("group", "READ on Group 'g'")
+    diagnosis = diagnose(observe_producer(producer), KafkaError("commit failed"), NAMES, "transaction")
+    assert diagnosis.fault is Fault.UNAUTHORISED
+    assert [d.grant for d in diagnosis.denied] == ["WRITE on Topic 'agui.events'", "WRITE on Topic 'dlq'"]
+    assert {d.label for d in diagnosis.denied} == {("topic", "write")}
+    await producer.stop()
+
+
+def test_the_step_that_was_refused_decides_the_operation_named() -> None:
+    def grants(exc: BaseException, step: Step) -> list[str]:
+        return [d.grant for d in diagnose(None, exc, NAMES, step).denied]
+
+    assert grants(TopicAuthorizationFailedError("g.changelog"), "rebuild") == ["READ on Topic 'g.changelog'"]
+    assert grants(TopicAuthorizationFailedError("src"), "poll") == ["READ on Topic 'src'"]
+    assert grants(GroupAuthorizationFailedError("g"), "poll") == ["READ on Group 'g'"]
+    assert grants(GroupAuthorizationFailedError("g"), "rebuild") == ["DESCRIBE on Group 'g'"]
+    assert grants(GroupAuthorizationFailedError("g"), "transaction") == ["READ on Group 'g'"]
+
+
+async def test_the_cause_an_abort_forgets_is_found_in_the_view_taken_before_it() -> None:
+    """aiokafka replaces the error that made a transaction abortable when it aborts: the cause is in the first view."""
+    producer = await _producer()
+    await producer.begin_transaction()
+    producer._txn_manager.error_transaction(TopicAuthorizationFailedError({"agui.events"}))
+    before = observe_producer(producer)
+    producer._txn_manager.aborting_transaction()
+    after = observe_producer(producer)
+    fault = IllegalOperation("Can't send messages while not in transaction")
+    assert diagnose(after, fault, NAMES).fault is Fault.ERROR, "the abort's new waiter holds no cause"
+    diagnosis = diagnose([before, after], fault, NAMES)
+    assert [d.grant for d in diagnosis.denied] == ["WRITE on Topic 'agui.events'"]
     await producer.stop()
 
 

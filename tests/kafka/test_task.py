@@ -177,7 +177,7 @@ async def test_a_fence_reported_by_a_delivery_is_confirmed_by_the_aborts_answer(
     await task.stop(1.0)
 
 
-async def test_a_missing_acl_is_reported_once_counted_each_time_and_never_taken_for_a_fence(
+async def test_a_missing_acl_is_named_at_every_step_counted_and_never_taken_for_a_fence(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     denied = [TransactionalIdAuthorizationFailed("txn:0") for _ in range(4)]
@@ -188,12 +188,14 @@ async def test_a_missing_acl_is_reported_once_counted_each_time_and_never_taken_
         await until(lambda: rebuilder.rebuilds >= 4)
         assert not live(task) and world.health.ready()[0] is False
         await until(lambda: live(task), timeout_s=5)  # the ACL was granted
-    named = [r.getMessage() for r in caplog.records if "TransactionalId" in r.getMessage()]
-    assert named == ["partition not authorised: grant WRITE and DESCRIBE on TransactionalId 'txn:0' "
-                     "(TransactionalIdAuthorizationFailed)"], named
-    labels = {"topic": TOPIC, "partition": "0"}
-    assert world.value("authorization_failures_total", **labels, resource="transactional-id") == 4
-    assert world.value("rebuild_retries_total", **labels) == 4
+    named = [r for r in caplog.records if "TransactionalId" in r.getMessage()]
+    assert [r.getMessage() for r in named] == [
+        "partition not authorised: WRITE and DESCRIBE on TransactionalId 'txn:0' (TransactionalIdAuthorizationFailed)"
+        "; grant it as README.md#access-control shows"] * 4, "one line per back-off step"
+    assert all(r.exc_info is None for r in named), "no traceback"
+    assert world.value("authorization_failures_total", resource_type="transactional-id",
+                       operation="write-describe") == 4
+    assert world.value("rebuild_retries_total", topic=TOPIC, partition="0") == 4
     assert world.value("producers_fenced_total") == 0
     await task.stop(1.0)
 

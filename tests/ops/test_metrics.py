@@ -36,7 +36,7 @@ EXPECTED = {
     "source_to_commit_delay_seconds": ("histogram", set()),
     "rebuild_retries_total": ("counter", {"topic", "partition"}),
     "transaction_failures_total": ("counter", {"topic", "partition", "cause"}),
-    "authorization_failures_total": ("counter", {"topic", "partition", "resource"}),
+    "authorization_failures_total": ("counter", {"resource_type", "operation"}),
     "deadline_expirations_total": ("counter", {"call"}),
     "pending_records": ("gauge", {"topic", "partition"}),
     "backpressure_pauses_total": ("counter", {"topic", "partition"}),
@@ -77,7 +77,7 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.source_to_commit_delay_seconds.observe(0.004)
     m.rebuild_retries_total.labels(**tp).inc()
     m.transaction_failures_total.labels(**tp, cause="deadline").inc()
-    m.authorization_failures_total.labels(**tp, resource="topic").inc()
+    m.authorization_failures_total.labels(resource_type="topic", operation="write").inc()
     m.deadline_expirations_total.labels(call="commit").inc()
     m.pending_records.labels(**tp).set(7)
     m.backpressure_pauses_total.labels(**tp).inc()

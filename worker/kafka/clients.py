@@ -12,7 +12,7 @@ from aiokafka.helpers import create_ssl_context
 from worker.settings import ConnectionSettings, Settings
 
 __all__ = ["MAX_BATCH_BYTES", "MAX_REQUEST_BYTES", "connection_options", "make_admin", "make_group_consumer",
-           "make_replay_consumer", "make_transactional_producer", "transactional_id"]
+           "make_replay_consumer", "make_transactional_producer", "principal", "transactional_id"]
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the producers' max_request_size
 MAX_BATCH_BYTES = 256 * 1024  # the producers' batch size, unless a destination takes less
@@ -39,6 +39,15 @@ def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
             settings.sasl_password.get_secret_value() if settings.sasl_password else None
         )
     return kwargs
+
+
+def principal(settings: ConnectionSettings) -> str:
+    """The principal the brokers see for these settings, as far as the client knows it: `User:<name>` for SASL PLAIN
+    and SCRAM (the default principal mapping); empty otherwise (a certificate's or a token's subject is the
+    broker's to map)."""
+    if settings.security_protocol.startswith("SASL") and settings.sasl_mechanism != "OAUTHBEARER":
+        return f"User:{settings.sasl_username}" if settings.sasl_username else ""
+    return ""
 
 
 def transactional_id(settings: Settings, tp: TopicPartition) -> str:

@@ -16,16 +16,17 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, KafkaError
 
-from worker.errors import ConfigError
+from worker.errors import AuthorizationError, ConfigError
 from worker.kafka._aiokafka import force_close
-from worker.kafka.clients import make_admin, make_group_consumer
-from worker.kafka.deadlines import Deadlines
+from worker.kafka.clients import make_admin, make_group_consumer, principal
+from worker.kafka.deadlines import Deadlines, backoff_s
+from worker.kafka.diagnosis import Fault, Names, diagnose
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilder
-from worker.kafka.startup import until_reachable
-from worker.kafka.task import Member, PartitionTask
+from worker.kafka.startup import until_reachable, wait_beating
+from worker.kafka.task import AUTHORISED_WITHIN_S, Member, PartitionTask
 from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
 from worker.settings import Settings
@@ -126,9 +127,19 @@ class GroupMember:
             self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
             self._health.set_member(True)
             watch = asyncio.create_task(self._watch_topics(stop), name="watch-topics")
+            failures = 0  # polls failed in a row
             while not stop.is_set():
                 self._health.beat()
-                batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
+                try:
+                    batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
+                except KafkaError as exc:  # the member's own trouble (a missing right): named, retried, not ready
+                    failures += 1
+                    await self._poll_failed(exc, failures, stop)
+                    continue
+                if failures:
+                    failures = 0
+                    self._health.set_blocked("")
+                    _log.info("polling works again")
                 for tp, recs in batches.items():
                     task = self._tasks.get(tp)
                     if task is not None:
@@ -147,6 +158,22 @@ class GroupMember:
         if self._fatal is not None:
             raise self._fatal
 
+    async def _poll_failed(self, exc: KafkaError, failures: int, stop: asyncio.Event) -> None:
+        """One line naming what the broker refused (or what failed), counted; not ready; a capped back-off with
+        liveness beats, then the caller polls again: aiokafka's consumer rejoins by itself once it may."""
+        s = self._s
+        diagnosis = diagnose(None, exc, Names("", s.group_id, s.source_topic, principal(s)), "poll")
+        delay = backoff_s(failures, min(self._deadlines.backoff_max_s, AUTHORISED_WITHIN_S))
+        if diagnosis.fault is Fault.UNAUTHORISED:
+            for denied in diagnosis.denied:
+                self._metrics.authorization_failures_total.labels(*denied.label).inc()
+            said = f"group member {diagnosis.describe(principal(s))}"
+        else:
+            said = f"polling failed: {diagnosis.describe()}"
+        self._health.set_blocked(said)
+        _log.error("%s; polling again in %.1f s", said, delay)
+        await wait_beating(stop, self._health.beat, delay)
+
     async def _start_clients(self) -> TopicLimits:
         """Start the admin client, check the brokers' settings and the topics, then the consumer; clients that
         failed to start are replaced, so the next attempt starts afresh."""
@@ -160,13 +187,16 @@ class GroupMember:
             if self._s.changelog:
                 await inspector.changelog(limits.display_record_bytes)
             await self._consumer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self._admin.close()
-            with contextlib.suppress(Exception):
-                await self._consumer.stop()
-            self._wire(make_admin(self._s), make_group_consumer(self._s))
+        except AuthorizationError as exc:
+            for label in exc.labels:
+                self._metrics.authorization_failures_total.labels(*label).inc()
+            self._health.set_blocked(str(exc))
+            await self._discard_clients()
             raise
+        except BaseException:
+            await self._discard_clients()
+            raise
+        self._health.set_blocked("")
         self._inspector = inspector
         s = self._s
         self._routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
@@ -176,6 +206,14 @@ class GroupMember:
                   "" if limits.display_record_bytes is None else
                   f"; display records up to {limits.display_record_bytes} bytes")  # fmt: skip
         return limits
+
+    async def _discard_clients(self) -> None:
+        """Close clients that failed to start and wire new ones, so the next attempt starts afresh."""
+        with contextlib.suppress(Exception):
+            await self._admin.close()
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+        self._wire(make_admin(self._s), make_group_consumer(self._s))
 
     async def _watch_topics(self, stop: asyncio.Event) -> None:
         """Read the topics' limits again every topic_check_interval_ms; a layout that can no longer work (a topic

@@ -27,7 +27,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.kafka._aiokafka import force_close, member_id
-from worker.kafka.clients import MAX_BATCH_BYTES, make_replay_consumer, make_transactional_producer, transactional_id
+from worker.kafka.clients import (
+    MAX_BATCH_BYTES,
+    make_replay_consumer,
+    make_transactional_producer,
+    principal,
+    transactional_id,
+)
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
 from worker.kafka.ownership import Ownership, confirm_owner
@@ -88,7 +94,7 @@ class Rebuilder:
 
     def names(self, tp: TopicPartition) -> Names:
         """The names a missing ACL of this partition is granted on."""
-        return Names(transactional_id(self._s, tp), self._s.group_id, self._s.source_topic)
+        return Names(transactional_id(self._s, tp), self._s.group_id, self._s.source_topic, principal(self._s))
 
     def fresh_state(self, tp: TopicPartition) -> PartitionState:
         """An empty state with the current settings and topic limits."""

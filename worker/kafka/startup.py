@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
-__all__ = ["until_reachable"]
+from worker.errors import AuthorizationError
+
+__all__ = ["until_reachable", "wait_beating"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -48,11 +50,13 @@ async def until_reachable(
     *,
     first_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
+    refused_max_s: float = 10.0,
 ) -> _T | None:
     """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).
 
     An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
-    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. `beat` is called every
+    back-off doubling up to `max_backoff_s`; one the broker refused a right (AuthorizationError) as one error line
+    naming it, retried at most `refused_max_s` apart; anything else (a ConfigError) propagates. `beat` is called every
     second meanwhile, so liveness holds while the brokers are away.
     """
     backoff = first_backoff_s
@@ -69,6 +73,12 @@ async def until_reachable(
             return None
         try:
             result = task.result()
+        except AuthorizationError as exc:  # named in one line; a grant heals it without a restart
+            wait = min(backoff, refused_max_s)
+            _log.error("%s; retrying in %.1f s", exc, wait)
+            await _beating(stop, beat, seconds=wait)
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
         except (KafkaError, OSError, TimeoutError) as exc:
             told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
             named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
@@ -106,3 +116,8 @@ async def _beating(
         return False
     finally:
         stopping.cancel()
+
+
+async def wait_beating(stop: asyncio.Event, beat: Callable[[], None], seconds: float) -> bool:
+    """Wait `seconds`, calling `beat` every second so liveness holds; False as soon as `stop` is set."""
+    return await _beating(stop, beat, seconds=seconds)

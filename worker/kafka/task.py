@@ -37,12 +37,13 @@ from worker.ops import Health, Metrics, Readiness
 from worker.settings import Settings
 from worker.stream import Outcome, PartitionState, Verdict
 
-__all__ = ["Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
+__all__ = ["AUTHORISED_WITHIN_S", "Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
 
 _log = logging.getLogger(__name__)
 _OWNER_POLL_FIRST_S = 0.25
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
 _LOGGED_STREAMS = 10_000  # streams whose internal error was logged with its traceback, remembered per partition
+AUTHORISED_WITHIN_S = 10.0  # the longest back-off while a right is missing: a grant heals the partition this soon
 
 
 class Stage(Enum):
@@ -118,7 +119,6 @@ class PartitionTask:
         self._throttled = False  # fetching paused because the backlog passed its bound
         self._stopping = False
         self._committing_on_stop = False  # live: a stop lets it commit instead of cancelling it
-        self._reported_acl = ""
         self._verdicts: dict[Verdict, Any] = {}  # source_records_total children
         self._logged: OrderedDict[str | None, None] = OrderedDict()  # streams whose internal error was logged
         self._pending_gauge = member.metrics.pending_records.labels(*self._label)
@@ -208,7 +208,7 @@ class PartitionTask:
                 if diagnosis.fault is Fault.FENCED:
                     await self._until_owner()
                 else:
-                    delay = backoff_s(failures, self._m.deadlines.backoff_max_s)
+                    delay = self._backoff(failures, diagnosis)
                     _log.info("partition rebuilds in %.1f s", delay, extra=self._fields())
                     await asyncio.sleep(delay)
         except BaseException:
@@ -232,8 +232,9 @@ class PartitionTask:
                 await asyncio.Event().wait()
             except Exception as exc:
                 failures += 1
-                delay = backoff_s(failures, self._m.deadlines.backoff_max_s)
-                self._rebuild_failed(diagnose(None, exc, rebuilder.names(self.tp)), delay)
+                diagnosis = diagnose(None, exc, rebuilder.names(self.tp), "rebuild")
+                delay = self._backoff(failures, diagnosis)
+                self._rebuild_failed(diagnosis, delay)
                 await asyncio.sleep(delay)
                 continue
             self._parked = None
@@ -274,7 +275,6 @@ class PartitionTask:
                                 metrics=m, on_failure=self._failed, on_end=self._wake.set)  # fmt: skip
         self._inbox, self._inbox_records, self._fault = [], 0, None
         self._throttled = False
-        self._reported_acl = ""
         self._stage = Stage.LIVE
         self._m.fetcher.seek(self.tp, rebuilt.committed)
         self._m.fetcher.resume(self.tp)
@@ -445,15 +445,17 @@ class PartitionTask:
         fault: BaseException = self._fault if self._fault is not None else RuntimeError("partition failed")
         self._hold("failed")
         commits = self._commits
-        view = None
+        views = []
         if commits is not None:
             commit = commits.cancel()
             if commit is not None:
                 await asyncio.wait([commit], timeout=call_s)
+            producer = commits.txn.producer
+            views.append(observe_producer(producer))  # an abort forgets why the transaction became abortable
             if not isinstance(fault, DeadlineError):  # the broker did not answer: an abort would wait as long
                 await commits.txn.abort()  # only the broker's answer to our epoch shows whether we are fenced
-            view = observe_producer(commits.txn.producer)
-        diagnosis = diagnose(view, fault, self._m.rebuilder.names(self.tp))
+                views.append(observe_producer(producer))
+        diagnosis = diagnose(views, fault, self._m.rebuilder.names(self.tp), "transaction")
         self._drop()
         self._state = self._m.rebuilder.fresh_state(self.tp)  # the old one is ahead of the committed offset
         m.transactions_total.labels("aborted").inc()
@@ -481,12 +483,20 @@ class PartitionTask:
             return
         _log.error("rebuild failed, retrying in %.1f s: %s", delay, diagnosis.describe(), extra=self._fields())
 
+    def _backoff(self, failures: int, diagnosis: Diagnosis) -> float:
+        """The wait before the next rebuild: capped at `rebuild_backoff_max_ms`, and at `AUTHORISED_WITHIN_S` while
+        a right is missing, so a grant takes effect that soon without a restart."""
+        cap = self._m.deadlines.backoff_max_s
+        if diagnosis.fault is Fault.UNAUTHORISED:
+            cap = min(cap, AUTHORISED_WITHIN_S)
+        return backoff_s(failures, cap)
+
     def _unauthorised(self, diagnosis: Diagnosis) -> None:
-        """Counted every time, logged once per missing ACL until the partition goes live again."""
-        self._m.metrics.authorization_failures_total.labels(*self._label, diagnosis.resource).inc()
-        if diagnosis.acl != self._reported_acl:
-            self._reported_acl = diagnosis.acl
-            _log.error("partition %s", diagnosis.describe(), extra=self._fields())
+        """Counted and logged (one line, no traceback) at every back-off step while the right is missing."""
+        for denied in diagnosis.denied:
+            self._m.metrics.authorization_failures_total.labels(*denied.label).inc()
+        principal = self._m.rebuilder.names(self.tp).principal
+        _log.error("partition %s", diagnosis.describe(principal), extra=self._fields())
 
     def _drop(self) -> None:
         """Forget the partition's transactions and producer without waiting: the producer closes in the

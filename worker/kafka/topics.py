@@ -14,7 +14,8 @@ from aiokafka.errors import for_code
 
 from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
-from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
+from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES, principal
+from worker.kafka.diagnosis import Denied, refused
 from worker.settings import Settings
 
 __all__ = [
@@ -39,10 +40,11 @@ _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
-def _check_described(code: int, topic: str, role: str) -> None:
-    """Raise for the error code a broker gave for describing `topic`: ConfigError naming the ACL when denied."""
+def _check_described(code: int, topic: str, role: str, who: str) -> None:
+    """Raise for the error code a broker gave for describing `topic`: AuthorizationError naming the right when
+    denied (`who`: the principal, when known)."""
     if code == _TOPIC_DENIED:
-        raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+        raise refused((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role}")
     if code:
         raise for_code(code)(f"describing topic {topic!r}")
 
@@ -77,13 +79,15 @@ class TopicLimits:
 class TopicInspector:
     """Reads topic and broker descriptions through one admin client; each unreadable config is warned about once.
 
-    ConfigError means the layout or a setting cannot work (the operator must act); any aiokafka error means the
-    brokers could not answer now (retry).
+    ConfigError means the layout or a setting cannot work (the operator must act); AuthorizationError names a
+    right the worker lacks (retried until granted); any aiokafka error means the brokers could not answer now
+    (retry).
     """
 
     def __init__(self, admin: AIOKafkaAdminClient, settings: Settings) -> None:
         self._admin = admin
         self._s = settings
+        self._who = principal(settings)
         self._warned: set[str] = set()
 
     async def limits(self) -> TopicLimits:
@@ -101,7 +105,8 @@ class TopicInspector:
                               "create the topics, or name existing ones (and grant this client Describe on them)")
         described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
         for topic, role in roles.items():
-            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role)
+            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role,
+                             self._who)
         sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
@@ -202,7 +207,7 @@ class TopicInspector:
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
-        _check_described(found["error_code"], topic, role)
+        _check_described(found["error_code"], topic, role, self._who)
         return dict(found)
 
     async def _create(
@@ -211,10 +216,8 @@ class TopicInspector:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
             if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
-                raise ConfigError(
-                    f"{role} {name!r} does not exist and this client may not create it: create it "
-                    f"(compacted, {partitions} partitions {like}) or grant Create on it"
-                )
+                raise refused((Denied("Topic", name, ("CREATE",)),), self._who,
+                              f"create {role} (compacted, {partitions} partitions {like}; or create it yourself)")
             if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating {role} {name!r}")
         _log.info("%s created: %s, %d partitions, replication %d, %s", role, topic, partitions, replication,

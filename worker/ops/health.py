@@ -24,8 +24,8 @@ _log = logging.getLogger(__name__)
 
 
 class Health:
-    """Live while the processing loop beats within `liveness_timeout_s`; ready when a group member whose
-    assigned partitions are all ready."""
+    """Live while the processing loop beats within `liveness_timeout_s`; ready when a group member, not blocked,
+    whose assigned partitions are all ready."""
 
     def __init__(self, liveness_timeout_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         if liveness_timeout_s <= 0:
@@ -34,6 +34,7 @@ class Health:
         self._clock = clock
         self._last_beat = clock()
         self._member = False
+        self._blocked = ""
         self._partitions: dict[tuple[str, int], Readiness] = {}
 
     def beat(self) -> None:
@@ -43,6 +44,10 @@ class Health:
     def set_member(self, member: bool) -> None:
         """Record whether the consumer currently belongs to its group."""
         self._member = member
+
+    def set_blocked(self, reason: str) -> None:
+        """Record why the member cannot work at all now (a missing right, say); "" once it can again."""
+        self._blocked = reason
 
     def set_partition(self, topic: str, partition: int, state: Readiness) -> None:
         """Record the state of an assigned partition."""
@@ -62,7 +67,9 @@ class Health:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """True when a group member and every assigned partition is ready (zero partitions is ready)."""
+        """True when a group member, not blocked, and every assigned partition is ready (zero partitions is ready)."""
+        if self._blocked:
+            return False, self._blocked
         if not self._member:
             return False, "not a consumer group member"
         waiting = sorted(f"{t}/{p}:{s}" for (t, p), s in self._partitions.items() if s != "ready")

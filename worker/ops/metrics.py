@@ -209,8 +209,9 @@ class Metrics:
         )
         self.authorization_failures_total = Counter(
             f"{p}authorization_failures_total",
-            "Broker refusals for a missing ACL, by resource kind (transactional-id, topic, group, cluster).",
-            [*_TP, "resource"], registry=r,
+            "Broker refusals for a missing ACL, by resource type (topic, group, transactional-id, cluster) and "
+            "operation (read, write, describe, ...); the log names the resource and the grant.",
+            ["resource_type", "operation"], registry=r,
         )
         self.deadline_expirations_total = Counter(
             f"{p}deadline_expirations_total", "Broker calls of a partition abandoned at their deadline, by call.",
@@ -234,7 +235,6 @@ class Metrics:
         self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
             (self.source_records_total, (*_TP, "verdict")),
             (self.transaction_failures_total, (*_TP, "cause")),
-            (self.authorization_failures_total, (*_TP, "resource")),
             *((m, _TP) for m in (
                 self.rebuilds_total,
                 self.rebuild_records_total,
