@@ -266,3 +266,22 @@ def test_a_group_acl_error_is_raised_for_the_diagnosis() -> None:
     with pytest.raises(GroupAuthorizationFailedError):
         owner_in([_group("", {}, error_code=30)], "g", "me", TP)
     assert owner_in([], "g", "me", TP) is Ownership.UNKNOWN
+
+
+async def test_an_error_names_the_first_real_cause_not_the_calls_refused_after_it() -> None:
+    producer = await _producer()
+    await producer.begin_transaction()
+    producer._txn_manager.error_transaction(KafkaError("NotEnoughReplicas: the partition has 1 of 2 in sync"))
+    before = observe_producer(producer)
+    later = IllegalOperation("Can't send messages while not in transaction")
+    diagnosis = diagnose([before], later, NAMES)
+    assert diagnosis.fault is Fault.ERROR
+    assert "NotEnoughReplicas" in diagnosis.describe() and "IllegalOperation" not in diagnosis.describe()
+    try:
+        try:
+            raise KafkaError("leader not available")
+        except KafkaError as inner:
+            raise KafkaError("Unexpected error during batch delivery") from inner
+    except KafkaError as outer:
+        assert diagnose(None, outer, NAMES).describe() == "KafkaError: leader not available"
+    await producer.stop()

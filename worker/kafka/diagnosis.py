@@ -17,6 +17,7 @@ from typing import Any, Literal
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    IllegalOperation,
     InvalidProducerEpoch,
     ProducerFenced,
     TopicAuthorizationFailedError,
@@ -109,7 +110,8 @@ class Diagnosis:
                     f"{ACCESS_CONTROL_HELP} shows")
         if self.fault is Fault.FENCED:
             return "producer fenced: the broker holds a newer epoch of this partition's transactional id"
-        return f"{type(self.cause).__name__}: {self.cause}"
+        text, kind = str(self.cause), type(self.cause).__name__
+        return text if text.startswith(kind) else f"{kind}: {text}"  # aiokafka's errors name their class already
 
 
 def refused(denied: tuple[Denied, ...], principal: str, what: str) -> AuthorizationError:
@@ -159,7 +161,7 @@ def diagnose(
     """Classify a failure at `step`: a missing ACL anywhere in the errors seen (the exception's chain, then the
     producer's, observed before and after its transaction was aborted: an abort forgets the error that made the
     transaction abortable); fenced only when the producer's sender stopped on a newer epoch (its state
-    FATAL_ERROR); a deadline; else an error."""
+    FATAL_ERROR); a deadline; else an error, its cause the first of those errors that says what went wrong."""
     seen = [] if views is None else [views] if isinstance(views, ProducerView) else list(views)
     producer_errors = [err for view in seen for cause in (view.sender_error, view.transaction_error)
                        for err in _chain(cause)]  # fmt: skip
@@ -174,4 +176,13 @@ def diagnose(
     deadline = next((err for err in _chain(exc) if isinstance(err, DeadlineError)), None)
     if deadline is not None:
         return Diagnosis(Fault.DEADLINE, deadline)
-    return Diagnosis(Fault.ERROR, exc)
+    real = next((err for err in [*_chain(exc), *producer_errors] if not _says_nothing(err)), exc)
+    return Diagnosis(Fault.ERROR, real)
+
+
+def _says_nothing(exc: BaseException) -> bool:
+    """An error aiokafka raises after the real one: a call refused because the transaction already failed, or a
+    wrapper whose cause holds the reason."""
+    if isinstance(exc, IllegalOperation | AssertionError):
+        return True
+    return "Unexpected error during batch delivery" in str(exc) and exc.__cause__ is not None
