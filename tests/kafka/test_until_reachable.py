@@ -76,7 +76,7 @@ def test_a_successful_attempt_lets_the_clients_own_warnings_through(caplog: pyte
     assert [r.getMessage() for r in caplog.records] == ["one bootstrap server is down"]
 
 
-def test_a_refused_right_is_named_at_error_level_each_attempt_and_retried_until_granted(
+def test_a_denied_right_is_named_at_error_level_each_attempt_and_retried_until_granted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[float] = []
@@ -90,9 +90,9 @@ def test_a_refused_right_is_named_at_error_level_each_attempt_and_retried_until_
 
     with caplog.at_level(logging.WARNING):
         got = asyncio.run(until_reachable(attempt, asyncio.Event(), lambda: None, first_backoff_s=0.05,
-                                          max_backoff_s=5.0, refused_max_s=0.08))
+                                          max_backoff_s=5.0, denied_max_s=0.08))
     assert got == "granted"
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.ERROR, f"{message}; retrying in 0.1 s"), (logging.ERROR, f"{message}; retrying in 0.1 s")]
     assert all(r.exc_info is None for r in caplog.records), "no traceback"
-    assert 0.075 <= calls[2] - calls[1] < 1, "a refusal is retried at most refused_max_s apart"
+    assert 0.075 <= calls[2] - calls[1] < 1, "a denial is retried at most denied_max_s apart"

@@ -28,7 +28,8 @@ from worker.errors import AuthorizationError, DeadlineError
 from worker.kafka._aiokafka import ProducerView
 
 __all__ = [
-    "ACCESS_CONTROL_HELP", "Denied", "Diagnosis", "Fault", "Names", "Step", "denied_rights", "diagnose", "refused",
+    "ACCESS_CONTROL_HELP", "Denied", "Diagnosis", "Fault", "Names", "Step", "authorization_error", "denied_rights",
+    "diagnose",
 ]
 
 _FENCES = (ProducerFenced, InvalidProducerEpoch)
@@ -114,7 +115,7 @@ class Diagnosis:
         return text if text.startswith(kind) else f"{kind}: {text}"  # aiokafka's errors name their class already
 
 
-def refused(denied: tuple[Denied, ...], principal: str, what: str) -> AuthorizationError:
+def authorization_error(denied: tuple[Denied, ...], principal: str, what: str) -> AuthorizationError:
     """The error for rights the broker refused while the worker did `what`, named as every refusal is."""
     who = f" for {principal}" if principal else ""
     rights = ", ".join(d.grant for d in denied)

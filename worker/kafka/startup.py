@@ -50,13 +50,13 @@ async def until_reachable(
     *,
     first_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
-    refused_max_s: float = 10.0,
+    denied_max_s: float = 10.0,
 ) -> _T | None:
     """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).
 
     An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
-    back-off doubling up to `max_backoff_s`; one the broker refused a right (AuthorizationError) as one error line
-    naming it, retried at most `refused_max_s` apart; anything else (a ConfigError) propagates. `beat` is called every
+    back-off doubling up to `max_backoff_s`; one the broker denied a right (AuthorizationError) as one error line
+    naming it, retried at most `denied_max_s` apart; anything else (a ConfigError) propagates. `beat` is called every
     second meanwhile, so liveness holds while the brokers are away.
     """
     backoff = first_backoff_s
@@ -74,7 +74,7 @@ async def until_reachable(
         try:
             result = task.result()
         except AuthorizationError as exc:  # named in one line; a grant heals it without a restart
-            wait = min(backoff, refused_max_s)
+            wait = min(backoff, denied_max_s)
             _log.error("%s; retrying in %.1f s", exc, wait)
             await _beating(stop, beat, seconds=wait)
             backoff = min(backoff * 2, max_backoff_s)

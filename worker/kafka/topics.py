@@ -15,7 +15,7 @@ from aiokafka.errors import for_code
 from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
 from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES, principal
-from worker.kafka.diagnosis import Denied, refused
+from worker.kafka.diagnosis import Denied, authorization_error
 from worker.settings import Settings
 
 __all__ = [
@@ -44,7 +44,7 @@ def _check_described(code: int, topic: str, role: str, who: str) -> None:
     """Raise for the error code a broker gave for describing `topic`: AuthorizationError naming the right when
     denied (`who`: the principal, when known)."""
     if code == _TOPIC_DENIED:
-        raise refused((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role}")
+        raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role}")
     if code:
         raise for_code(code)(f"describing topic {topic!r}")
 
@@ -216,7 +216,7 @@ class TopicInspector:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
             if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
-                raise refused((Denied("Topic", name, ("CREATE",)),), self._who,
+                raise authorization_error((Denied("Topic", name, ("CREATE",)),), self._who,
                               f"create {role} (compacted, {partitions} partitions {like}; or create it yourself)")
             if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating {role} {name!r}")
