@@ -6,6 +6,8 @@ from collections.abc import Generator
 
 import pytest
 
+from tests import installation
+
 # ---- broker tests never pass by skipping (begin; owned by the Kafka test harness) -----------------------
 # A test marked `kafka` or `cluster3` that ends up skipped (a skip marker, pytest.skip in a fixture or in the
 # test, an importorskip) is reported as a failure: in CI a skipped broker test means the broker was not
@@ -44,3 +46,17 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, N
 
 
 # ---- broker tests never pass by skipping (end) ------------------------------------------------------------
+
+
+# ---- the suite tests the installed package (begin; owned by the build) ------------------------------------
+# scripts/test.sh installs the compiled wheel (or, with HARNESS_AGUI_COMPILE=0, the checkout as an editable
+# install), and pytest imports test modules with --import-mode=append, so `worker` comes from that installation.
+# A run that would import anything else (e.g. `python -m pytest`, whose working directory comes first on the
+# path) stops before collecting; tests/test_build.py proves what runs.
+def pytest_configure(config: pytest.Config) -> None:
+    problem = installation.problem()
+    if problem is not None:
+        raise pytest.UsageError(problem)
+
+
+# ---- the suite tests the installed package (end) ----------------------------------------------------------
