@@ -2,9 +2,9 @@
 
 Starts a single-node Kafka (unless `--bootstrap-servers` names one), creates the source, output and
 dead-letter topics, runs `python -P -m worker run` (the installed package) as a subprocess, produces sample
-runs, and prints each committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or SIGTERM, or `--duration` seconds
-of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then the broker. It exits 0
-when at least one committed event was printed.
+runs, and prints each committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or SIGTERM, or
+`--duration` seconds of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then the
+broker. It exits 0 when at least one committed event was printed.
 """
 
 from __future__ import annotations
