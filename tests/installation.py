@@ -7,6 +7,7 @@ import ast
 import importlib.machinery
 import importlib.util
 import json
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -16,15 +17,24 @@ DISTRIBUTION = "harness-agui-worker"
 EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
+def _distribution() -> metadata.Distribution:
+    """The project as installed where pip installs into this Python, not the metadata an editable install leaves
+    in the checkout (which `python -m` would find first); PackageNotFoundError when it is not installed."""
+    paths = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+    for dist in metadata.Distribution.discover(name=DISTRIBUTION, path=paths):
+        return dist
+    raise metadata.PackageNotFoundError(DISTRIBUTION)
+
+
 def editable() -> bool:
     """Whether the installation is an editable one (`pip install -e`), which imports a checkout's sources."""
-    direct = json.loads(metadata.distribution(DISTRIBUTION).read_text("direct_url.json") or "{}")
+    direct = json.loads(_distribution().read_text("direct_url.json") or "{}")
     return bool(direct.get("dir_info", {}).get("editable"))
 
 
 def installed_package() -> Path:
     """The `worker` directory the installation imports; PackageNotFoundError when the project is not installed."""
-    dist = metadata.distribution(DISTRIBUTION)
+    dist = _distribution()
     if editable():
         url = json.loads(dist.read_text("direct_url.json") or "{}")["url"]
         return Path(unquote(urlparse(url).path)).resolve() / "worker"
@@ -33,7 +43,7 @@ def installed_package() -> Path:
 
 def installed_extensions() -> dict[str, Path]:
     """The extension modules the installation's RECORD lists (none for a pure build), by dotted module name."""
-    dist = metadata.distribution(DISTRIBUTION)
+    dist = _distribution()
     found = {}
     for file in dist.files or []:
         suffix = next((s for s in EXTENSION_SUFFIXES if file.name.endswith(s)), None)
