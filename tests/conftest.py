@@ -52,7 +52,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, N
 # scripts/test.sh installs the compiled wheel (or, with HARNESS_AGUI_COMPILE=0, the checkout as an editable
 # install), and pytest imports test modules with --import-mode=append, so `worker` comes from that installation.
 # A run that would import anything else (e.g. `python -m pytest`, whose working directory comes first on the
-# path) stops before collecting; tests/test_build.py proves what runs.
+# path), one whose installed wheel was built from other sources than the checkout's, and one in a checkout holding
+# compiled modules stop before collecting; tests/test_build.py proves what runs.
 def pytest_configure(config: pytest.Config) -> None:
     problem = installation.problem()
     if problem is not None:

@@ -63,8 +63,10 @@ def imported_package() -> Path:
 def compiled_modules() -> list[str]:
     """The dotted names of the modules setup.py's COMPILED list names."""
     for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["COMPILED"]:
-            return [path.removesuffix(".py").replace("/", ".") for path in ast.literal_eval(node.value)]
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if [getattr(t, "id", None) for t in targets] == ["COMPILED"]:
+                return [path.removesuffix(".py").replace("/", ".") for path in ast.literal_eval(node.value)]
     raise AssertionError("setup.py has no COMPILED list")
 
 
