@@ -7,6 +7,7 @@ the extension. A plain or editable install (`pip install .`, `pip install -e .`)
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ def _extensions() -> dict[str, Any]:
     sources = _listed_sources()
     if os.environ.get("HARNESS_AGUI_COMPILE", "0") != "1":
         return {}
+    if {"editable_wheel", "develop", "--inplace", "-i"} & set(sys.argv[1:]):
+        raise SystemExit("setup.py: HARNESS_AGUI_COMPILE=1 builds a wheel (pip wheel, pip install .); an editable "
+                         "install or build_ext --inplace would leave compiled modules beside the sources")
     from mypyc.build import mypycify  # noqa: PLC0415  (only a compiling build needs mypy)
 
     # The group name puts mypyc's shared library inside the package (worker/_runtime__mypyc.*.so), so it

@@ -162,3 +162,20 @@ def test_a_compiled_module_listed_but_missing_stops_the_build_naming_it(tmp_path
     done = subprocess.run([sys.executable, "setup.py", "--version"], cwd=context, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_compiling_into_the_source_tree_is_refused(tmp_path: Path) -> None:
+    """HARNESS_AGUI_COMPILE=1 builds wheels only: an editable install or `build_ext --inplace` would leave compiled
+    modules beside the sources they shadow."""
+    context = copy_build_context(tmp_path / "context")
+    environment = {**os.environ, "HARNESS_AGUI_COMPILE": "1"}
+    editable = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_editable({str(tmp_path)!r})"],
+        cwd=context, env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    in_place = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=context, env=environment,
+                              capture_output=True, text=True, timeout=120, check=False)
+    for done in (editable, in_place):
+        assert done.returncode != 0
+        assert "HARNESS_AGUI_COMPILE=1 builds a wheel" in done.stderr
+    assert [p for p in context.rglob("*") if p.name.endswith(installation.EXTENSION_SUFFIXES)] == []
