@@ -60,10 +60,11 @@ def build() -> Path:
         if found:
             return found[0]
         staging = Path(tmp) / "wheels"
+        # As in the builder stage, the build sees this environment's packages and the context, no other path.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
         done = subprocess.run(
             [sys.executable, "-m", *PIP_WHEEL, "--disable-pip-version-check", "--wheel-dir", str(staging), "."],
-            cwd=context, env={**os.environ, "HARNESS_AGUI_COMPILE": "1"}, capture_output=True, text=True,
-            check=False,
+            cwd=context, env={**env, "HARNESS_AGUI_COMPILE": "1"}, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:
             raise SystemExit(f"{done.stdout[-6000:]}{done.stderr[-6000:]}\ndevtools.wheel: pip wheel failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
@@ -53,11 +54,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, N
 # install), and pytest imports test modules with --import-mode=append, so `worker` comes from that installation.
 # A run that would import anything else (e.g. `python -m pytest`, whose working directory comes first on the
 # path), one whose installed wheel was built from other sources than the checkout's, and one in a checkout holding
-# compiled modules stop before collecting; tests/test_build.py proves what runs.
+# compiled modules stop before collecting. Every Python the suite starts (workers, their replay processes, the
+# demo) gets the same order through its environment. tests/test_build.py proves what runs.
 def pytest_configure(config: pytest.Config) -> None:
     problem = installation.problem()
     if problem is not None:
         raise pytest.UsageError(problem)
+    os.environ.update(installation.child_path())
 
 
 # ---- the suite tests the installed package (end) ----------------------------------------------------------

@@ -7,6 +7,7 @@ import ast
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sysconfig
 from importlib import metadata
 from pathlib import Path
@@ -51,6 +52,14 @@ def installed_extensions() -> dict[str, Path]:
             name = ".".join([*file.parent.parts, file.name.removesuffix(suffix)])
             found[name] = Path(str(dist.locate_file(file))).resolve()
     return found
+
+
+def child_path() -> dict[str, str]:
+    """Environment variables that give every Python the suite starts the path pytest's append import mode gives the
+    suite: this Python's site-packages (the installation) first, then the checkout (for tests, devtools and the
+    processors that tests name), and never the working directory, which is the checkout."""
+    paths = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), str(ROOT)])
+    return {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def imported_package() -> Path:

@@ -99,7 +99,7 @@ def test_a_stop_requested_while_the_worker_loads_ends_it_cleanly() -> None:
     """SIGTERM soon after the process starts, before the conversion core and the Kafka client have loaded, is held
     and honoured once the worker runs: exit 0 and its last words, not death by the signal."""
     worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", "127.0.0.1:1", "--source-topic", "s",
+        [sys.executable, "-m", "worker", "run", "--bootstrap-servers", "127.0.0.1:1", "--source-topic", "s",
          "--output-topic", "o", "--dlq-topic", "d", "--metrics-port", "0", "--log-format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -77,12 +78,13 @@ def test_a_run_that_would_import_the_checkout_stops_before_collecting() -> None:
     if installation.editable():
         pytest.skip("an editable install imports the checkout itself")
     args = ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_public_api.py"]
-    shadowed = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              check=False)
+    shell = {k: v for k, v in os.environ.items() if k not in installation.child_path()}  # as a developer's shell
+    shadowed = subprocess.run([sys.executable, *args], cwd=ROOT, env=shell, capture_output=True, text=True,
+                              timeout=120, check=False)
     assert shadowed.returncode == pytest.ExitCode.USAGE_ERROR, shadowed.stdout + shadowed.stderr
     assert f"the suite would import {ROOT / 'worker'}, not the installed package" in shadowed.stderr
-    safe = subprocess.run([sys.executable, "-P", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    safe = subprocess.run([sys.executable, "-P", *args], cwd=ROOT, env=shell, capture_output=True, text=True,
+                          timeout=120, check=False)
     assert safe.returncode == 0, safe.stdout + safe.stderr
 
 
@@ -96,9 +98,9 @@ def _expected_core() -> str:
 
 @pytest.mark.timeout(120)
 def test_a_worker_started_from_the_checkout_logs_the_installed_build() -> None:
-    """As the suite starts workers (`python -P -m worker run`, working directory the checkout), the worker runs the
+    """As the suite starts workers (`python -m worker run`, working directory the checkout), the worker runs the
     installation, and its `worker starting` line names that build and the file that shows it."""
-    proc = subprocess.Popen([sys.executable, "-P", *WORKER_RUN], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *WORKER_RUN], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
@@ -118,16 +120,31 @@ def test_a_worker_started_from_the_checkout_logs_the_installed_build() -> None:
     assert kind == "compiled (mypyc)" or not COMPILED_PROMISED
 
 
+def test_the_processes_a_worker_forks_run_the_installed_build() -> None:
+    """Replay processes come from a forkserver, a Python of its own started from the working directory: they run
+    the same build as the suite, and import the suite's processors."""
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        core, processor = pool.apply(_describe_in_child)
+    assert core == _expected_core()
+    assert processor == str(ROOT / "tests" / "processors.py")
+
+
+def _describe_in_child() -> tuple[str, str]:
+    from tests import processors  # noqa: PLC0415  (imported in the child)
+
+    return describe(), str(processors.__file__)
+
+
 def _convert_corpus(out: Path, **env: str) -> tuple[str, dict[str, bytes]]:
-    """The build a `python -P` with `env` runs, and what its `worker convert` writes for every golden source."""
+    """The build a Python started with `env` runs, and what its `worker convert` writes for every golden source."""
     inputs = sorted(p for p in GOLDEN.rglob("*.jsonl") if ".agui." not in p.name and ".display." not in p.name)
     environment = {**os.environ, **env}
-    probe = subprocess.run([sys.executable, "-P", "-c", "from worker._native import describe; print(describe())"],
+    probe = subprocess.run([sys.executable, "-c", "from worker._native import describe; print(describe())"],
                            cwd=out.parent, env=environment, capture_output=True, text=True, timeout=120, check=True)
     out.mkdir()
     for observer in ("stream", "plain"):
         subprocess.run(
-            [sys.executable, "-P", "-m", "worker", "convert", "--observer", observer, "--out-dir",
+            [sys.executable, "-m", "worker", "convert", "--observer", observer, "--out-dir",
              str(out / observer), *map(str, inputs)],
             cwd=out.parent, env=environment, capture_output=True, check=False, timeout=300,
         )  # exit 1 is expected: some corpus files hold bad lines, written as error lines

@@ -13,7 +13,7 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "py
 
 
 def _run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([PYTHON, "-P", "-m", "worker", "convert", *args], input=stdin, capture_output=True,
+    return subprocess.run([PYTHON, "-m", "worker", "convert", *args], input=stdin, capture_output=True,
                           cwd=ROOT, check=False, timeout=120)
 
 

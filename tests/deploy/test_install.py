@@ -4,6 +4,7 @@ alone, then the builder's own check that the installed hot path is compiled."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import venv
@@ -19,7 +20,9 @@ GOLDEN = ROOT / "tests" / "data" / "golden"
 
 
 def _run(*cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, timeout=900)
+    """`cmd` without the path the suite gives its own children: the fresh venv sees its own packages alone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 

@@ -196,13 +196,12 @@ def expected_total(runs: list[Run]) -> int:
 
 
 class WorkerProcess:
-    """`python -m worker run` as a child process with its log in a file; signals model crashes and zombies. It runs
-    the installed package (-P: the checkout in its working directory is not on the path)."""
+    """`python -m worker run` as a child process with its log in a file; signals model crashes and zombies."""
 
     def __init__(self, log_dir: Path, name: str, bootstrap: str, source: str, output: str, dlq: str, group: str,
                  *extra: str, env: dict[str, str] | None = None, metrics_port: int = 0) -> None:
         self.log_path = log_dir / f"{name}.log"
-        self.args = [sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+        self.args = [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,
                      "--source-topic", source, "--output-topic", output, "--dlq-topic", dlq,
                      "--group-id", group, "--metrics-port", str(metrics_port), "--log-format", "json", *extra]
         self.env = {**os.environ, **(env or {})}

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 def _run(bootstrap: str, source: str, output: str, dlq: str, *extra: str) -> tuple[int, str, str]:
     """Run the worker to its exit; returns its status, the one `worker:` line on stderr, and all its output."""
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap, "--source-topic", source,
+        [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap, "--source-topic", source,
          "--output-topic", output, "--dlq-topic", dlq, "--group-id", f"group-{source}", "--metrics-port", "0",
          "--log-format", "json", *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=90, check=False,
