@@ -1,10 +1,10 @@
 """The demo: a local broker, the worker, a sample producer, and the AG-UI events printed once committed.
 
 Starts a single-node Kafka (unless `--bootstrap-servers` names one), creates the source, output and
-dead-letter topics, runs `python -m worker run` as a subprocess, produces sample runs, and prints each
-committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or SIGTERM, or `--duration` seconds
-of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then the broker. It exits 0
-when at least one committed event was printed.
+dead-letter topics, runs `python -P -m worker run` (the installed package) as a subprocess, produces sample
+runs, and prints each committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or SIGTERM, or
+`--duration` seconds of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then the
+broker. It exits 0 when at least one committed event was printed.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         port = free_port()
         log_path = logdir / "worker.log"
         command = [
-            sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+            sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap,
             "--source-topic", args.source_topic, "--output-topic", args.output_topic,
             "--dlq-topic", args.dlq_topic,
             "--group-id", args.group_id, "--transactional-id-prefix", args.group_id,
