@@ -16,7 +16,7 @@ from worker._heap import settle_heap
 from worker._native import describe
 from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
-from worker.settings import Settings
+from worker.settings import Settings, is_secret
 
 __all__ = ["build_parser", "main_run", "settings_from_args"]
 
@@ -31,10 +31,13 @@ def _flag(name: str) -> str:
 def build_parser(
     parser: argparse.ArgumentParser | None = None, model: type[BaseSettings] = Settings
 ) -> argparse.ArgumentParser:
-    """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
+    """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`.
+    A secret (a SecretStr field) gets no flag: a command line is visible to anyone who can list processes."""
     parser = parser or argparse.ArgumentParser(prog="python -m worker run")
     prefix = str(model.model_config.get("env_prefix", ""))
     for name, info in model.model_fields.items():
+        if is_secret(info):
+            continue
         default = info.default.value if hasattr(info.default, "value") else info.default
         help_text = f"{info.description} [env {prefix}{name.upper()}; default {default!r}]"
         if info.annotation is bool:
@@ -73,6 +76,7 @@ def _safe(settings: BaseSettings) -> dict[str, Any]:
 async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
     from worker.kafka import KafkaRunner  # noqa: PLC0415
+    from worker.kafka.startup import reach_brokers  # noqa: PLC0415
     from worker.ops import Health, HealthServer, Metrics  # noqa: PLC0415
 
     metrics = Metrics()
@@ -94,7 +98,9 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     settle_heap()
     _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
-        await runner.run(stop)
+        refused = metrics.authentication_failures_total
+        if await reach_brokers(settings, stop, health.beat, on_refusal=lambda cause: refused.labels(cause).inc()):
+            await runner.run(stop)
     finally:
         if server is not None:
             await server.stop()

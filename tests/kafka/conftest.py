@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on
+from devtools.kafka_security import BrokerSecurity, new_secret
+from tests.kafka.oidc_issuer import OidcIssuer
+from tests.kafka.secure_broker import SecureKafka
 
 __all__ = ["KafkaBroker", "TopicFactory", "UniqueNames"]
 
@@ -183,3 +186,33 @@ def cluster3_topics(request: pytest.FixtureRequest, cluster3: KafkaCluster) -> T
         return topic
 
     return create
+
+
+# ---- the secured broker (SASL_SSL, mutual TLS, OAUTHBEARER, StandardAuthorizer) ----------------------------
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+    """A single secured node with its throwaway CA and OIDC issuer, started on first use and shared by the
+    session: clients authenticate (PLAIN, SCRAM, OAUTHBEARER or a client certificate) and may do only what an ACL
+    allows; `SecureKafka` adds users and grants or revokes ACLs with Kafka's own tools."""
+    workdir = tmp_path_factory.mktemp("secure-kafka")
+    issuer = OidcIssuer()
+    try:
+        security = BrokerSecurity(workdir, issuer.jwks_url, issuer=issuer.issuer,
+                                  plain_users={"plain-worker": new_secret()})
+        cluster = KafkaCluster.start(nodes=1, security=security, workdir=workdir / "cluster")
+    except BaseException:
+        issuer.close()
+        raise
+    try:
+        yield SecureKafka(cluster, security, issuer, workdir)
+    finally:
+        cluster.stop()
+        issuer.close()
+
+
+@pytest.fixture
+def secure_names(request: pytest.FixtureRequest) -> UniqueNames:
+    """Names unique in the session for the secured broker's topics, groups and principals."""
+    base = _base_name(request.node.nodeid)[:40]
+    counter = itertools.count()
+    return lambda role="t": f"{base}.{_ILLEGAL.sub('_', role)}.{next(counter)}"

@@ -1,5 +1,6 @@
 """Reaching the brokers at start-up: an attempt is retried with a capped back-off until it succeeds or the worker
-is told to stop, each failure logged in one line (the client's own connection errors folded into it)."""
+is told to stop, each failure logged in one line (the client's own connection errors folded into it, and a TLS or
+SASL refusal named by its cause)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
-__all__ = ["until_reachable"]
+from worker.kafka.clients import connection_options
+from worker.kafka.handshake import refusal_in
+from worker.settings import ConnectionSettings
+
+__all__ = ["reach_brokers", "until_reachable"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -48,12 +54,15 @@ async def until_reachable(
     *,
     first_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
+    on_refusal: Callable[[str], None] | None = None,
 ) -> _T | None:
     """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).
 
     An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
-    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. `beat` is called every
-    second meanwhile, so liveness holds while the brokers are away.
+    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. A failure the brokers' TLS
+    or SASL handshake caused is an ERROR line that starts with its meaning, and `on_refusal` gets its cause
+    (`worker.kafka.handshake.CAUSES`). `beat` is called every second meanwhile, so liveness holds while the
+    brokers are away.
     """
     backoff = first_backoff_s
     number = 0
@@ -73,15 +82,46 @@ async def until_reachable(
             told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
             named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
             reason = "; ".join(told) or named
+            refusal = refusal_in([exc, *(a for r in held.records for a in _args(r) if isinstance(a, BaseException))])
         else:
             for record in held.records:  # a success may still have news: a bootstrap server that is down
                 logging.getLogger(record.name).handle(record)
             return result
-        _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
-                     " ".join(reason.split()))
+        if refusal is None:
+            _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
+                         " ".join(reason.split()))
+        else:
+            _log.error("Kafka brokers refused the connection (attempt %d), retrying in %.1f s: %s. %s", number,
+                       backoff, refusal.meaning, " ".join(reason.split()), extra={"cause": refusal.cause})
+            if on_refusal is not None:
+                on_refusal(refusal.cause)
         await _beating(stop, beat, seconds=backoff)
         backoff = min(backoff * 2, max_backoff_s)
     return None
+
+
+def _args(record: logging.LogRecord) -> tuple[object, ...]:
+    args = record.args
+    return args if isinstance(args, tuple) else ()
+
+
+async def reach_brokers(
+    settings: ConnectionSettings, stop: asyncio.Event, beat: Callable[[], None], *,
+    on_refusal: Callable[[str], None] | None = None,
+) -> bool:  # fmt: skip
+    """Connect, authenticate and read the cluster's metadata once, retrying as `until_reachable` does; True once
+    the brokers accept this client's TLS and credentials, False when `stop` is set first."""
+
+    async def attempt() -> bool:
+        client = AIOKafkaClient(client_id=f"{settings.client_id}-connect", request_timeout_ms=30_000,
+                                **connection_options(settings))  # fmt: skip
+        try:
+            await client.bootstrap()
+        finally:
+            await client.close()
+        return True
+
+    return await until_reachable(attempt, stop, beat, on_refusal=on_refusal) is not None
 
 
 async def _beating(

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 __all__ = [
+    "AUTHENTICATION_CAUSES",
     "CONTENT_TYPE",
     "PREFIX",
     "TRANSACTION_RESULTS",
@@ -28,6 +29,8 @@ PREFIX: Final = "harness_agui_"
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
 TRANSACTION_RESULTS: Final = ("committed", "aborted")
+AUTHENTICATION_CAUSES: Final = ("authentication", "mechanism", "tls-untrusted", "tls-hostname",
+                                "tls-client-certificate", "tls", "token")  # fmt: skip
 
 _TP: Final = ("topic", "partition")
 _le_text = cast(Callable[[float], str], floatToGoString)  # how the client writes a bucket's `le` (untyped there)
@@ -217,6 +220,12 @@ class Metrics:
             "Broker refusals for a missing ACL, by resource kind (transactional-id, topic, group, cluster).",
             [*_TP, "resource"], registry=r,
         )
+        self.authentication_failures_total = Counter(
+            f"{p}authentication_failures_total",
+            "Connections the brokers refused in the TLS or SASL handshake, by cause (authentication, mechanism, "
+            "tls-untrusted, tls-hostname, tls-client-certificate, tls, token).",
+            ["cause"], registry=r,
+        )
         self.deadline_expirations_total = Counter(
             f"{p}deadline_expirations_total", "Broker calls of a partition abandoned at their deadline, by call.",
             ["call"], registry=r,
@@ -236,6 +245,8 @@ class Metrics:
         self.worker_info.labels(version=version or _package_version()).set(1)
         for result in TRANSACTION_RESULTS:
             self.transactions_total.labels(result=result)
+        for cause in AUTHENTICATION_CAUSES:
+            self.authentication_failures_total.labels(cause=cause)
         self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
             (self.source_records_total, (*_TP, "verdict")),
             (self.transaction_failures_total, (*_TP, "cause")),
