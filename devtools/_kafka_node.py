@@ -141,6 +141,7 @@ class KafkaNode:
     libs: Path
     heap: str = "512m"
     tls_port: int | None = None  # the mutual-TLS listener of a secured node
+    oauth_port: int | None = None  # the OAUTHBEARER listener of a secured node
     system: tuple[str, ...] = ()  # JVM system properties (`-Dname=value`) the node needs
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -141,8 +141,9 @@ class KafkaCluster:
         """Format and start `nodes` combined nodes, returning once every broker is in the cluster metadata.
 
         Internal topics get replication factor min(3, nodes) and min ISR one less (at least 1);
-        `broker_config` overrides any server property. With `security`, clients connect over SASL_SSL and the
-        authorizer denies what no ACL allows (`client_options` connects as the admin). Raises KafkaWorkerError
+        `broker_config` overrides any server property. With `security`, clients connect over SASL_SSL (or mutual
+        TLS, or OAUTHBEARER on a listener of its own) and the authorizer denies what no ACL allows
+        (`client_options` connects as the admin). Raises KafkaWorkerError
         with the log tails on failure.
         """
         if nodes < 1:
@@ -176,12 +177,13 @@ class KafkaCluster:
         cls, root: Path, libs: Path, nodes: int, heap: str, settings: dict[str, Any], *, owns_workdir: bool,
         timeout: float, security: BrokerSecurity | None,
     ) -> KafkaCluster:  # fmt: skip
-        per_node = 2 if security is None else 3
+        per_node = 2 if security is None else 4
         ports = free_ports(per_node * nodes)
         system = () if security is None else security.jvm_options()
         members = [
             KafkaNode(i + 1, ports[per_node * i], ports[per_node * i + 1], root / f"node-{i + 1}", libs, heap,
-                      tls_port=ports[per_node * i + 2] if security is not None else None, system=system)
+                      tls_port=ports[per_node * i + 2] if security is not None else None,
+                      oauth_port=ports[per_node * i + 3] if security is not None else None, system=system)
             for i in range(nodes)
         ]  # fmt: skip
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
@@ -189,9 +191,10 @@ class KafkaCluster:
             shutil.rmtree(node.directory, ignore_errors=True)
             node.directory.mkdir(parents=True)
             extra = dict(settings["extra"])
-            if security is not None and node.tls_port is not None:
+            if security is not None and node.tls_port is not None and node.oauth_port is not None:
                 extra = {**security.node_properties(port=node.port, controller_port=node.controller_port,
-                                                    tls_port=node.tls_port), **extra}  # fmt: skip
+                                                    tls_port=node.tls_port, oauth_port=node.oauth_port),
+                         **extra}  # fmt: skip
             node.properties.write_text(render_properties(
                 node_id=node.node_id, port=node.port, controller_port=node.controller_port,
                 log_dir=node.directory / "data", voters=voters, cluster_size=nodes,
@@ -269,6 +272,11 @@ class KafkaCluster:
     def tls_bootstrap_servers(self) -> str:
         """`127.0.0.1:<port>` of every node's mutual-TLS listener (secured clusters only)."""
         return ",".join(f"127.0.0.1:{node.tls_port}" for node in self._nodes if node.tls_port is not None)
+
+    @property
+    def oauth_bootstrap_servers(self) -> str:
+        """`127.0.0.1:<port>` of every node's OAUTHBEARER listener (secured clusters only)."""
+        return ",".join(f"127.0.0.1:{node.oauth_port}" for node in self._nodes if node.oauth_port is not None)
 
     @property
     def workdir(self) -> Path:

@@ -1,8 +1,9 @@
 """A secured loopback Kafka for tests: a throwaway CA, SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER checked
 against a JWKS endpoint), mutual TLS, and `StandardAuthorizer` denying whatever no ACL allows.
 
-Every node listens on three ports: SASL_SSL for clients, SSL with a required client certificate (the brokers'
-own traffic and mutual-TLS clients, whose principal is their certificate's CN), and the controller's SSL port.
+Every node listens on four ports: SASL_SSL for clients (PLAIN and SCRAM), SASL_SSL with OAUTHBEARER alone (so a
+client can meet a listener that lacks its mechanism), SSL with a required client certificate (the brokers' own
+traffic and mutual-TLS clients, whose principal is their certificate's CN), and the controller's SSL port.
 The principals `broker` (the nodes' certificate) and the admin user are super users; nobody else may do anything
 until an ACL allows it. Certificates name `127.0.0.1` only (no DNS name), so a client that connects to
 `localhost` sees a host name mismatch. Needs the `cryptography` package (a test dependency).
@@ -26,10 +27,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = ["MECHANISMS", "BrokerSecurity", "Issued", "ThrowawayCA", "new_secret"]
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-"""The SASL mechanisms the secured listener offers."""
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""The SASL mechanisms the client listener offers; the OAUTHBEARER listener offers only that one."""
 
 _VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+_JWT_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator"
 _ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"  # Kafka 4 fetches only URLs listed here
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -128,15 +130,16 @@ class BrokerSecurity:
         """Principals the authorizer lets do anything."""
         return (f"User:{_BROKER}", f"User:{self.admin}")
 
-    def node_properties(self, *, port: int, controller_port: int, tls_port: int) -> dict[str, str]:
-        """The server properties that secure one node (its listeners on the three ports)."""
+    def node_properties(self, *, port: int, controller_port: int, tls_port: int, oauth_port: int) -> dict[str, str]:
+        """The server properties that secure one node (its listeners on the four ports)."""
         plain_users = {self.admin: self.admin_password, **self.plain_users}
         plain_jaas = " ".join(f'user_{name}="{password}"' for name, password in plain_users.items())
         props = {
-            "listeners": f"SASL_SSL://127.0.0.1:{port},MTLS://127.0.0.1:{tls_port},"
+            "listeners": f"SASL_SSL://127.0.0.1:{port},OAUTH://127.0.0.1:{oauth_port},MTLS://127.0.0.1:{tls_port},"
                          f"CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},MTLS://127.0.0.1:{tls_port}",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,MTLS:SSL,CONTROLLER:SSL",
+            "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},OAUTH://127.0.0.1:{oauth_port},"
+                                    f"MTLS://127.0.0.1:{tls_port}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,OAUTH:SASL_SSL,MTLS:SSL,CONTROLLER:SSL",
             "inter.broker.listener.name": "MTLS",
             "controller.listener.names": "CONTROLLER",
             "ssl.keystore.type": "PEM",
@@ -146,12 +149,16 @@ class BrokerSecurity:
             "listener.name.mtls.ssl.client.auth": "required",
             "listener.name.controller.ssl.client.auth": "required",
             "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
-            "sasl.enabled.mechanisms": ",".join(MECHANISMS),
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": ",".join(MECHANISMS),
+            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": f"{_PLAIN_MODULE} required {plain_jaas};",
             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"{_SCRAM_MODULE} required;",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{_SCRAM_MODULE} required;",
-            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": f"{_OAUTH_MODULE} required;",
-            "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class": _VALIDATOR,
+            "listener.name.oauth.oauthbearer.sasl.jaas.config": f"{_OAUTH_MODULE} required;",
+            "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class": _VALIDATOR,
+            # Kafka 4.1's default validator class (DefaultJwtValidator, built without a key resolver) checks a
+            # JWT's form and expiry but not its signature; BrokerJwtValidator verifies it against the JWKS.
+            "sasl.oauthbearer.jwt.validator.class": _JWT_VALIDATOR,
             "sasl.oauthbearer.jwks.endpoint.url": self.jwks_url,
             "sasl.oauthbearer.expected.audience": self.audience,
             "authorizer.class.name": _AUTHORIZER,

@@ -65,7 +65,7 @@ class OidcIssuer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+            def log_message(self, format: str, *args: Any) -> None:
                 return None
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

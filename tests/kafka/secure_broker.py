@@ -61,6 +61,11 @@ class SecureKafka:
         return self.cluster.tls_bootstrap_servers
 
     @property
+    def oauth_bootstrap_servers(self) -> str:
+        """The OAUTHBEARER listeners."""
+        return self.cluster.oauth_bootstrap_servers
+
+    @property
     def ca_file(self) -> Path:
         return self.security.ca.ca_file
 
@@ -112,9 +117,11 @@ class SecureKafka:
         secret = files / f"{principal.name}.secret"
         secret.write_text(principal.secret + "\n")
         secret.chmod(0o600)
-        flags = ["--bootstrap-servers", self.bootstrap_servers, "--security-protocol", "SASL_SSL",
-                 "--ssl-cafile", str(self.ca_file), "--sasl-mechanism", principal.mechanism]  # fmt: skip
-        if principal.mechanism == "OAUTHBEARER":
+        oauth = principal.mechanism == "OAUTHBEARER"
+        flags = ["--bootstrap-servers", self.oauth_bootstrap_servers if oauth else self.bootstrap_servers,
+                 "--security-protocol", "SASL_SSL", "--ssl-cafile", str(self.ca_file),
+                 "--sasl-mechanism", principal.mechanism]  # fmt: skip
+        if oauth:
             flags += ["--oauth-token-endpoint", self.issuer.token_url, "--oauth-client-id", principal.name,
                       "--oauth-client-secret-file", str(secret), "--oauth-scope", "kafka"]  # fmt: skip
         else:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaClient
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, SaslAuthenticationFailed
 
 from worker.kafka.clients import connection_options
 from worker.kafka.handshake import refusal_in
@@ -117,6 +117,13 @@ async def reach_brokers(
                                 **connection_options(settings))  # fmt: skip
         try:
             await client.bootstrap()
+            if settings.sasl_mechanism == "OAUTHBEARER" and not client.cluster.brokers():
+                # A broker refuses a token with a challenge that aiokafka takes for success; the metadata it then
+                # answers names no broker.
+                raise SaslAuthenticationFailed(
+                    "the brokers refused the OAUTHBEARER token (invalid_token): check that its audience, issuer and "
+                    "signing key are those the brokers' sasl.oauthbearer.* settings expect"
+                )
         finally:
             await client.close()
         return True
