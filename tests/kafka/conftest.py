@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,6 +214,18 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
 @pytest.fixture
 def secure_names(request: pytest.FixtureRequest) -> UniqueNames:
     """Names unique in the session for the secured broker's topics, groups and principals."""
-    base = _base_name(request.node.nodeid)[:40]
+    token = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8]
+    base = f"{_base_name(request.node.nodeid)[:24]}-{token}"  # short: a principal can be a certificate's CN
     counter = itertools.count()
     return lambda role="t": f"{base}.{_ILLEGAL.sub('_', role)}.{next(counter)}"
+
+
+@pytest.fixture
+def secure_logs(tmp_path: Path, secure_kafka: SecureKafka) -> Iterator[Path]:
+    """A directory for the logs and command lines of a test's workers on the secured broker; afterwards none of
+    them may hold any secret the secured broker handed out."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    yield logs
+    leaked = secure_kafka.leaked(logs)
+    assert not leaked, f"secrets in the workers' logs or command lines: {leaked}"

@@ -14,6 +14,7 @@ from devtools.kafka_cluster import KafkaCluster, create_topic_on
 from devtools.kafka_security import BrokerSecurity, Issued, new_secret
 from devtools.kafka_tools import run_tool
 from tests.kafka.oidc_issuer import OidcIssuer
+from tests.kafka.support import WorkerProcess
 from worker.errors import KafkaWorkerError
 
 __all__ = ["Principal", "SecureKafka"]
@@ -105,28 +106,49 @@ class SecureKafka:
         return Principal(name, "MTLS", tls=self.security.ca.issue(name))
 
     # ---- the worker's connection --------------------------------------------------------------------------
-    def worker_connection(self, principal: Principal, files: Path) -> tuple[list[str], dict[str, str]]:
-        """The flags and environment that connect `python -m worker run` as `principal`: the secret in a file
-        under `files` named by a flag, never on the command line."""
+    def worker_connection(self, principal: Principal, files: Path) -> tuple[str, list[str]]:
+        """The bootstrap servers and the flags that connect `python -m worker run` as `principal`: a secret goes
+        in a file under `files` that a flag names, never on the command line."""
         files.mkdir(parents=True, exist_ok=True)
         if principal.mechanism == "MTLS":
             assert principal.tls is not None
-            return ["--bootstrap-servers", self.tls_bootstrap_servers, "--security-protocol", "SSL",
-                    "--ssl-cafile", str(self.ca_file), "--ssl-certfile", str(principal.tls.cert),
-                    "--ssl-keyfile", str(principal.tls.key)], {}  # fmt: skip
+            return self.tls_bootstrap_servers, [
+                "--security-protocol", "SSL", "--ssl-cafile", str(self.ca_file),
+                "--ssl-certfile", str(principal.tls.cert), "--ssl-keyfile", str(principal.tls.key),
+            ]  # fmt: skip
         secret = files / f"{principal.name}.secret"
         secret.write_text(principal.secret + "\n")
         secret.chmod(0o600)
         oauth = principal.mechanism == "OAUTHBEARER"
-        flags = ["--bootstrap-servers", self.oauth_bootstrap_servers if oauth else self.bootstrap_servers,
-                 "--security-protocol", "SASL_SSL", "--ssl-cafile", str(self.ca_file),
+        flags = ["--security-protocol", "SASL_SSL", "--ssl-cafile", str(self.ca_file),
                  "--sasl-mechanism", principal.mechanism]  # fmt: skip
         if oauth:
             flags += ["--oauth-token-endpoint", self.issuer.token_url, "--oauth-client-id", principal.name,
                       "--oauth-client-secret-file", str(secret), "--oauth-scope", "kafka"]  # fmt: skip
         else:
             flags += ["--sasl-username", principal.name, "--sasl-password-file", str(secret)]
-        return flags, {}
+        return (self.oauth_bootstrap_servers if oauth else self.bootstrap_servers), flags
+
+    def worker(
+        self, log_dir: Path, name: str, principal: Principal, source: str, output: str, dlq: str, group: str,
+        *extra: str, metrics_port: int = 0,
+    ) -> WorkerProcess:  # fmt: skip
+        """A worker process connected as `principal`; its command line is kept beside its log (`<name>.argv`), so
+        the search for secrets covers both."""
+        bootstrap, flags = self.worker_connection(principal, log_dir / "secrets")
+        process = WorkerProcess(log_dir, name, bootstrap, source, output, dlq, group, *flags, *extra,
+                                metrics_port=metrics_port)  # fmt: skip
+        (log_dir / f"{name}.argv").write_text("\0".join(process.args))
+        return process
+
+    def leaked(self, directory: Path) -> list[str]:
+        """`file: secret` for every secret handed out that a file under `directory` (not a secrets file) holds."""
+        found = []
+        for path in sorted(directory.rglob("*")):
+            if path.is_file() and path.parent.name != "secrets":
+                text = path.read_text(errors="replace")
+                found += [f"{path.name}: {secret[:6]}..." for secret in self.secrets if secret in text]
+        return found
 
     # ---- topics and ACLs --------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
