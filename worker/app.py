@@ -33,7 +33,8 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`.
     A secret (a SecretStr field) gets no flag: a command line is visible to anyone who can list processes."""
-    parser = parser or argparse.ArgumentParser(prog="python -m worker run")
+    # No abbreviations: `--sasl-password <secret>` must be refused, not taken for `--sasl-password-file`.
+    parser = parser or argparse.ArgumentParser(prog="python -m worker run", allow_abbrev=False)
     prefix = str(model.model_config.get("env_prefix", ""))
     for name, info in model.model_fields.items():
         if is_secret(info):

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -101,7 +102,7 @@ class OidcIssuer:
     def token(self, subject: str, *, seconds: int | None = None, scope: str = "") -> str:
         """A signed JWT for `subject`, as the token endpoint issues it."""
         now = int(time.time())
-        claims = {"sub": subject, "aud": self.audience, "iss": self.issuer, "iat": now,
+        claims = {"sub": subject, "aud": self.audience, "iss": self.issuer, "iat": now, "jti": uuid.uuid4().hex,
                   "exp": now + (self.token_seconds if seconds is None else seconds)}  # fmt: skip
         if scope:
             claims["scope"] = scope
