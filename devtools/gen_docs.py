@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from worker.settings import Settings
+from worker.settings import Settings, is_secret
 
 __all__ = ["CHART_MANAGED", "NON_EMPTY", "check", "generate", "main", "schema_config_properties"]
 
@@ -36,6 +36,7 @@ CHART_MANAGED: dict[str, str] = {
     "group_instance_id": "`workload.staticMembership` (the pod name, StatefulSet only)",
     "sasl_password": "`kafka.sasl.existingSecret` / `.passwordKey`",
     "ssl_password": "`kafka.ssl.existingSecret` / `.keyPasswordKey`",
+    "oauth_client_secret": "`kafka.oauth.existingSecret` / `.clientSecretKey`",
     "ssl_cafile": "`kafka.ssl.caKey` (mounted from the Secret)",
     "ssl_certfile": "`kafka.ssl.certKey` (mounted from the Secret)",
     "ssl_keyfile": "`kafka.ssl.keyKey` (mounted from the Secret)",
@@ -74,8 +75,9 @@ def readme_table() -> str:
     """The README's configuration table: one row per setting."""
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
-        flag, env = "--" + name.replace("_", "-"), f"WORKER_{name.upper()}"
-        rows.append(f"| `{flag}` | `{env}` | {_show(_default(name))} | {_cell(info.description or '')} |")
+        flag = "— (a secret)" if is_secret(info) else f"`--{name.replace('_', '-')}`"
+        env = f"WORKER_{name.upper()}"
+        rows.append(f"| {flag} | `{env}` | {_show(_default(name))} | {_cell(info.description or '')} |")
     return "\n".join(rows) + "\n"
 
 

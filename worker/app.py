@@ -118,6 +118,7 @@ def main_run(
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
+        settings.check_files()
         if settings.processor is not None:
             from worker.stream import load_processor  # noqa: PLC0415 - the conversion core loads only for `run`
 

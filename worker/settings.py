@@ -135,11 +135,14 @@ class ConnectionSettings(BaseSettings):
                     f"sasl_mechanism={self.sasl_mechanism} needs a password: set sasl_password_file, or "
                     "WORKER_SASL_PASSWORD in the environment"
                 )
+        return self
+
+    def check_files(self) -> None:
+        """ConfigError naming the first file setting whose file this process cannot read (checked at start)."""
         for name in _FILE_FIELDS:
             path = getattr(self, name)
-            if path is not None and not os.access(path, os.R_OK):
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
                 raise ConfigError(f"{name} {path!r} is not a readable file")
-        return self
 
     def _oauth_consistent(self) -> None:
         unused = [name for name in ("sasl_username", "sasl_password", "sasl_password_file")
@@ -296,6 +299,12 @@ class Settings(ConnectionSettings):
         ),
     )  # fmt: skip
 
+    assumed_max_message_bytes: int = Field(
+        1_048_588, ge=16_896, le=1_073_741_824, description=(
+            "The max.message.bytes the worker assumes for a topic whose configs it may not read (no DescribeConfigs "
+            "ACL): records are sized against it, so set it to the topics' real value. Kafka's default: 1048588."
+        ),
+    )
     metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
     metrics_port: int = Field(
         9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."

@@ -23,6 +23,11 @@ SASL = {
     "config": {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"},
     "kafka": {"sasl": {"existingSecret": "kafka-user", "passwordKey": "pw", "usernameKey": "user"}},
 }
+OAUTH = {
+    "config": {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "oauth_client_id": "worker",
+               "oauth_token_endpoint": "https://idp.example/oauth2/token", "oauth_scope": "kafka"},
+    "kafka": {"oauth": {"existingSecret": "worker-oidc", "clientSecretKey": "secret"}},
+}
 SSL = {
     "config": {"security_protocol": "SSL"},
     "kafka": {"ssl": {"existingSecret": "kafka-tls", "caKey": "ca.pem", "certKey": "tls.crt",
@@ -36,6 +41,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "keda-statefulset": {"keda": {"enabled": True}, "workload": {"kind": "StatefulSet"}},
     "no-pdb": {"pdb": {"enabled": False}},
     "sasl": SASL,
+    "oauth": OAUTH,
     "ssl": SSL,
     "prometheusrule": {"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "prom"}}}},
     "extras": {
@@ -318,6 +324,28 @@ def test_sasl_needs_a_secret_and_a_mechanism(render_error: Any) -> None:
     assert "needs kafka.sasl.existingSecret" in err
     err = render_error({"config": {"security_protocol": "SASL_PLAINTEXT"}})
     assert "needs config.sasl_mechanism" in err
+
+
+def test_the_oidc_client_secret_comes_from_the_secret(render: Render) -> None:
+    env = env_of(render(OAUTH))
+    assert env["WORKER_OAUTH_CLIENT_SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "worker-oidc", "key": "secret"}}
+    assert env["WORKER_SASL_MECHANISM"]["value"] == "OAUTHBEARER"
+    assert env["WORKER_OAUTH_TOKEN_ENDPOINT"]["value"] == "https://idp.example/oauth2/token"
+    assert env["WORKER_OAUTH_CLIENT_ID"]["value"] == "worker"
+    assert "WORKER_SASL_PASSWORD" not in env
+    assert "WORKER_OAUTH_CLIENT_SECRET" not in env_of(render(SASL))
+
+
+def test_oauthbearer_needs_an_endpoint_a_client_and_a_secret(render_error: Any) -> None:
+    config = {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}
+    assert "needs config.oauth_token_endpoint and config.oauth_client_id" in render_error({"config": config})
+    config |= {"oauth_token_endpoint": "https://idp.example/token", "oauth_client_id": "w"}
+    assert "needs kafka.oauth.existingSecret" in render_error({"config": config})
+
+
+@pytest.mark.parametrize("secret", ["sasl_password", "ssl_password", "oauth_client_secret"])
+def test_config_refuses_a_secret_in_values(render_error: Any, secret: str) -> None:
+    assert render_error({"config": {secret: "plaintext-in-values"}})
 
 
 def test_tls_files_are_mounted_from_the_secret(render: Render) -> None:
