@@ -4,7 +4,7 @@
     python -m devtools.gen_docs --check   # exit 1 naming the parts that are stale
 
 Settings is the one source of each setting's flag, variable, default and description. This writes them into
-the README's configuration table, the chart README's `config` table, and the `config` properties of the
+docs/configuration.md's table, the chart README's `config` table, and the `config` properties of the
 chart's values schema (types, bounds, choices, defaults and descriptions). A new setting needs only a
 regenerate; `tests/test_generated_docs.py` fails while anything is stale.
 """
@@ -23,10 +23,10 @@ import yaml
 
 from worker.settings import Settings, is_secret
 
-__all__ = ["CHART_MANAGED", "NON_EMPTY", "check", "generate", "main", "schema_config_properties"]
+__all__ = ["CHART_MANAGED", "CONFIGURATION", "NON_EMPTY", "check", "generate", "main", "schema_config_properties"]
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 CHART = ROOT / "helm" / "harness-agui-worker"
 CHART_README = CHART / "README.md"
 SCHEMA = CHART / "values.schema.json"
@@ -72,7 +72,7 @@ def _cell(text: str) -> str:
 
 
 def readme_table() -> str:
-    """The README's configuration table: one row per setting."""
+    """docs/configuration.md's table: one row per setting (a secret has no flag)."""
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         flag = "— (a secret)" if is_secret(info) else f"`--{name.replace('_', '-')}`"
@@ -137,7 +137,7 @@ def _schema_text(current: str) -> str:
 
 
 _TARGETS: dict[Path, Callable[[str], str]] = {
-    README: lambda text: _replace_region(text, "settings", readme_table(), README),
+    CONFIGURATION: lambda text: _replace_region(text, "settings", readme_table(), CONFIGURATION),
     CHART_README: lambda text: _replace_region(text, "config", chart_table(), CHART_README),
     SCHEMA: _schema_text,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from worker._version import package_version
 from worker.app import build_parser, main_run, settings_from_args
 from worker.settings import ConnectionSettings, GapPolicy, Settings, is_secret
 
@@ -197,3 +199,21 @@ def test_a_stop_requested_while_the_worker_loads_ends_it_cleanly() -> None:
     out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 0, out.decode(errors="replace")[-2000:]
     assert b"worker stopped cleanly" in out.splitlines()[-1]
+
+
+def test_version_prints_the_package_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "worker", "--version"], capture_output=True, text=True, check=False,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"harness-agui-worker {package_version()}"
+    assert package_version() != "0+unknown", "the test environment installs the package"
+
+
+@pytest.mark.parametrize("command", ["convert", "run"])
+def test_every_flag_of_every_command_has_help(command: str) -> None:
+    from worker.__main__ import build_parser as build_main  # noqa: PLC0415
+
+    parser = build_parser() if command == "run" else next(
+        action.choices[command] for action in build_main()._actions if isinstance(action, argparse._SubParsersAction))
+    undocumented = [action.dest for action in parser._actions if not action.help]
+    assert undocumented == []

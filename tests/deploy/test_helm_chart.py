@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from devtools.gen_docs import CHART_MANAGED
-from tests.deploy.conftest import CHART, Render
-from tests.test_readme import _section
+from tests.deploy.conftest import CHART, ROOT, Render
 from worker.settings import Settings
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -411,25 +410,20 @@ def test_service_monitor_relabelings(render: Render) -> None:
     assert "relabelings" not in plain["spec"]["endpoints"][0]
 
 
-def _readme_alert_metrics() -> list[str]:
-    table = _section("Metrics")
-    exprs = re.findall(r"^\| [^|]+ \| `([^`]+)`", table.split("Recommended alerts", 1)[1], flags=re.M)
-    return [re.search(r"harness_agui_[a-z_]+", e).group(0) for e in exprs]  # type: ignore[union-attr]
-
-
-def test_prometheus_rule_carries_the_alerts_the_readme_recommends(render: Render) -> None:
+def test_prometheus_rule_carries_the_alerts_of_the_runbooks(render: Render) -> None:
     objs = render(OPTIONS["prometheusrule"])
     [rule] = by_kind(objs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "prom"
     [group] = rule["spec"]["groups"]
-    exprs = [r["expr"] for r in group["rules"]]
-    recommended = _readme_alert_metrics()
-    assert len(recommended) == len(exprs) == 7
-    for metric, expr in zip(recommended, exprs, strict=True):
-        assert metric in expr
-        assert 'namespace="streams"' in expr and 'pod=~"rel-harness-agui-worker-.*"' in expr
-    assert all(r["labels"]["severity"] == "warning" and r["annotations"]["summary"] for r in group["rules"])
+    summary = (ROOT / "docs" / "runbooks.md").read_text().split("## Runbooks", 1)[0]
+    listed = re.findall(r"^\| (HarnessAgui\w+) \|", summary, flags=re.M)
+    assert [r["alert"] for r in group["rules"]] == listed
+    for r in group["rules"]:
+        assert 'namespace="streams"' in r["expr"] and 'pod=~"rel-harness-agui-worker-.*"' in r["expr"], r["alert"]
+    critical = {"HarnessAguiWorkersAbsent", "HarnessAguiAuthenticationFailing"}
+    assert all(r["labels"]["severity"] == ("critical" if r["alert"] in critical else "warning")
+               and r["annotations"]["summary"] for r in group["rules"])  # fmt: skip
     custom = render({"metrics": {"prometheusRule": {"enabled": True, "selector": 'job="w"', "additionalRules": [
         {"alert": "Mine", "expr": "vector(1)"}]}}})
     [rule] = by_kind(custom, "PrometheusRule")

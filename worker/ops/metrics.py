@@ -7,13 +7,14 @@ import copy
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from importlib import metadata
 from typing import Final, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from worker._version import package_version
 
 __all__ = [
     "AUTHENTICATION_CAUSES",
@@ -39,13 +40,6 @@ _REBUILD_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 _DELAY_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
 )
-
-
-def _package_version() -> str:
-    try:
-        return metadata.version("harness-agui-worker")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class _WithoutCreated(Collector):
@@ -242,7 +236,7 @@ class Metrics:
         self.worker_info = Gauge(
             f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
         )
-        self.worker_info.labels(version=version or _package_version()).set(1)
+        self.worker_info.labels(version=version or package_version()).set(1)
         for result in TRANSACTION_RESULTS:
             self.transactions_total.labels(result=result)
         for cause in AUTHENTICATION_CAUSES:
