@@ -74,6 +74,20 @@ def _safe(settings: BaseSettings) -> dict[str, Any]:
     return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in settings.model_dump().items()}
 
 
+def _check_memory(settings: Settings, partitions: int | None) -> None:
+    """Warn, with the numbers, when the settings' worst case does not fit the memory limit the worker runs under."""
+    from worker.ops.capacity import WorstCase, memory_limit  # noqa: PLC0415
+
+    limit = memory_limit()
+    if limit is None or not partitions:
+        return
+    worst = WorstCase(partitions, settings.max_open_streams, settings.closed_stream_memory,
+                      display=bool(settings.display_topic))
+    warning = worst.warning(limit)
+    if warning is not None:
+        _log.warning(warning, extra={"memory_limit_bytes": limit, "worst_case_bytes": worst.total})
+
+
 async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
     from worker.kafka import KafkaRunner  # noqa: PLC0415
@@ -100,7 +114,10 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
         refused = metrics.authentication_failures_total
-        if await reach_brokers(settings, stop, health.beat, on_refusal=lambda cause: refused.labels(cause).inc()):
+        partitions = await reach_brokers(settings, stop, health.beat, topics=(settings.source_topic,),
+                                         on_refusal=lambda cause: refused.labels(cause).inc())  # fmt: skip
+        if partitions is not None:
+            _check_memory(settings, partitions.get(settings.source_topic))
             await runner.run(stop)
     finally:
         if server is not None:

@@ -107,12 +107,13 @@ def _args(record: logging.LogRecord) -> tuple[object, ...]:
 
 async def reach_brokers(
     settings: ConnectionSettings, stop: asyncio.Event, beat: Callable[[], None], *,
-    on_refusal: Callable[[str], None] | None = None,
-) -> bool:  # fmt: skip
-    """Connect, authenticate and read the cluster's metadata once, retrying as `until_reachable` does; True once
-    the brokers accept this client's TLS and credentials, False when `stop` is set first."""
+    on_refusal: Callable[[str], None] | None = None, topics: tuple[str, ...] = (),
+) -> dict[str, int] | None:  # fmt: skip
+    """Connect, authenticate and read the cluster's metadata, retrying as `until_reachable` does, until the brokers
+    accept this client's TLS and credentials; then the partition count of each of `topics` the client may see.
+    None when `stop` is set first."""
 
-    async def attempt() -> bool:
+    async def attempt() -> dict[str, int]:
         client = AIOKafkaClient(client_id=f"{settings.client_id}-connect", request_timeout_ms=30_000,
                                 **connection_options(settings))  # fmt: skip
         try:
@@ -124,11 +125,14 @@ async def reach_brokers(
                     "the brokers refused the OAUTHBEARER token (invalid_token): check that its audience, issuer and "
                     "signing key are those the brokers' sasl.oauthbearer.* settings expect"
                 )
+            if not topics:
+                return {}
+            metadata = await client.fetch_all_metadata()
+            return {topic: len(parts) for topic in topics if (parts := metadata.partitions_for_topic(topic))}
         finally:
             await client.close()
-        return True
 
-    return await until_reachable(attempt, stop, beat, on_refusal=on_refusal) is not None
+    return await until_reachable(attempt, stop, beat, on_refusal=on_refusal)
 
 
 async def _beating(
