@@ -457,3 +457,16 @@ def test_grace_period_defaults_are_the_settings_defaults() -> None:
     for name in ("commit_interval_ms", "shutdown_timeout_ms"):
         [default] = re.findall(rf'"key" "{name}" "default" (\d+)', helpers)
         assert int(default) == Settings.model_fields[name].default, name
+
+
+def test_the_chart_defaults_fit_the_measured_sizing() -> None:
+    """A pod that ends up owning every partition, each at the chart's open-run cap, fits the chart's memory limit
+    with the per-run and per-partition figures of docs/sizing.md (those the worker warns with at start)."""
+    from worker.ops.capacity import WorstCase  # noqa: PLC0415
+
+    config = VALUES["config"]
+    limit = VALUES["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi")
+    worst = WorstCase(VALUES["partitionCount"], config["max_open_streams"], config["closed_stream_memory"],
+                      display=bool(config.get("display_topic")))  # fmt: skip
+    assert worst.warning(int(limit[:-2]) << 30) is None, worst.warning(int(limit[:-2]) << 30)
