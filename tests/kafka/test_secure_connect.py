@@ -157,3 +157,38 @@ def test_the_search_for_secrets_finds_one_in_a_log(secure_kafka: SecureKafka, tm
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "leak-probe.secret").write_text(principal.secret)
     assert secure_kafka.leaked(tmp_path) == [f"w.log: {principal.secret[:6]}..."]
+
+
+def test_without_describe_configs_the_worker_says_so_once_and_uses_the_assumed_limit(
+    secure_kafka: SecureKafka, secure_names: UniqueNames, secure_logs: Path
+) -> None:
+    principal = secure_kafka.scram_user(secure_names("user"))
+    big = {"max.message.bytes": str(4 * 1024 * 1024)}
+    source = secure_kafka.create_topic(secure_names("source"))
+    output, dlq = (secure_kafka.create_topic(secure_names(role), config=big) for role in ("output", "dlq"))
+    group, prefix = secure_names("group"), secure_names("txn")
+    secure_kafka.grant_worker(principal, source=source, output=output, dlq=dlq, group=group, prefix=prefix,
+                              describe_configs=False)  # fmt: skip
+    assumed = 2 * 1024 * 1024
+    runs = corpus(names=_RUNS)
+    admin = secure_kafka.admin_options()
+    asyncio.run(produce(secure_kafka.bootstrap_servers, source, interleave(runs), client=admin))
+    worker = secure_kafka.worker(secure_logs, "w", principal, source, output, dlq, group, "--no-changelog",
+                                 "--transactional-id-prefix", prefix, "--assumed-max-message-bytes", str(assumed),
+                                 "--topic-check-interval-ms", "1000")  # fmt: skip
+    worker.start()
+    try:
+        out = asyncio.run(collect(secure_kafka.bootstrap_servers, output, expect=expected_total(runs),
+                                  timeout_s=90, settle_s=3.0, client=admin))  # fmt: skip
+        assert_exactly_once(out, runs)
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    messages = [str(r.get("msg", "")) for r in worker.log_records()]
+    unreadable = [m for m in messages if "max.message.bytes of topic" in m]
+    assert sorted(unreadable) == sorted(
+        f"max.message.bytes of topic {topic!r} is unreadable (error code 29, no DescribeConfigs right: grant it on "
+        f"the topic, or set --assumed-max-message-bytes to its value): using --assumed-max-message-bytes {assumed}"
+        for topic in (output, dlq)
+    ), "said once per topic, though the topics were read again every second"
+    [checked] = [m for m in messages if m.startswith("topics checked:")]
+    assert f"records up to {assumed - 512} bytes; dead letters up to {assumed - 512} bytes" in checked
