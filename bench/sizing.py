@@ -169,15 +169,16 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Pa
     out: dict[str, float] = {}
     with KafkaCluster.start(nodes=1) as cluster:
         bs = cluster.bootstrap_servers
-        for partitions in (1, 12):
-            source = f"idle{partitions}"
+        for partitions, display in ((1, False), (12, False), (1, True)):
+            source = f"idle{partitions}{'-display' if display else ''}"
             for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
                 cluster.create_topic(topic, count)
-            worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log")
+            extra = ("--display-topic", f"{source}.view") if display else ()
+            worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log", *extra)
             try:
                 worker.wait_ready(partitions)
                 time.sleep(5)  # settled: the producers started, a poll or two
-                out[f"rss_idle_{partitions}"] = rss_bytes(worker.process.pid)
+                out[f"rss_idle_{partitions}{'_display' if display else ''}"] = rss_bytes(worker.process.pid)
             finally:
                 worker.stop()
         records = []
@@ -226,6 +227,8 @@ def main() -> None:
         print(f"worker process, idle, 1 partition:    {base / MIB:6.1f} MiB resident (with its helper processes)")
         print(f"worker process, idle, 12 partitions:  {figures['rss_idle_12'] / MIB:6.1f} MiB: "
               f"{partition / MIB:.2f} MiB per partition")
+        print(f"worker process, idle, 1 partition, display topic on: {figures['rss_idle_1_display'] / MIB:6.1f} MiB "
+              "(the fold helper process included)")
         for label, what in (("cpu", "display off"), ("cpu_display", "display on, fold helper included")):
             per_item = figures[label]
             print(f"CPU per item, {what}: {per_item * 1e6:5.1f} us over {figures[f'{label}_items']:.0f} items: "

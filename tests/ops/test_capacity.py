@@ -12,6 +12,7 @@ from worker.app import _check_memory
 from worker.ops import capacity
 from worker.ops.capacity import (
     BYTES_PER_DISPLAY_RUN,
+    BYTES_PER_FOLD_HELPER,
     BYTES_PER_OPEN_RUN,
     BYTES_PER_PARTITION,
     BYTES_PER_PROCESS,
@@ -58,14 +59,18 @@ def test_the_worst_case_is_every_partition_at_its_cap() -> None:
     worst = WorstCase(partitions=12, max_open_streams=100_000, closed_stream_memory=10_000)
     per_partition = BYTES_PER_PARTITION + 100_000 * BYTES_PER_OPEN_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN
     assert worst.total == BYTES_PER_PROCESS + 12 * per_partition
-    assert WorstCase(12, 100_000, 10_000, display=True).per_run == BYTES_PER_DISPLAY_RUN
+    shown = WorstCase(12, 100_000, 10_000, display=True)
+    assert shown.per_run == BYTES_PER_DISPLAY_RUN
+    assert shown.total == BYTES_PER_PROCESS + BYTES_PER_FOLD_HELPER + 12 * (
+        BYTES_PER_PARTITION + 100_000 * BYTES_PER_DISPLAY_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN)
 
 
 def test_a_worst_case_beyond_the_limit_is_one_line_with_the_numbers_and_what_fits() -> None:
     worst = WorstCase(partitions=12, max_open_streams=100_000, closed_stream_memory=10_000)
     message = worst.warning(GIB)
     assert message is not None and "\n" not in message
-    assert message.startswith(f"memory limit 1,024 MiB is below this worker's worst case of {worst.total / (1 << 20):,.0f} MiB")
+    total = f"{worst.total / (1 << 20):,.0f}"
+    assert message.startswith(f"memory limit 1,024 MiB is below this worker's worst case of {total} MiB")
     fits = worst.fitting_open_streams(GIB)
     assert f"Lower --max-open-streams to {fits:,}" in message
     assert WorstCase(12, fits, 10_000).total <= GIB < WorstCase(12, fits + 1, 10_000).total
