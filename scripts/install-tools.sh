@@ -27,6 +27,25 @@ else
 fi
 # ---- helm (end) ----
 
+# ---- promtool (begin; owned by the alerts' tests) ----
+# tests/deploy/test_alerts.py runs `promtool test rules` on the chart's PrometheusRule; promtool is built once from
+# the Go module proxy into "$CACHE/bin" (Prometheus 3.x is the Go module version v0.3xx). The build tag
+# remove_all_sd leaves out the service-discovery plugins (cloud SDKs), which rule tests do not use.
+PROMETHEUS_MODULE_VERSION="v0.316.0"
+if [ -x "$CACHE/bin/promtool" ] && [ -f "$CACHE/bin/promtool.version" ] \
+    && [ "$(cat "$CACHE/bin/promtool.version")" = "$PROMETHEUS_MODULE_VERSION" ]; then
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: cached"
+else
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: building (several minutes, once)"
+  promtool_start=$(date +%s)
+  GOBIN="$CACHE/bin" GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0 \
+    go install -trimpath -tags remove_all_sd -ldflags="-s -w" \
+    "github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_MODULE_VERSION}"
+  echo "$PROMETHEUS_MODULE_VERSION" > "$CACHE/bin/promtool.version"
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: built in $(( $(date +%s) - promtool_start ))s"
+fi
+# ---- promtool (end) ----
+
 # ---- kafka jars (begin; owned by the Kafka test harness) ----
 # The broker tests start a real Kafka 4.x KRaft cluster from Maven jars (devtools/kafka_cluster.py).
 # Resolve them now, once per version into "$CACHE/kafka-<version>/libs", so the time shows here in CI logs.

@@ -13,7 +13,8 @@
         ├── AuthorizationError  the broker refused a right the worker needs: retried until it is granted
         ├── RebuildError        a partition could not be rebuilt from its source history
         ├── FencedError         another worker now owns a partition's transactional id
-        └── DeadlineError       a broker call of one partition did not finish within its deadline
+        ├── DeadlineError       a broker call of one partition did not finish within its deadline
+        └── TokenError          the OIDC token endpoint refused or did not answer        (also ConnectionError)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "KafkaWorkerError",
     "RebuildError",
     "ShardedReplayError",
+    "TokenError",
     "WorkerError",
 ]
 
@@ -134,3 +136,14 @@ class DeadlineError(KafkaWorkerError):
         self.seconds = seconds
         self.where = where
         super().__init__(f"{where}: {call} did not finish within {seconds:g} s")
+
+
+class TokenError(KafkaWorkerError, ConnectionError):
+    """The OIDC token endpoint at `endpoint` refused the worker or did not answer; `cause` is `authentication`
+    (the client id or secret was refused) or `unreachable`. A ConnectionError, so the Kafka client treats it as a
+    connection that failed and tries again; the message never holds a secret."""
+
+    def __init__(self, message: str, *, endpoint: str, cause: str) -> None:
+        self.endpoint = endpoint
+        self.cause = cause
+        super().__init__(f"OIDC token endpoint {endpoint}: {message}")

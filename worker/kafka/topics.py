@@ -33,6 +33,7 @@ SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing
 MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
 _UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
+_DENIED_HINT = ", no DescribeConfigs right: grant it on the topic, or set --assumed-max-message-bytes to its value"
 _CLEANUP = "cleanup.policy"
 _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 # A restore reads its whole changelog partition, and the active segment is never compacted: small segments keep
@@ -175,7 +176,10 @@ class TopicInspector:
                 f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
             )
         size = configs.get(_MAX_MESSAGE)
-        limit = record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
+        if size is None:
+            self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable%s: using --assumed-max-message-bytes %d",
+                            _MAX_MESSAGE, topic, " (no DescribeConfigs right?)", s.assumed_max_message_bytes)
+        limit = record_limit(int(size) if size is not None else s.assumed_max_message_bytes)
         if display_record_bytes is not None and limit < display_record_bytes:
             raise ConfigError(
                 f"changelog_topic {topic!r} takes records of at most {size} bytes ({_MAX_MESSAGE}), less than "
@@ -233,14 +237,15 @@ class TopicInspector:
                     value = _config(entry, name)
                     if value is not None:
                         found[name] = value
-                    else:
+                    elif name != _MAX_MESSAGE:  # the changelog's is warned about by the caller, with the assumption
                         self._warn_once(f"topic:{topic}:{name}", "%s of topic %r is unreadable (error code %d): "
                                         "not checked", name, topic, entry["error_code"])
         return found
 
     async def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t, {_MAX_MESSAGE: None}) for t in topics]
-        found = dict.fromkeys(topics, DEFAULT_MAX_MESSAGE_BYTES)
+        assumed = self._s.assumed_max_message_bytes
+        found = dict.fromkeys(topics, assumed)
         for response in await self._admin.describe_configs(resources):
             for resource in response.to_object()["resources"]:
                 topic = resource["resource_name"]
@@ -248,9 +253,10 @@ class TopicInspector:
                 if value is not None:
                     found[topic] = int(value)
                 else:
-                    self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d): assuming "
-                                    "Kafka's default %d", _MAX_MESSAGE, topic, resource["error_code"],
-                                    DEFAULT_MAX_MESSAGE_BYTES)
+                    self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d%s): using "
+                                    "--assumed-max-message-bytes %d", _MAX_MESSAGE, topic, resource["error_code"],
+                                    _DENIED_HINT if resource["error_code"] == _TOPIC_DENIED else "",
+                                    assumed)  # fmt: skip
         return found
 
     async def check_broker(self) -> None:
@@ -268,8 +274,10 @@ class TopicInspector:
         (resource,) = response.to_object()["resources"]
         values = {name: _config(resource, name) for name in names}
         if any(v is None for v in values.values()):
-            self._warn_once("broker", "broker %s configs are unreadable (error code %d): the transaction and "
-                            "session timeouts are not checked against them", node, resource["error_code"])
+            self._warn_once("broker", "broker %s configs are unreadable (error code %d%s): the transaction and "
+                            "session timeouts are not checked against them", node, resource["error_code"],
+                            ", no DescribeConfigs right on the cluster" if resource["error_code"] == _CLUSTER_DENIED
+                            else "")  # fmt: skip
             return
         txn_max, session_min, session_max = (int(values[name] or 0) for name in names)
         if s.transaction_timeout_ms > txn_max:

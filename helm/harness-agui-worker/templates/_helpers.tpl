@@ -98,7 +98,14 @@ app.kubernetes.io/part-of: harness-agui
 {{- if not .Values.config.sasl_mechanism -}}
 {{- fail (printf "config.security_protocol=%s needs config.sasl_mechanism" $proto) -}}
 {{- end -}}
-{{- if and (ne .Values.config.sasl_mechanism "OAUTHBEARER") (not .Values.kafka.sasl.existingSecret) -}}
+{{- if eq .Values.config.sasl_mechanism "OAUTHBEARER" -}}
+{{- if not (and .Values.config.oauth_token_endpoint .Values.config.oauth_client_id) -}}
+{{- fail "config.sasl_mechanism=OAUTHBEARER needs config.oauth_token_endpoint and config.oauth_client_id" -}}
+{{- end -}}
+{{- if not (or .Values.kafka.oauth.existingSecret .Values.config.oauth_client_secret_file) -}}
+{{- fail "config.sasl_mechanism=OAUTHBEARER needs kafka.oauth.existingSecret (the OIDC client secret)" -}}
+{{- end -}}
+{{- else if not (or .Values.kafka.sasl.existingSecret .Values.config.sasl_password_file) -}}
 {{- fail (printf "config.sasl_mechanism=%s needs kafka.sasl.existingSecret (the SASL password)" .Values.config.sasl_mechanism) -}}
 {{- end -}}
 {{- end -}}
