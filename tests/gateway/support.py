@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiokafka.partitioner import murmur2
@@ -195,3 +197,28 @@ async def read_stream(
                 if limit is not None and len(frames) >= limit:
                     return resp.status, frames[:limit], False
             return resp.status, frames, True
+
+
+def node_modules() -> Path:
+    """Where scripts/install-tools.sh put the pinned Node packages of tests/gateway/node."""
+    lock = Path(__file__).parent / "node" / "package-lock.json"
+    cache = Path(os.environ.get("HARNESS_WORKER_CACHE", Path.home() / ".cache" / "harness-agui-worker"))
+    found = cache / f"gateway-node-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}" / "node_modules"
+    assert (found / "@ag-ui" / "client").is_dir(), f"{found} is missing: run scripts/install-tools.sh"
+    return found
+
+
+async def start_node(script: str, *args: str) -> asyncio.subprocess.Process:
+    """`node tests/gateway/node/<script> args...` with the pinned packages, stdout piped."""
+    return await asyncio.create_subprocess_exec(
+        "node", str(Path(__file__).parent / "node" / script), *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "GATEWAY_NODE_MODULES": str(node_modules())},
+    )
+
+
+async def node_results(process: asyncio.subprocess.Process, timeout_s: float) -> list[dict[str, Any]]:
+    """The JSON lines a Node script printed, once it exited 0."""
+    async with asyncio.timeout(timeout_s):
+        out, err = await process.communicate()
+    assert process.returncode == 0, f"node exited {process.returncode}: {err.decode()[-3000:]}"
+    return [json.loads(line) for line in out.decode().split("\n") if line.strip()]
