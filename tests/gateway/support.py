@@ -222,3 +222,16 @@ async def node_results(process: asyncio.subprocess.Process, timeout_s: float) ->
         out, err = await process.communicate()
     assert process.returncode == 0, f"node exited {process.returncode}: {err.decode()[-3000:]}"
     return [json.loads(line) for line in out.decode().split("\n") if line.strip()]
+
+
+async def wait_known(session: aiohttp.ClientSession, gateway: GatewayProcess, keys: list[str],
+                     headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Until the gateway has a display record of every run in `keys`."""
+    for key in keys:
+        for _ in range(300):
+            async with session.get(f"{gateway.url}/runs/{key}/display", headers=headers) as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"run {key} never appeared in the gateway's display topic")

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, read_stream, start_worker, wait_converted
+from tests.gateway.support import GatewayProcess, Topics, read_stream, start_worker, wait_converted, wait_known
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, interleave, produce
 
@@ -43,7 +43,7 @@ def test_whole_runs_finished_and_live_are_the_output_topics_events(
                 _expect(frames, run)
             # Live: the first line of each run first (the gateway must know a run to serve it), then the rest.
             await produce(kafka_bootstrap, topics.source, [(r.key.encode(), r.lines[0]) for r in live])
-            await _known(session, gateway, [r.key for r in live])
+            await wait_known(session, gateway, [r.key for r in live])
             readers = [asyncio.create_task(read_stream(session, f"{gateway.url}/runs/{r.key}/events"))
                        for r in live]
             await asyncio.sleep(0.5)
@@ -63,13 +63,3 @@ def test_whole_runs_finished_and_live_are_the_output_topics_events(
         gateway.kill()
         worker.kill()
 
-
-async def _known(session: aiohttp.ClientSession, gateway: GatewayProcess, keys: list[str]) -> None:
-    for key in keys:
-        for _ in range(200):
-            async with session.get(f"{gateway.url}/runs/{key}/display") as resp:
-                if resp.status == 200:
-                    break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError(f"run {key} never appeared in the display topic")

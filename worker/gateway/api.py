@@ -153,6 +153,8 @@ class GatewayApi:
         after: int | None = None
         if cursor is not None and cursor.strip():
             after = parse_cursor(cursor, run_id)
+            if after is None:
+                return await self._stream(request, StreamRequest(run_id, None, "sse", foreign=True))
         elif "after" in request.query:
             text = request.query["after"]
             if not text.isdigit() or len(text) > 18:

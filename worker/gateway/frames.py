@@ -42,12 +42,10 @@ def comment_frame(text: str) -> bytes:
     return b": " + " ".join(text.split()).encode() + b"\n\n"
 
 
-def parse_cursor(text: str, run_id: str) -> int:
-    """The `n` of a `Last-Event-ID: <run id>:<n>`; GatewayError 400 (`bad-cursor`) when malformed, 409
-    (`foreign-cursor`) when it names another run."""
+def parse_cursor(text: str, run_id: str) -> int | None:
+    """The `n` of a `Last-Event-ID: <run id>:<n>`, None when it names another run (such a cursor cannot be
+    served exactly); GatewayError 400 (`bad-cursor`) when malformed."""
     match = _CURSOR.fullmatch(text.strip())
     if match is None:
         raise GatewayError(400, "bad-cursor", f"cursor {text[:200]!r} is not <run id>:<n>, as the `id:` lines are")
-    if match["run"] != run_id:
-        raise GatewayError(409, "foreign-cursor", f"cursor {text[:200]!r} belongs to another run than {run_id!r}")
-    return int(match["seq"])
+    return int(match["seq"]) if match["run"] == run_id else None

@@ -39,18 +39,21 @@ class RecentEvent(NamedTuple):
 class Subscription:
     """One connection's place in the fan-out: a bounded queue its own task drains; `dropped` once it overflowed."""
 
-    __slots__ = ("_on_drop", "dropped", "queue", "run_id")
+    __slots__ = ("_on_drop", "dropped", "first_seq", "queue", "run_id")
 
     def __init__(self, run_id: str, maxsize: int, on_drop: Callable[[Subscription], None]) -> None:
         self.run_id = run_id
         self.queue: asyncio.Queue[Delivery] = asyncio.Queue(maxsize)
         self.dropped = False
+        self.first_seq: int | None = None  # the number of the first event offered
         self._on_drop = on_drop
 
     def offer(self, delivery: Delivery) -> None:
         """Queue `delivery`, or drop this subscription when its queue is full."""
         if self.dropped:
             return
+        if self.first_seq is None:
+            self.first_seq = delivery.seq
         try:
             self.queue.put_nowait(delivery)
         except asyncio.QueueFull:

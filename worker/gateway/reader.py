@@ -278,7 +278,8 @@ class HistoryReader:
     ) -> AsyncIterator[list[HistoryEvent]]:
         """Batches of run `run_id`'s events from `from_seq` on, in order, among the records of `partition` before
         offset `until`, stopping after a terminal event. `hint_ms` is a time at or after the wanted event's record;
-        `known_last` the highest event number known to exist. NotHeld when the topic no longer holds `from_seq`."""
+        `known_last` the highest event number known to exist (-1: none). NotHeld when the topic no longer holds
+        `from_seq`."""
         tp = TopicPartition(self._settings.output_topic, partition)
         key = run_id.encode()
         start = await self._locate(tp, key, from_seq, until, hint_ms=hint_ms, known_last=known_last)
@@ -348,8 +349,6 @@ class HistoryReader:
                 if first is None and from_seq > known_last:
                     return None  # nothing of the run before `until` from here: the wanted event is yet to come
                 if start <= log_start:
-                    if first is None:
-                        return None
                     raise NotHeld(f"{tp.topic}[{tp.partition}] starts after event {from_seq} of {key.decode()}")
                 margin *= 4
 

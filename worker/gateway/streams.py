@@ -23,6 +23,9 @@ from worker.gateway.reader import HistoryReader, NotHeld, TopicTail
 
 __all__ = ["RunStream", "RunStreams", "StreamRequest"]
 
+_LIVE_WAIT_S = 1.0  # how long events the display announced may take to follow it through the tail
+_LIVE_WAIT_STEPS = 20
+
 
 @dataclass(frozen=True)
 class StreamRequest:
@@ -33,6 +36,7 @@ class StreamRequest:
     run_id: str
     after: int | None
     reader: Literal["sse", "agent"]
+    foreign: bool = False  # the client's cursor named another run: it cannot be served exactly
 
 
 @dataclass
@@ -96,6 +100,13 @@ class RunStreams:
         """The stream's bytes, frame after frame (several at once where they were ready together). Raises
         GatewayError before the first chunk when the run cannot be served at all."""
         request, pointer = stream.request, stream.pointer
+        if request.foreign:
+            try:
+                async for chunk in self._instead(stream):
+                    yield chunk
+            finally:
+                self.close(stream)
+            return
         first = 0
         if request.after is not None:
             first = request.after + 1
@@ -114,9 +125,10 @@ class RunStreams:
                 async for chunk in caught:
                     yield chunk
             except NotHeld:
-                async for chunk in self._instead(stream):
-                    yield chunk
-                return
+                if not await self._arrives_live(stream):
+                    async for chunk in self._instead(stream):
+                        yield chunk
+                    return
             if stream.sent < 0:
                 return  # the terminal event was sent in the catch-up
             async for chunk in self._live(stream):
@@ -160,6 +172,18 @@ class RunStreams:
             if stream.sent < 0:
                 return
 
+    async def _arrives_live(self, stream: RunStream) -> bool:
+        """Whether the events the output topic did not hold before the subscription's offset are in its queue: the
+        display record that named them was read before them (they commit together). Waits a moment for them."""
+        subscription = stream.subscription
+        if subscription is None:
+            return False
+        for _ in range(_LIVE_WAIT_STEPS):
+            if subscription.first_seq is not None:
+                return subscription.first_seq <= stream.sent
+            await asyncio.sleep(_LIVE_WAIT_S / _LIVE_WAIT_STEPS)
+        return False
+
     def _count(self, stream: RunStream, last_seq: int, terminal: bool, events: int) -> None:
         self._metrics.events.inc(events)
         stream.sent = -1 if terminal else last_seq + 1
@@ -172,7 +196,7 @@ class RunStreams:
         prelude = await self._prelude(request.run_id, stream.pointer)
         if prelude is None:
             raise GatewayError(410, "not-held", f"the topics no longer hold run {request.run_id!r}")
-        if request.after is not None:
+        if request.after is not None or request.foreign:
             self._metrics.resumes.labels(kind="prelude").inc()
         else:
             self._metrics.late_joins.labels(exact=str(prelude.exact).lower()).inc()
