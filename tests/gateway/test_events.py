@@ -14,7 +14,7 @@ from tests.kafka.support import Run, corpus, interleave, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
-NAMES = ["s01", "s03", "c01", "r0001", "r0007", "r0042"]
+NAMES = ["s01_hello", "s03_cancel_open_parts", "c01_child_completed", "r0001", "r0007", "r0042"]
 
 
 def _expect(frames: list, run: Run) -> None:

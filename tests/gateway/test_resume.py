@@ -28,7 +28,8 @@ from tests.kafka.support import Run, corpus, interleave, produce, read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
-NAMES = ["s01", "s02", "s05", "s09_big_fragments", "c02", "r0003", "r0011", "r0028", "r0050", "r0063", "r0077"]
+NAMES = ["s01_hello", "s02_tool_roundtrip", "s05_failed", "s09_big_fragments", "c02_child_failed", "r0003", "r0011",
+         "r0028", "r0050", "r0063", "r0077"]
 
 
 async def _cut_and_resume(session: aiohttp.ClientSession, url: str, run: Run, rng: random.Random,

@@ -213,7 +213,9 @@ class GatewayApi:
             if first:
                 await response.write(first)
             async for chunk in chunks:
+                stream.writing = True
                 await response.write(chunk)
+                stream.writing = False
             await response.write_eof()
         except asyncio.CancelledError:
             await self._interrupted(request, response, connection, asked)

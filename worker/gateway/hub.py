@@ -36,29 +36,38 @@ class RecentEvent(NamedTuple):
     terminal: bool
 
 
+_HARD_LIMIT = 64  # times the bound: a queue this long is dropped even if its writer is not waiting on its socket
+
+
 class Subscription:
-    """One connection's place in the fan-out: a bounded queue its own task drains; `dropped` once it overflowed."""
+    """One connection's place in the fan-out: a queue its own task drains, bounded by `bound` events while its
+    writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in any
+    case. `dropped` once it overflowed."""
 
-    __slots__ = ("_on_drop", "dropped", "first_seq", "queue", "run_id")
+    __slots__ = ("_blocked", "_bound", "_on_drop", "dropped", "first_seq", "queue", "run_id")
 
-    def __init__(self, run_id: str, maxsize: int, on_drop: Callable[[Subscription], None]) -> None:
+    def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
+                 blocked: Callable[[], bool]) -> None:  # fmt: skip
         self.run_id = run_id
-        self.queue: asyncio.Queue[Delivery] = asyncio.Queue(maxsize)
+        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self.dropped = False
         self.first_seq: int | None = None  # the number of the first event offered
+        self._bound = bound
         self._on_drop = on_drop
+        self._blocked = blocked
 
     def offer(self, delivery: Delivery) -> None:
-        """Queue `delivery`, or drop this subscription when its queue is full."""
+        """Queue `delivery`, or drop this subscription when its queue is over its bound."""
         if self.dropped:
             return
         if self.first_seq is None:
             self.first_seq = delivery.seq
-        try:
-            self.queue.put_nowait(delivery)
-        except asyncio.QueueFull:
+        waiting = self.queue.qsize()
+        if waiting >= self._bound and (waiting >= _HARD_LIMIT * self._bound or self._blocked()):
             self.dropped = True
             self._on_drop(self)
+            return
+        self.queue.put_nowait(delivery)
 
 
 class RunLog:
@@ -183,13 +192,15 @@ class Hub:
                 del self._logs[run_id]
 
     def attach(
-        self, run_id: str, partition: int, from_seq: int, on_drop: Callable[[Subscription], None]
+        self, run_id: str, partition: int, from_seq: int, on_drop: Callable[[Subscription], None],
+        blocked: Callable[[], bool],
     ) -> Attachment:
-        """Subscribe to `run_id` from event `from_seq` on; `on_drop` is called if its queue overflows. Synchronous,
+        """Subscribe to `run_id` from event `from_seq` on; `on_drop` is called if its queue overflows while
+        `blocked()` (its writer waits on the socket). Synchronous,
         so no record is published between taking the backlog (or the partition's position) and joining the
         subscribers: nothing is missed or doubled."""
         log = self._tracked(run_id)
-        subscription = Subscription(run_id, self._queue_events, on_drop)
+        subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
         log.subscribers.append(subscription)
         self.subscriptions += 1
         backlog = None

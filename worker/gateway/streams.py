@@ -48,6 +48,7 @@ class RunStream:
     pointer: DisplayPointer | None
     on_drop: Callable[[], None]
     subscription: Subscription | None = None
+    writing: bool = False  # set by the writer while it waits on the socket
     sent: int = 0
     prelude: Prelude | None = field(default=None, repr=False)
 
@@ -144,7 +145,7 @@ class RunStreams:
             self._metrics.drops.inc()
             stream.on_drop()
 
-        attachment = self._hub.attach(run_id, partition, first, dropped)
+        attachment = self._hub.attach(run_id, partition, first, dropped, lambda: stream.writing)
         stream.subscription = attachment.subscription
         return attachment
 
