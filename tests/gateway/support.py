@@ -213,6 +213,7 @@ async def start_node(script: str, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         "node", str(Path(__file__).parent / "node" / script), *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "GATEWAY_NODE_MODULES": str(node_modules())},
+        limit=64 * 1024 * 1024,
     )
 
 

@@ -82,7 +82,8 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicParti
 
 
 class TopicTail:
-    """The live read of both topics; `ready` once the display topic was read to its end offsets taken at start."""
+    """The live read of both topics; `read` is set once the display topic was read to its end offsets taken at
+    start, `ready` while that is so and the loop beats."""
 
     def __init__(self, settings: GatewaySettings, hub: Hub, directory: RunDirectory, *,
                  on_batch: Callable[[int], None] | None = None) -> None:  # fmt: skip
@@ -93,7 +94,7 @@ class TopicTail:
         self._consumer: AIOKafkaConsumer | None = None
         self._display_end: dict[TopicPartition, int] = {}
         self.partitions = 0
-        self.ready = False
+        self.read = asyncio.Event()  # set once the display topic was read to its end offsets taken at start
         self.last_beat = time.monotonic()
 
     async def start(self, stop: asyncio.Event) -> bool:
@@ -129,8 +130,13 @@ class TopicTail:
             raise
         self._consumer = consumer
         self.partitions = len(output)
-        self.ready = not self._display_end
+        if not self._display_end:
+            self.read.set()
         return True
+
+    @property
+    def ready(self) -> bool:
+        return self.read.is_set()
 
     def partition_of(self, run_id: str) -> int:
         """The partition of a run's records: Kafka's default partitioner (murmur2 of the key), as the worker's."""
@@ -157,7 +163,7 @@ class TopicTail:
                     self._output(tp.partition, records)
                 elif tp.topic == display:
                     self._display(tp.partition, records)
-            if not self.ready:
+            if not self.read.is_set():
                 await self._check_ready(consumer)
             if self._on_batch is not None and count:
                 self._on_batch(count)
@@ -193,7 +199,7 @@ class TopicTail:
             if await consumer.position(tp) >= end:
                 del self._display_end[tp]
         if not self._display_end:
-            self.ready = True
+            self.read.set()
             _log.info("run directory read: %d runs", len(self._directory))
 
     async def stop(self) -> None:

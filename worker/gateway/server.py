@@ -97,6 +97,9 @@ async def _serve(settings: GatewaySettings) -> int:
         return 0
     await history.start()
     tasks = [asyncio.create_task(tail.run(stop)), asyncio.create_task(_sweep(hub, directory, metrics, stop))]
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
     runner, port = await _site(api.application(), settings.http_host, settings.http_port)
     _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
                                                               "display_topic": settings.display_topic})
