@@ -74,7 +74,8 @@ class RunLog:
     """What the hub holds of one run: its events from `recent_from` to `next_seq - 1` (every one, in order, unless
     `recent_from` is None: then none is known to be complete), its subscribers, its latest display number."""
 
-    __slots__ = ("display_seq", "finished", "next_seq", "recent", "recent_from", "run_id", "subscribers")
+    __slots__ = ("display_seq", "finished", "first_seen", "next_seq", "recent", "recent_from", "run_id",
+                 "subscribers")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -83,6 +84,7 @@ class RunLog:
         self.next_seq = 0
         self.display_seq = -1
         self.finished = False
+        self.first_seen: tuple[int, int] | None = None  # (number, record timestamp) of the first event read
         self.subscribers: list[Subscription] = []
 
     def covers(self, seq: int) -> bool:
@@ -151,6 +153,8 @@ class Hub:
         if log.recent_from is None or seq != log.next_seq:
             log.recent.clear()
             log.recent_from = seq  # complete from here: the tail reads every later record of the partition
+        if log.first_seen is None:
+            log.first_seen = (seq, timestamp_ms)
         recent = log.recent
         recent.append(RecentEvent(seq, value, timestamp_ms, self._clock(), terminal))
         if len(recent) > self._max_recent:

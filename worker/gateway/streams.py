@@ -25,6 +25,7 @@ __all__ = ["RunStream", "RunStreams", "StreamRequest"]
 
 _LIVE_WAIT_S = 1.0  # how long events the display announced may take to follow it through the tail
 _LIVE_WAIT_STEPS = 20
+_HOUR_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -260,14 +261,18 @@ class RunStreams:
         return max(pointer.seq if pointer is not None else -1, log.next_seq - 1 if log is not None else -1)
 
     async def _hint(self, run_id: str, pointer: DisplayPointer | None, first: int) -> int:
-        """A time at or after the record of event `first`: for the first event, its own time from the display's
-        RUN_STARTED (a record is appended after its event happened); else the latest display record's or event's."""
+        """A time at or after the record of event `first`: the record's own when the tail read it; for the first
+        event, the RUN_STARTED time in the display when it lies within the hour before the display record (a
+        record is appended after its event happened; older source times are a replay's); else the latest display
+        record's or event's, from where the reader looks back further as needed."""
+        log = self._hub.log(run_id)
+        if log is not None and log.first_seen is not None and log.first_seen[0] <= first:
+            return log.first_seen[1]
         if first == 0 and pointer is not None:
             prelude = await self._prelude(run_id, pointer)
             started = prelude.events[0].get("timestamp") if prelude is not None else None
-            if isinstance(started, int):
-                return min(started, pointer.timestamp_ms)
-        log = self._hub.log(run_id)
+            if isinstance(started, int) and pointer.timestamp_ms - _HOUR_MS <= started <= pointer.timestamp_ms:
+                return started
         stamps = [pointer.timestamp_ms] if pointer is not None else []
         if log is not None and log.recent:
             stamps.append(log.recent[-1].timestamp_ms)
