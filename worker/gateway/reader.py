@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.partitioner import murmur2
 
 from worker.errors import ConfigError, KafkaWorkerError
@@ -76,8 +76,8 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicParti
     if not parts:
         await consumer._client.force_metadata_update()
         parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        raise ConfigError(f"topic {topic!r} does not exist (or this principal may not describe it)")
+    if not parts:  # retried: the worker creates the display topic when it starts
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist yet (or this principal may not see it)")
     return [TopicPartition(topic, p) for p in sorted(parts)]
 
 
