@@ -67,3 +67,30 @@ fi
   echo "kafka tools jars: ready in $(( $(date +%s) - tools_start ))s"
 )
 # ---- kafka command-line tools (end) ----
+
+# ---- gateway clients (begin; owned by the gateway) ----
+# The gateway tests run the official @ag-ui/client under Node and drive a headless Chromium with puppeteer-core
+# (tests/gateway/node/package.json, pinned by its package-lock.json). The packages go to
+# "$CACHE/gateway-node-<lock hash>/node_modules", installed once per lock; Chromium is Debian's
+# chromium-headless-shell (a browser download of puppeteer's own cannot be fetched here).
+(
+  cd "$(dirname "$0")/.."
+  lock_hash=$(sha256sum tests/gateway/node/package-lock.json | cut -c1-16)
+  node_dir="$CACHE/gateway-node-$lock_hash"
+  if [ -d "$node_dir/node_modules/@ag-ui/client" ] && [ -d "$node_dir/node_modules/puppeteer-core" ]; then
+    echo "gateway node packages: cached"
+  else
+    rm -rf "$node_dir.tmp" && mkdir -p "$node_dir.tmp"
+    cp tests/gateway/node/package.json tests/gateway/node/package-lock.json "$node_dir.tmp/"
+    (cd "$node_dir.tmp" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    rm -rf "$node_dir" && mv "$node_dir.tmp" "$node_dir"
+    echo "gateway node packages: installed in $node_dir"
+  fi
+  if ! command -v chromium-headless-shell >/dev/null 2>&1; then
+    echo "chromium-headless-shell: installing Debian's package"
+    if [ "$(id -u)" = "0" ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
+    $apt_get update -qq && DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq chromium-headless-shell >/dev/null
+  fi
+  echo "chromium-headless-shell: $(chromium-headless-shell --version 2>/dev/null | head -1)"
+)
+# ---- gateway clients (end) ----

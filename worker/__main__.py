@@ -1,4 +1,5 @@
-"""`python -m worker <command>`: `convert` (offline files) and `run` (the Kafka worker); `--version`."""
+"""`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `gateway` (AG-UI over HTTP);
+`--version`."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="files of Harness wire items, one JSON object per line; none: standard input")
     # `run` is dispatched to worker.app.main_run before parsing; registered here for --help only.
     commands.add_parser("run", help="run the Kafka worker (see `python -m worker run --help`)", add_help=False)
+    # `gateway` likewise, dispatched to worker.gateway.server.main_gateway.
+    commands.add_parser("gateway", help="serve runs over HTTP/SSE (see `python -m worker gateway --help`)",
+                        add_help=False)
     return parser
 
 
@@ -41,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
 
         return main_run(args_list[1:], early=early)
+    if args_list and args_list[0] == "gateway":
+        from worker.gateway.server import main_gateway  # noqa: PLC0415 - the server stack loads only for `gateway`
+
+        return main_gateway(args_list[1:])
     args = build_parser().parse_args(args_list)
     from worker.convert import convert_paths  # noqa: PLC0415
 

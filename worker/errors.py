@@ -9,6 +9,7 @@
     ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
+    ├── GatewayError            the gateway cannot serve an HTTP request as asked (status and code for the answer)
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
         ├── AuthorizationError  the broker refused a right the worker needs: retried until it is granted
         ├── RebuildError        a partition could not be rebuilt from its source history
@@ -30,6 +31,7 @@ __all__ = [
     "DisplayGapError",
     "FencedError",
     "GapError",
+    "GatewayError",
     "KafkaWorkerError",
     "RebuildError",
     "ShardedReplayError",
@@ -104,6 +106,16 @@ class CheckpointVersionError(WorkerError):
         self.partition = partition
         self.version = version
         super().__init__(f"changelog of {topic}[{partition}]: {message}")
+
+
+class GatewayError(WorkerError):
+    """The gateway cannot serve a request as asked: `status` is the HTTP status of the answer, `code` a word
+    naming the cause (`unknown-run`, `bad-cursor`, `bad-token`, ...), the message says what to fix."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(message)
 
 
 class KafkaWorkerError(WorkerError):

@@ -110,3 +110,18 @@ app.kubernetes.io/part-of: harness-agui
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The gateway's labels: its own name, so the worker's selectors (name and instance) never match its pods. */}}
+{{- define "haw.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-gateway" (include "haw.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "haw.gatewayLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "haw.gatewaySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: gateway
+app.kubernetes.io/part-of: harness-agui
+{{- end -}}
