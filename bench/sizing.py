@@ -1,15 +1,17 @@
 """Sizing figures: memory per open stream, per open run with the display fold, per remembered ended run and per
 assigned partition, and CPU per 1,000 items/s, with the table docs/sizing.md turns them into.
 
-Usage: .venv/bin/python bench/sizing.py [--streams N] [--no-broker] [--copies N]
+Usage: .venv/bin/python bench/sizing.py [--streams N] [--open-runs N] [--copies N] [--no-broker]
 
 Part 1 (no broker) feeds the first half of each golden run, cloned under fresh root run ids, to one partition's
 state (`PartitionState`, as the worker holds it) and measures what stays allocated per open run (tracemalloc),
-with the display topic off and on (the display fold in this process; with the default fold helper process the
-same projections live in the helper, in the same pod). Part 2 starts a loopback Kafka broker and the real worker:
-its resident memory idle with 1 and with 12 assigned partitions (the difference is the fixed cost of a partition:
-its transactional producer, fetch buffers and state), and its CPU (with its helper processes) per item over the
-golden corpus, with the display topic off and on.
+with the display topic off and on (each open run's display projection, folded in the same state). Part 2 starts a
+loopback Kafka broker and the real worker (`python -m worker run`): its resident memory idle with 1 and with 12
+assigned partitions (the difference is the fixed cost of a partition: its transactional producer, fetch buffers
+and state); its resident memory idle and after the first halves of `--open-runs` runs on one partition, with the
+display topic off and on (the display folds in the worker process, so the growth is all there); and its CPU per
+item over the golden corpus, display off and on. Every memory and CPU figure of part 2 is of the worker process
+and its descendants, and the number of descendants is printed beside it.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 
 from worker._native import describe  # noqa: E402
 from worker.stream import PartitionState, SourceRecord  # noqa: E402
+
+if TYPE_CHECKING:
+    from devtools.kafka_cluster import KafkaCluster
 
 TOPIC = "harness.events"
 MIB = 1024 * 1024
@@ -74,8 +80,6 @@ def held_per_run(runs: list[list[dict[str, object]]], streams: int, *, display: 
     before = tracemalloc.get_traced_memory()[0]
     for record in records:
         state.process(record)
-    if display:
-        state.take_display_work()
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -99,7 +103,7 @@ def _tree(pid: int) -> list[int]:
 
 
 def rss_bytes(pid: int) -> int:
-    """Resident memory of `pid` and its helper processes."""
+    """Resident memory of `pid` and its descendants."""
     total = 0
     for member in _tree(pid):
         with contextlib.suppress(OSError):
@@ -110,7 +114,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU of `pid` and its live helper processes so far."""
+    """User and system CPU of `pid` and its live descendants so far (with the children they waited for)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for member in _tree(pid):
@@ -121,13 +125,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Worker:
-    """`python -m worker run` on the loopback broker, its log in a temporary file."""
+    """`python -P -m worker run` (the installed package, not the checkout) on the loopback broker, its log in a
+    temporary file."""
 
     def __init__(self, bootstrap: str, source: str, group: str, log: Path, *extra: str) -> None:
         self.log = log
-        command = [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap, "--source-topic", source,
-                   "--output-topic", f"{source}.out", "--dlq-topic", f"{source}.dlq", "--group-id", group,
-                   "--metrics-port", "0", "--log-format", "json", *extra]  # fmt: skip
+        command = [sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+                   "--source-topic", source, "--output-topic", f"{source}.out", "--dlq-topic", f"{source}.dlq",
+                   "--group-id", group, "--metrics-port", "0", "--log-format", "json", *extra]  # fmt: skip
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, partitions: int, timeout_s: float = 120) -> None:
@@ -162,23 +167,49 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]
         await producer.stop()
 
 
-def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Path) -> dict[str, float]:
+def _topics(cluster: KafkaCluster, source: str, partitions: int) -> None:
+    """The worker's source topic with `partitions` partitions, its output topic alike, a one-partition DLQ."""
+    for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
+        cluster.create_topic(topic, count)
+
+
+def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: int, workdir: Path) -> dict[str, float]:
     from devtools.kafka_cluster import KafkaCluster  # noqa: PLC0415
     from devtools.kafka_tools import wait_caught_up  # noqa: PLC0415
 
     out: dict[str, float] = {}
     with KafkaCluster.start(nodes=1) as cluster:
         bs = cluster.bootstrap_servers
-        for partitions, display in ((1, False), (12, False), (1, True)):
-            source = f"idle{partitions}{'-display' if display else ''}"
-            for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
-                cluster.create_topic(topic, count)
+        # The fixed cost of a partition: the same worker idle with 12 partitions against 1.
+        _topics(cluster, "idle12", 12)
+        worker = Worker(bs, "idle12", "g-idle12", workdir / "idle12.log")
+        try:
+            worker.wait_ready(12)
+            time.sleep(5)  # settled: producers started, a poll or two
+            out["rss_idle_12"] = rss_bytes(worker.process.pid)
+        finally:
+            worker.stop()
+        # Open runs held by the worker process: its resident memory idle on one partition, then after the first
+        # halves of `open_runs` runs (each stays open), display off and on.
+        halves = [
+            pair
+            for n in range(open_runs)
+            for pair in clone(runs[n % len(runs)], f"open-{n}", upto=max(1, len(runs[n % len(runs)]) // 2))
+        ]
+        for label, display in (("open", False), ("open_display", True)):
+            source = label.replace("_", "-")
+            _topics(cluster, source, 1)
             extra = ("--display-topic", f"{source}.view") if display else ()
             worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log", *extra)
             try:
-                worker.wait_ready(partitions)
-                time.sleep(5)  # settled: the producers started, a poll or two
-                out[f"rss_idle_{partitions}{'_display' if display else ''}"] = rss_bytes(worker.process.pid)
+                worker.wait_ready(1)
+                time.sleep(5)  # settled: producers started, a poll or two
+                out[f"rss_idle_1{'_display' if display else ''}"] = idle = rss_bytes(worker.process.pid)
+                asyncio.run(produce(bs, source, halves))
+                asyncio.run(wait_caught_up(bs, f"g-{source}", source, within_s=900))
+                time.sleep(5)  # settled: producers started, a poll or two
+                out[label] = (rss_bytes(worker.process.pid) - idle) / open_runs
+                out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
             finally:
                 worker.stop()
         records = []
@@ -188,16 +219,16 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Pa
         flat = [pair for run in records for pair in run]  # each run in order; runs one after the other
         for label, extra in (("cpu", ()), ("cpu_display", ("--display-topic", "cpu-display.view"))):
             source = f"{label.replace('_', '-')}.in"
-            for topic, count in ((source, 3), (f"{source}.out", 3), (f"{source}.dlq", 1)):
-                cluster.create_topic(topic, count)
+            _topics(cluster, source, 3)
             asyncio.run(produce(bs, source, flat))
             worker = Worker(bs, source, f"g-{label}", workdir / f"{label}.log", *extra)
             try:
                 worker.wait_ready(3)
                 begin = cpu_seconds(worker.process.pid)
-                asyncio.run(wait_caught_up(bs, f"g-{label}", source, within_s=600))
+                asyncio.run(wait_caught_up(bs, f"g-{label}", source, within_s=900))
                 out[label] = (cpu_seconds(worker.process.pid) - begin) / len(flat)
                 out[f"{label}_items"] = len(flat)
+                out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
             finally:
                 worker.stop()
     return out
@@ -206,7 +237,9 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
-    parser.add_argument("--streams", type=int, default=2000, help="open runs the memory figures are measured on")
+    parser.add_argument("--streams", type=int, default=2000, help="open runs the tracemalloc figures are measured on")
+    parser.add_argument("--open-runs", type=int, default=4000,
+                        help="open runs the worker process's resident memory is measured on")  # fmt: skip
     parser.add_argument("--copies", type=int, default=20, help="copies of the golden corpus the CPU is measured on")
     parser.add_argument("--no-broker", action="store_true", help="part 1 only (no broker, no worker process)")
     args = parser.parse_args()
@@ -215,27 +248,37 @@ def main() -> None:
     stream = held_per_run(runs, args.streams, display=False)
     display = held_per_run(runs, args.streams, display=True)
     ended = held_per_run(runs, args.streams, display=False, ended=True)
-    print(f"memory per open run:          {stream / 1024:7.1f} KiB ({args.streams} runs, each half fed)")
-    print(f"memory per open run, display: {display / 1024:7.1f} KiB (the display fold in process)")
+    print(f"memory per open run:          {stream / 1024:7.1f} KiB ({args.streams} runs, each half fed; tracemalloc)")
+    print(f"memory per open run, display: {display / 1024:7.1f} KiB (its display projection included)")
     print(f"memory per remembered run:    {ended / 1024:7.1f} KiB (ended runs kept by --closed-stream-memory)")
     partition = base = None
     if not args.no_broker:
         with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
-            figures = broker_figures(runs, args.copies, Path(tmp))
+            figures = broker_figures(runs, args.copies, args.open_runs, Path(tmp))
         base = figures["rss_idle_1"]
-        partition = (figures["rss_idle_12"] - figures["rss_idle_1"]) / 11
-        print(f"worker process, idle, 1 partition:    {base / MIB:6.1f} MiB resident (with its helper processes)")
-        print(f"worker process, idle, 12 partitions:  {figures['rss_idle_12'] / MIB:6.1f} MiB: "
-              f"{partition / MIB:.2f} MiB per partition")
-        print(f"worker process, idle, 1 partition, display topic on: {figures['rss_idle_1_display'] / MIB:6.1f} MiB "
-              "(the fold helper process included)")
-        for label, what in (("cpu", "display off"), ("cpu_display", "display on, fold helper included")):
+        partition = (figures["rss_idle_12"] - base) / 11
+        print(f"worker process, idle, 1 partition:    {base / MIB:6.1f} MiB resident")
+        print(
+            f"worker process, idle, 12 partitions:  {figures['rss_idle_12'] / MIB:6.1f} MiB: "
+            f"{partition / MIB:.2f} MiB per partition"
+        )
+        print(f"worker process, idle, 1 partition, display topic on: {figures['rss_idle_1_display'] / MIB:6.1f} MiB")
+        for label, what in (("open", "display off"), ("open_display", "display on")):
+            print(
+                f"worker process, resident growth per open run, {what}: {figures[label] / 1024:7.1f} KiB "
+                f"({args.open_runs} runs, each half fed; {figures[f'{label}_children']:.0f} child processes)"
+            )
+        for label, what in (("cpu", "display off"), ("cpu_display", "display on")):
             per_item = figures[label]
-            print(f"CPU per item, {what}: {per_item * 1e6:5.1f} us over {figures[f'{label}_items']:.0f} items: "
-                  f"{per_item * 1000:.3f} cores per 1,000 items/s")
+            print(
+                f"CPU per item, {what}: {per_item * 1e6:5.1f} us over {figures[f'{label}_items']:.0f} items: "
+                f"{per_item * 1000:.3f} cores per 1,000 items/s ({figures[f'{label}_children']:.0f} child processes)"
+            )
     remembered = 10_000 * ended
-    print("\nN open runs per partition need (state only; add the remembered ended runs, "
-          f"{remembered / MIB:.0f} MiB per partition at the default 10,000, and the fixed cost per partition):")
+    print(
+        "\nN open runs per partition need (state only, tracemalloc's figures; add the remembered ended runs, "
+        f"{remembered / MIB:.0f} MiB per partition at the default 10,000, and the fixed cost per partition):"
+    )
     print("| open runs per partition | display off | display on |")
     print("|---|---|---|")
     for n in (100, 1_000, 10_000, 100_000):
