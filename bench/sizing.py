@@ -9,7 +9,7 @@ with the display topic off and on (each open run's display projection, folded in
 checkpoint of them all allocates beside it while its changelog records are alive. Part 2 starts a loopback Kafka
 broker and the real worker (`python -m worker run`, which folds the display in its own process) and reads its resident
 memory: idle with 1 and with 12 partitions (the fixed cost of a partition), after catching up on a backlog in all 12
-(what a busy partition keeps), and after the first halves of `--open-runs` runs on one partition (the open runs as
+(what catching up leaves resident), and after the first halves of `--open-runs` runs on one partition (the open runs as
 the process holds them); and its CPU per item over that backlog. Each of these is measured with the display topic
 off and on, of the worker process and its descendants (their number is printed).
 """
@@ -209,8 +209,8 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: 
             finally:
                 worker.stop()
         # A worker of 12 partitions: idle (against 1, the fixed cost of a partition), then catching up on a
-        # backlog of whole runs in every partition (what a busy partition holds: fetched and pending records,
-        # their output, producer batches, as the allocator keeps it), and its CPU per item doing so.
+        # backlog of whole runs in every partition (what catching up leaves resident: records fetched and waiting for
+        # their transaction, their output, producer batches, as the allocator keeps them), and its CPU per item.
         flat = [pair for n in range(copies) for i, run in enumerate(runs) for pair in clone(run, f"cpu-{n}-{i}")]
         for label, display in (("cpu", False), ("cpu_display", True)):
             suffix = "_display" if display else ""
@@ -270,8 +270,7 @@ def main() -> None:
             idle1, idle12, busy12 = f[f"rss_idle_1{suffix}"], f[f"rss_idle_12{suffix}"], f[f"rss_busy_12{suffix}"]
             print(f"  {what}: idle {idle1 / MIB:.1f} MiB with 1 partition, {idle12 / MIB:.1f} MiB with 12 "
                   f"({(idle12 - idle1) / 11 / MIB:.2f} MiB per idle partition); {busy12 / MIB:.1f} MiB with 12 after "
-                  f"catching up on {f['cpu_items']:,.0f} items ({(busy12 - idle12) / 12 / MIB:.1f} MiB per busy "
-                  "partition)")
+                  f"catching up on {f['cpu_items']:,.0f} items ({(busy12 - idle12) / MIB:.1f} MiB over idle)")
         for label, what in (("open", "display off"), ("open_display", "display on")):
             print(f"  {what}: {f[label] * args.open_runs / MIB:.1f} MiB more with {args.open_runs:,} open runs on one "
                   f"partition, {f[label] / 1024:.1f} KiB per open run (that partition's load included)")
@@ -283,7 +282,8 @@ def main() -> None:
         print(f"  child processes: {', '.join(f'{c:.0f}' for c in sorted(children))}")
     remembered = 10_000 * ended
     print("\nN open runs per partition need (held and one checkpoint; add the remembered ended runs, "
-          f"{remembered / MIB:.0f} MiB per partition at the default 10,000, and a busy partition's memory):")
+          f"{remembered / MIB:.0f} MiB per partition at the default 10,000, the fixed cost per partition, and the "
+          "process):")
     print("| open runs per partition | display off | display on |")
     print("|---|---|---|")
     for n in (100, 1_000, 10_000, 100_000):
