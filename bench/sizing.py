@@ -1,15 +1,17 @@
 """Sizing figures: memory per open stream, per open run with the display fold, per remembered ended run and per
 assigned partition, and CPU per 1,000 items/s, with the table docs/sizing.md turns them into.
 
-Usage: .venv/bin/python bench/sizing.py [--streams N] [--no-broker] [--copies N]
+Usage: .venv/bin/python bench/sizing.py [--streams N] [--open-runs N] [--copies N] [--no-broker]
 
 Part 1 (no broker) feeds the first half of each golden run, cloned under fresh root run ids, to one partition's
-state (`PartitionState`, as the worker holds it) and measures what stays allocated per open run (tracemalloc),
-with the display topic off and on (the display fold in this process; with the default fold helper process the
-same projections live in the helper, in the same pod). Part 2 starts a loopback Kafka broker and the real worker:
-its resident memory idle with 1 and with 12 assigned partitions (the difference is the fixed cost of a partition:
-its transactional producer, fetch buffers and state), and its CPU (with its helper processes) per item over the
-golden corpus, with the display topic off and on.
+state (`PartitionState`, as the worker holds it) and measures with tracemalloc what stays allocated per open run,
+with the display topic off and on (each open run's display projection, folded in the same state), and what a
+checkpoint of them all allocates beside it while its changelog records are alive. Part 2 starts a loopback Kafka
+broker and the real worker (`python -m worker run`, which folds the display in its own process) and reads its resident
+memory: idle with 1 and with 12 partitions (the fixed cost of a partition), after catching up on a backlog in all 12
+(what catching up leaves resident), and after the first halves of `--open-runs` runs on one partition (the open runs as
+the process holds them); and its CPU per item over that backlog. Each of these is measured with the display topic
+off and on, of the worker process and its descendants (their number is printed).
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 
 from worker._native import describe  # noqa: E402
 from worker.stream import PartitionState, SourceRecord  # noqa: E402
+
+if TYPE_CHECKING:
+    from devtools.kafka_cluster import KafkaCluster
 
 TOPIC = "harness.events"
 MIB = 1024 * 1024
@@ -53,9 +59,12 @@ def clone(run: list[dict[str, object]], root: str, upto: int | None = None) -> I
         yield root.encode(), orjson.dumps({**item, "run_id": root} if item["run_id"] == original else item)
 
 
-def held_per_run(runs: list[list[dict[str, object]]], streams: int, *, display: bool, ended: bool = False) -> float:
+def held_per_run(
+    runs: list[list[dict[str, object]]], streams: int, *, display: bool, ended: bool = False
+) -> tuple[float, float]:
     """Bytes a partition's state keeps per run: `streams` runs fed their first half (open), or whole (`ended`:
-    what a remembered ended run costs)."""
+    what a remembered ended run costs); and the most a checkpoint of them all (every run changed since the last)
+    allocates beside that, per run, while its changelog records are alive."""
     state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
                            display_interval_ms=1000 if display else None)  # fmt: skip
     records = []
@@ -68,20 +77,23 @@ def held_per_run(runs: list[list[dict[str, object]]], streams: int, *, display: 
     warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
     for record in records[:200]:
         warm.process(record)
+    warm.checkpoint(200)
     del warm
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for record in records:
         state.process(record)
-    if display:
-        state.take_display_work()
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    changelog = state.checkpoint(offset)
+    peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
+    del changelog
     counted = state.remembered_streams if ended else state.open_streams
     assert counted == streams, (counted, streams)
-    return (after - before) / streams
+    return (after - before) / streams, (peak - after) / streams
 
 
 # ---- part 2: the real worker on a loopback broker ---------------------------------------------------------------
@@ -99,7 +111,7 @@ def _tree(pid: int) -> list[int]:
 
 
 def rss_bytes(pid: int) -> int:
-    """Resident memory of `pid` and its helper processes."""
+    """Resident memory of `pid` and its descendants."""
     total = 0
     for member in _tree(pid):
         with contextlib.suppress(OSError):
@@ -110,7 +122,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU of `pid` and its live helper processes so far."""
+    """User and system CPU of `pid` and its live descendants so far (with the children they waited for)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for member in _tree(pid):
@@ -121,13 +133,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Worker:
-    """`python -m worker run` on the loopback broker, its log in a temporary file."""
+    """`python -P -m worker run` (the installed package, not the checkout) on the loopback broker, its log in a
+    temporary file."""
 
     def __init__(self, bootstrap: str, source: str, group: str, log: Path, *extra: str) -> None:
         self.log = log
-        command = [sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap, "--source-topic", source,
-                   "--output-topic", f"{source}.out", "--dlq-topic", f"{source}.dlq", "--group-id", group,
-                   "--metrics-port", "0", "--log-format", "json", *extra]  # fmt: skip
+        command = [sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+                   "--source-topic", source, "--output-topic", f"{source}.out", "--dlq-topic", f"{source}.dlq",
+                   "--group-id", group, "--metrics-port", "0", "--log-format", "json", *extra]  # fmt: skip
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, partitions: int, timeout_s: float = 120) -> None:
@@ -162,42 +175,69 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]
         await producer.stop()
 
 
-def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Path) -> dict[str, float]:
+def _topics(cluster: KafkaCluster, source: str, partitions: int) -> None:
+    """The worker's source topic with `partitions` partitions, its output topic alike, a one-partition DLQ."""
+    for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
+        cluster.create_topic(topic, count)
+
+
+def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: int, workdir: Path) -> dict[str, float]:
     from devtools.kafka_cluster import KafkaCluster  # noqa: PLC0415
     from devtools.kafka_tools import wait_caught_up  # noqa: PLC0415
 
     out: dict[str, float] = {}
     with KafkaCluster.start(nodes=1) as cluster:
         bs = cluster.bootstrap_servers
-        for partitions, display in ((1, False), (12, False), (1, True)):
-            source = f"idle{partitions}{'-display' if display else ''}"
-            for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
-                cluster.create_topic(topic, count)
+        # Open runs held by the worker process: its resident memory idle on one partition, then after the first
+        # halves of `open_runs` runs (each stays open), display off and on.
+        halves = [pair for n in range(open_runs)
+                  for pair in clone(runs[n % len(runs)], f"open-{n}", upto=max(1, len(runs[n % len(runs)]) // 2))]
+        for label, display in (("open", False), ("open_display", True)):
+            source = label.replace("_", "-")
+            _topics(cluster, source, 1)
             extra = ("--display-topic", f"{source}.view") if display else ()
             worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log", *extra)
             try:
-                worker.wait_ready(partitions)
-                time.sleep(5)  # settled: the producers started, a poll or two
-                out[f"rss_idle_{partitions}{'_display' if display else ''}"] = rss_bytes(worker.process.pid)
+                worker.wait_ready(1)
+                time.sleep(5)  # settled: producers started, a poll or two
+                out[f"rss_idle_1{'_display' if display else ''}"] = idle = rss_bytes(worker.process.pid)
+                asyncio.run(produce(bs, source, halves))
+                asyncio.run(wait_caught_up(bs, f"g-{source}", source, within_s=900))
+                time.sleep(5)
+                out[label] = (rss_bytes(worker.process.pid) - idle) / open_runs
+                out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
             finally:
                 worker.stop()
-        records = []
-        for n in range(copies):
-            for i, run in enumerate(runs):
-                records.append(list(clone(run, f"cpu-{n}-{i}")))
-        flat = [pair for run in records for pair in run]  # each run in order; runs one after the other
-        for label, extra in (("cpu", ()), ("cpu_display", ("--display-topic", "cpu-display.view"))):
+        # A worker of 12 partitions: idle (against 1, the fixed cost of a partition), then catching up on a
+        # backlog of whole runs in every partition (what catching up leaves resident: records fetched and waiting for
+        # their transaction, their output, producer batches, as the allocator keeps them), and its CPU per item.
+        flat = [pair for n in range(copies) for i, run in enumerate(runs) for pair in clone(run, f"cpu-{n}-{i}")]
+        for label, display in (("cpu", False), ("cpu_display", True)):
+            suffix = "_display" if display else ""
+            source = f"idle12{suffix.replace('_', '-')}"
+            _topics(cluster, source, 12)
+            extra = ("--display-topic", f"{source}.view") if display else ()
+            worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log", *extra)
+            try:
+                worker.wait_ready(12)
+                time.sleep(5)
+                out[f"rss_idle_12{suffix}"] = rss_bytes(worker.process.pid)
+            finally:
+                worker.stop()
             source = f"{label.replace('_', '-')}.in"
-            for topic, count in ((source, 3), (f"{source}.out", 3), (f"{source}.dlq", 1)):
-                cluster.create_topic(topic, count)
+            _topics(cluster, source, 12)
             asyncio.run(produce(bs, source, flat))
+            extra = ("--display-topic", f"{source}.view") if display else ()
             worker = Worker(bs, source, f"g-{label}", workdir / f"{label}.log", *extra)
             try:
-                worker.wait_ready(3)
+                worker.wait_ready(12)
                 begin = cpu_seconds(worker.process.pid)
-                asyncio.run(wait_caught_up(bs, f"g-{label}", source, within_s=600))
+                asyncio.run(wait_caught_up(bs, f"g-{label}", source, within_s=900))
                 out[label] = (cpu_seconds(worker.process.pid) - begin) / len(flat)
                 out[f"{label}_items"] = len(flat)
+                out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
+                time.sleep(5)
+                out[f"rss_busy_12{suffix}"] = rss_bytes(worker.process.pid)
             finally:
                 worker.stop()
     return out
@@ -206,42 +246,48 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, workdir: Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", type=Path, default=ROOT / "tests" / "data" / "golden")
-    parser.add_argument("--streams", type=int, default=2000, help="open runs the memory figures are measured on")
+    parser.add_argument("--streams", type=int, default=2000, help="open runs the tracemalloc figures are measured on")
+    parser.add_argument("--open-runs", type=int, default=4000,
+                        help="open runs the worker process's resident memory is measured on")  # fmt: skip
     parser.add_argument("--copies", type=int, default=20, help="copies of the golden corpus the CPU is measured on")
     parser.add_argument("--no-broker", action="store_true", help="part 1 only (no broker, no worker process)")
     args = parser.parse_args()
     runs = load_runs(args.corpus)
     print(f"conversion core: {describe()}; {len(runs)} golden runs; Python {sys.version.split()[0]}")
-    stream = held_per_run(runs, args.streams, display=False)
-    display = held_per_run(runs, args.streams, display=True)
-    ended = held_per_run(runs, args.streams, display=False, ended=True)
-    print(f"memory per open run:          {stream / 1024:7.1f} KiB ({args.streams} runs, each half fed)")
-    print(f"memory per open run, display: {display / 1024:7.1f} KiB (the display fold in process)")
-    print(f"memory per remembered run:    {ended / 1024:7.1f} KiB (ended runs kept by --closed-stream-memory)")
-    partition = base = None
+    stream, stream_cp = held_per_run(runs, args.streams, display=False)
+    display, display_cp = held_per_run(runs, args.streams, display=True)
+    ended, _ = held_per_run(runs, args.streams, display=False, ended=True)
+    print(f"memory per open run, display off: {stream / 1024:6.1f} KiB held, {stream_cp / 1024:5.1f} KiB more while a "
+          f"checkpoint writes it ({args.streams:,} runs, each half fed; tracemalloc)")
+    print(f"memory per open run, display on:  {display / 1024:6.1f} KiB held, {display_cp / 1024:5.1f} KiB more while "
+          "a checkpoint writes it (its display projection included)")
+    print(f"memory per remembered run:        {ended / 1024:6.1f} KiB (ended runs kept by --closed-stream-memory)")
     if not args.no_broker:
         with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
-            figures = broker_figures(runs, args.copies, Path(tmp))
-        base = figures["rss_idle_1"]
-        partition = (figures["rss_idle_12"] - figures["rss_idle_1"]) / 11
-        print(f"worker process, idle, 1 partition:    {base / MIB:6.1f} MiB resident (with its helper processes)")
-        print(f"worker process, idle, 12 partitions:  {figures['rss_idle_12'] / MIB:6.1f} MiB: "
-              f"{partition / MIB:.2f} MiB per partition")
-        print(f"worker process, idle, 1 partition, display topic on: {figures['rss_idle_1_display'] / MIB:6.1f} MiB "
-              "(the fold helper process included)")
-        for label, what in (("cpu", "display off"), ("cpu_display", "display on, fold helper included")):
-            per_item = figures[label]
-            print(f"CPU per item, {what}: {per_item * 1e6:5.1f} us over {figures[f'{label}_items']:.0f} items: "
-                  f"{per_item * 1000:.3f} cores per 1,000 items/s")
+            f = broker_figures(runs, args.copies, args.open_runs, Path(tmp))
+        print("\nthe worker process (resident, with its descendants):")
+        for suffix, what in (("", "display off"), ("_display", "display on")):
+            idle1, idle12, busy12 = f[f"rss_idle_1{suffix}"], f[f"rss_idle_12{suffix}"], f[f"rss_busy_12{suffix}"]
+            print(f"  {what}: idle {idle1 / MIB:.1f} MiB with 1 partition, {idle12 / MIB:.1f} MiB with 12 "
+                  f"({(idle12 - idle1) / 11 / MIB:.2f} MiB per idle partition); {busy12 / MIB:.1f} MiB with 12 after "
+                  f"catching up on {f['cpu_items']:,.0f} items ({(busy12 - idle12) / MIB:.1f} MiB over idle)")
+        for label, what in (("open", "display off"), ("open_display", "display on")):
+            print(f"  {what}: {f[label] * args.open_runs / MIB:.1f} MiB more with {args.open_runs:,} open runs on one "
+                  f"partition, {f[label] / 1024:.1f} KiB per open run (that partition's load included)")
+        for label, what in (("cpu", "display off"), ("cpu_display", "display on")):
+            per_item = f[label]
+            print(f"  CPU per item, {what}: {per_item * 1e6:.1f} us over {f[f'{label}_items']:,.0f} items in 12 "
+                  f"partitions: {per_item * 1000:.3f} cores per 1,000 items/s")
+        children = {f[k] for k in ("open_children", "open_display_children", "cpu_children", "cpu_display_children")}
+        print(f"  child processes: {', '.join(f'{c:.0f}' for c in sorted(children))}")
     remembered = 10_000 * ended
-    print("\nN open runs per partition need (state only; add the remembered ended runs, "
-          f"{remembered / MIB:.0f} MiB per partition at the default 10,000, and the fixed cost per partition):")
+    print("\nN open runs per partition need (held and one checkpoint; add the remembered ended runs, "
+          f"{remembered / MIB:.0f} MiB per partition at the default 10,000, the fixed cost per partition, and the "
+          "process):")
     print("| open runs per partition | display off | display on |")
     print("|---|---|---|")
     for n in (100, 1_000, 10_000, 100_000):
-        print(f"| {n:,} | {n * stream / MIB:,.1f} MiB | {n * display / MIB:,.1f} MiB |")
-    if partition is not None and base is not None:
-        print(f"\nfixed: {base / MIB:.0f} MiB per worker process, {partition / MIB:.1f} MiB per partition")
+        print(f"| {n:,} | {n * (stream + stream_cp) / MIB:,.1f} MiB | {n * (display + display_cp) / MIB:,.1f} MiB |")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from worker.app import _check_memory
 from worker.ops import capacity
 from worker.ops.capacity import (
     BYTES_PER_DISPLAY_RUN,
-    BYTES_PER_FOLD_HELPER,
     BYTES_PER_OPEN_RUN,
     BYTES_PER_PARTITION,
     BYTES_PER_PROCESS,
@@ -61,7 +60,8 @@ def test_the_worst_case_is_every_partition_at_its_cap() -> None:
     assert worst.total == BYTES_PER_PROCESS + 12 * per_partition
     shown = WorstCase(12, 100_000, 10_000, display=True)
     assert shown.per_run == BYTES_PER_DISPLAY_RUN
-    assert shown.total == BYTES_PER_PROCESS + BYTES_PER_FOLD_HELPER + 12 * (
+    # The display folds in the worker process: it adds to every open run, and no process of its own.
+    assert shown.total == BYTES_PER_PROCESS + 12 * (
         BYTES_PER_PARTITION + 100_000 * BYTES_PER_DISPLAY_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN)
 
 
@@ -77,6 +77,18 @@ def test_a_worst_case_beyond_the_limit_is_one_line_with_the_numbers_and_what_fit
     assert WorstCase(12, fits, 10_000).warning(GIB) is None
 
 
+def test_with_the_display_topic_the_warning_prices_the_display_and_what_fits() -> None:
+    shown = WorstCase(12, 40_000, 10_000, display=True)
+    message = shown.warning(4 * GIB)
+    assert message is not None
+    assert f"x {BYTES_PER_DISPLAY_RUN / 1024:,.1f} KiB with the display topic" in message
+    assert f"plus {BYTES_PER_PROCESS >> 20:,} MiB for the worker process under load" in message
+    fits = shown.fitting_open_streams(4 * GIB)
+    assert f"Lower --max-open-streams to {fits:,}" in message
+    assert WorstCase(12, fits, 10_000, display=True).total <= 4 * GIB < WorstCase(12, fits + 1, 10_000, True).total
+    assert fits < WorstCase(12, 40_000, 10_000).fitting_open_streams(4 * GIB) // 10
+
+
 def test_the_worker_warns_at_start_when_its_worst_case_does_not_fit(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -85,6 +97,9 @@ def test_the_worker_warns_at_start_when_its_worst_case_does_not_fit(
         _check_memory(Settings(), partitions=12)
         _check_memory(Settings(max_open_streams=1_000), partitions=12)
         _check_memory(Settings(), partitions=None)
-    [record] = caplog.records
-    assert "12 source partitions" in record.getMessage() and "100,000 open runs" in record.getMessage()
-    assert record.memory_limit_bytes == GIB  # type: ignore[attr-defined]
+        _check_memory(Settings(max_open_streams=1_000, display_topic="agui.display"), partitions=12)
+    plain, shown = caplog.records
+    assert "12 source partitions" in plain.getMessage() and "100,000 open runs" in plain.getMessage()
+    assert plain.memory_limit_bytes == GIB  # type: ignore[attr-defined]
+    assert "1,000 open runs" in shown.getMessage() and "with the display topic" in shown.getMessage()
+    assert shown.worst_case_bytes == WorstCase(12, 1_000, 10_000, display=True).total  # type: ignore[attr-defined]

@@ -8,18 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BYTES_PER_DISPLAY_RUN", "BYTES_PER_FOLD_HELPER", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION",
-           "BYTES_PER_PROCESS", "BYTES_PER_REMEMBERED_RUN", "WorstCase", "memory_limit"]  # fmt: skip
+__all__ = ["BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION", "BYTES_PER_PROCESS",
+           "BYTES_PER_REMEMBERED_RUN", "WorstCase", "memory_limit"]  # fmt: skip
 
-# Measured by bench/sizing.py (docs/sizing.md), rounded up.
-BYTES_PER_OPEN_RUN: Final = 1_600  # a run's observer state and tables, display off (1.5 KiB measured)
-BYTES_PER_DISPLAY_RUN: Final = 52_000  # the same with the display fold, in the worker or its fold helper (50.7 KiB)
-BYTES_PER_REMEMBERED_RUN: Final = 250  # an ended run kept to recognise late duplicates (0.2 KiB)
-# A partition: 0.1 MiB idle (measured), plus what it may hold under load: a fetch (aiokafka's
-# max_partition_fetch_bytes, 1 MiB) and a producer batch (256 KiB).
+# Measured by bench/sizing.py (docs/sizing.md), rounded up. A run's figure counts what its state holds and what a
+# checkpoint allocates beside it while writing the run's changelog record.
+BYTES_PER_OPEN_RUN: Final = 2_200  # observer state and tables, display off (1.5 KiB held + 0.6 KiB checkpoint)
+BYTES_PER_DISPLAY_RUN: Final = 86_000  # the same with its display projection (50.3 KiB held + 30.9 KiB checkpoint)
+BYTES_PER_REMEMBERED_RUN: Final = 300  # an ended run kept to recognise late duplicates (0.2 to 0.3 KiB)
+# A partition: 0.1 MiB idle, plus what it may hold under load: a fetch (aiokafka's max_partition_fetch_bytes,
+# 1 MiB) and a producer batch (256 KiB).
 BYTES_PER_PARTITION: Final = 2 * 1024 * 1024
-BYTES_PER_PROCESS: Final = 64 * 1024 * 1024  # the worker process, idle (51 MiB measured)
-BYTES_PER_FOLD_HELPER: Final = 40 * 1024 * 1024  # the display fold helper process, idle (36 MiB measured)
+# The worker process, display folding included: 51 MiB idle, up to 208 MiB resident after catching up on a backlog
+# (records in flight, their output and what the allocator keeps of them), with 1 partition as with 12.
+BYTES_PER_PROCESS: Final = 224 * 1024 * 1024
 
 _UNLIMITED: Final = 1 << 60  # cgroup v1 reports "no limit" as a page-rounded maximum of 64-bit size
 _MIB: Final = 1024 * 1024
@@ -77,17 +79,12 @@ class WorstCase:
                 + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)  # fmt: skip
 
     @property
-    def processes(self) -> int:
-        """The worker process, and its display fold helper with the display topic on."""
-        return BYTES_PER_PROCESS + (BYTES_PER_FOLD_HELPER if self.display else 0)
-
-    @property
     def total(self) -> int:
-        return self.processes + self.partitions * self.per_partition
+        return BYTES_PER_PROCESS + self.partitions * self.per_partition
 
     def fitting_open_streams(self, limit: int) -> int:
         """The largest `max_open_streams` whose worst case fits `limit` (0 when none does)."""
-        spare = limit - self.processes - self.partitions * (
+        spare = limit - BYTES_PER_PROCESS - self.partitions * (
             BYTES_PER_PARTITION + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)
         return max(0, spare // (self.partitions * self.per_run))
 
@@ -101,6 +98,6 @@ class WorstCase:
             f"memory limit {limit / _MIB:,.0f} MiB is below this worker's worst case of {self.total / _MIB:,.0f} MiB: "
             f"{self.partitions} source partitions (all of them, should the other workers be gone) x "
             f"{self.max_open_streams:,} open runs x {self.per_run / 1024:,.1f} KiB{display}, plus "
-            f"{self.processes / _MIB:,.0f} MiB for the process{'es' if self.display else ''}. Lower "
+            f"{BYTES_PER_PROCESS / _MIB:,.0f} MiB for the worker process under load. Lower "
             f"--max-open-streams to {fits:,} or raise the memory limit (docs/sizing.md)"
         )
