@@ -22,6 +22,7 @@ COMPILED = [
     "worker/_value.py",
     "worker/display/_customs.py",
     "worker/display/_failures.py",
+    "worker/display/_ids.py",
     "worker/display/_json.py",
     "worker/display/_ledger.py",
     "worker/display/_standard.py",

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
 from datetime import datetime
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from pydantic import JsonValue
@@ -19,28 +18,31 @@ from worker.display.fragments import CustomEventAssembler
 from worker.display.items import ItemState
 from worker.display.memory import memory_sources
 from worker.display.snapshot import ArgumentStream
+from worker.observe import FRAGMENT_EVENT_NAME
 
 __all__ = ["AUTHORED_INPUT_EVENT_NAMES", "CustomFolder"]
 
-AUTHORED_INPUT_EVENT_NAMES = frozenset({"a13n.input.user", "a13n.input.steering"})
-_MEDIA_INPUT = "a13n.input.media"
-_AUTHORED_SOURCES = frozenset({"user", "steering"})
-_PART_DELTA = "a13n.pydantic_ai.part_delta"
-_PART_EVENTS = frozenset({"a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", _PART_DELTA})
-_TOOL_RESULTS = frozenset({"a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"})
-_EDIT_APPLIED = "a13n.filesystem.edit_applied"
-_TOOL_IMAGES = frozenset({"a13n.tool_images", "a13n.harness-ui.tool_images"})
-_MCP_APPS = frozenset({"a13n.harness-ui.mcp_apps", "a13n.mcp_apps"})
-_SUPPLEMENTS = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
-_SUMMARIES = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
-_NATIVE_PARTS = frozenset({"builtin-tool-call", "builtin-tool-return"})
-_FAILED_OUTCOMES = frozenset({"failed", "denied", "interrupted"})
+# Constants are Final: compiled, a Final name is read directly instead of looked up in the module's globals.
+AUTHORED_INPUT_EVENT_NAMES: Final = frozenset({"a13n.input.user", "a13n.input.steering"})
+_MEDIA_INPUT: Final = "a13n.input.media"
+_AUTHORED_SOURCES: Final = frozenset({"user", "steering"})
+_LIFECYCLE: Final = "a13n.harness.lifecycle"
+_CONTEXT: Final = "a13n.harness.context"
+_PART_DELTA: Final = "a13n.pydantic_ai.part_delta"
+_PART_EVENTS: Final = frozenset({"a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", _PART_DELTA})
+_TOOL_RESULTS: Final = frozenset({"a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"})
+_EDIT_APPLIED: Final = "a13n.filesystem.edit_applied"
+_TOOL_IMAGES: Final = frozenset({"a13n.tool_images", "a13n.harness-ui.tool_images"})
+_MCP_APPS: Final = frozenset({"a13n.harness-ui.mcp_apps", "a13n.mcp_apps"})
+_SUPPLEMENTS: Final = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
+_SUMMARIES: Final = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
+_NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
+_FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
 
 
-def _argument_delta(event: Mapping[str, Any]) -> tuple[JsonValue, str] | None:
-    """For a streamed tool-call argument observation: the part it continues and the text it appends."""
-    if event.get("type") != "CUSTOM" or event.get("name") != _PART_DELTA:
-        return None
+def _argument_delta(event: dict[str, Any]) -> tuple[JsonValue, str] | None:
+    """For a streamed tool-call argument observation (a CUSTOM `_PART_DELTA`): the part it continues and the text it
+    appends."""
     value = event.get("value")
     source = value.get("event") if isinstance(value, dict) else None
     delta = source.get("delta") if isinstance(source, dict) else None
@@ -102,45 +104,56 @@ class CustomFolder:
     def __init__(self, assembler: CustomEventAssembler, arguments: ArgumentStream | None) -> None:
         self.assembler = assembler
         self.arguments = None if arguments is None else HeldArguments.of(arguments)
-        self.completed: Mapping[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
+        self.completed: dict[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
 
-    def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> str | None:
+    def fold(self, ledger: Ledger, event: dict[str, Any]) -> str | None:
         self.completed = None
-        streamed = _argument_delta(event)
-        if streamed is not None:
-            return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
-        whole = self.assembler.accept(event)
-        if whole is None:
-            return None
+        found = event.get("name")
+        name = found if isinstance(found, str) else None  # any other name is no name the fold knows
+        if name == _PART_DELTA:
+            streamed = _argument_delta(event)
+            if streamed is not None:
+                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
+        whole = event
+        if name == FRAGMENT_EVENT_NAME:
+            assembled = self.assembler.accept(event)
+            if assembled is None:
+                return None
+            whole = assembled
+            found = whole.get("name")
+            name = found if isinstance(found, str) else None
         self.completed = whole
-        name = whole.get("name")
         value: JsonValue = whole.get("value")
         source = _nested(value, "event")
-        payload = _nested(source, "payload")
-        scope = scope_of(whole.get("subagentRunId"))
-        request_started = payload is not None and payload.get("type") == "model_request_started"
-        if name == "a13n.harness.lifecycle" and request_started:
-            ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
-        if name == "a13n.harness.context" and payload is not None:
-            self._note_memory(ledger, scope, payload)
-        media = name == _MEDIA_INPUT and source is not None and source.get("source") in _AUTHORED_SOURCES
-        authored = name in AUTHORED_INPUT_EVENT_NAMES or media
-        if authored and source is not None and "message_id" in source and "content" in source:
-            return self._fold_input(ledger, whole, source, media=media)
         if source is not None:
-            handled, key = self._fold_tool(ledger, whole, source)
+            media = name == _MEDIA_INPUT and source.get("source") in _AUTHORED_SOURCES
+            if name in (_LIFECYCLE, _CONTEXT):
+                self._note_context(ledger, name, whole, source)
+            elif (media or name in AUTHORED_INPUT_EVENT_NAMES) and "message_id" in source and "content" in source:
+                return self._fold_input(ledger, whole, source, media=media)
+            handled, key = self._fold_tool(ledger, name, whole, source)
             if handled:
                 return key
         if ledger.policy.full_content and name in _PART_EVENTS:
             return None
-        content: dict[str, JsonValue] = {
-            "name": str(name),
-            "value": ledger.policy.observation_value(value, summary=name in _SUMMARIES),
-        }
+        content: dict[str, JsonValue] = {"name": name if name is not None else str(found), "value": value}
         for field in ("metadata", "subagentRunId"):
             if field in whole:
                 content[field] = whole[field]
-        return ledger.put(ledger.observation_key(), "observation", "completed", content, event_time(event))
+        bounded = ledger.policy.bounds_observation(summary=name in _SUMMARIES)
+        return ledger.observe(content, event_time(event), bounded=bounded)
+
+    @staticmethod
+    def _note_context(ledger: Ledger, name: str, whole: dict[str, Any], source: dict[str, JsonValue]) -> None:
+        """A model request's start opens a response group in its scope; a context observation notes memory."""
+        payload = _nested(source, "payload")
+        if payload is None:
+            return
+        scope = scope_of(whole.get("subagentRunId"))
+        if name == _CONTEXT:
+            CustomFolder._note_memory(ledger, scope, payload)
+        elif payload.get("type") == "model_request_started":
+            ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
 
     @staticmethod
     def _note_memory(ledger: Ledger, scope: str, payload: dict[str, JsonValue]) -> None:
@@ -154,7 +167,7 @@ class CustomFolder:
 
     @staticmethod
     def _fold_input(
-        ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool
+        ledger: Ledger, whole: dict[str, Any], source: dict[str, JsonValue], *, media: bool
     ) -> str | None:
         message_id = str(source["message_id"])
         content: dict[str, JsonValue] = {"messageId": message_id, "role": "user"}
@@ -171,10 +184,11 @@ class CustomFolder:
         return ledger.put(key, "text_message", "completed", content, event_time(whole))
 
     @staticmethod
-    def _fold_tool(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue]) -> tuple[bool, str | None]:
+    def _fold_tool(
+        ledger: Ledger, name: str | None, whole: dict[str, Any], source: dict[str, JsonValue]
+    ) -> tuple[bool, str | None]:
         """Native tool parts, unpresented tool results and tool supplements update their tool-call item: (True, its
         id, or None when it was evicted); (False, None) for any other event."""
-        name = whole.get("name")
         part = _nested(source, "part")
         kind = part.get("part_kind") if part is not None else None
         native = isinstance(kind, str) and kind in _NATIVE_PARTS
@@ -219,7 +233,7 @@ class CustomFolder:
             state = _put_outcome(ledger, content, origin)
         return True, ledger.put(key, "tool_call", state, content, event_time(whole))
 
-    def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> str | None:
+    def _fold_arguments(self, ledger: Ledger, event: dict[str, Any], stream: JsonValue, text: str) -> str | None:
         """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
         held = self.arguments
         if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
@@ -242,7 +256,7 @@ class CustomFolder:
         return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
 
 
-def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:
+def _held_copy(event: dict[str, Any]) -> dict[str, Any]:
     """The event with fresh dicts along the path to `value.event.delta`, where the stream grows it in place."""
     value = event["value"]
     source = value["event"]

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from pydantic import JsonValue
 
+from worker.display._ids import item_id
 from worker.display._json import ORJSON_AGREES, loads_object
-from worker.display.bounding import ContentPolicy
-from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition, item_id
+from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, ContentPolicy, json_size_exceeds
+from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition
 from worker.display.memory import MemorySource
 from worker.display.snapshot import Eviction
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-FINISHED: frozenset[ItemState] = frozenset({"completed", "failed"})
-ROOT_SCOPE = "root"
-_AT: dict[int, datetime] = {}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+FINISHED: Final[frozenset[ItemState]] = frozenset({"completed", "failed"})
+ROOT_SCOPE: Final = "root"
+_AT: Final[dict[int, datetime]] = {}
+_AT_JSON: Final[dict[datetime, bytes]] = {}  # JSON of the UTC datetimes `event_time` makes
 
 
-def event_time(event: Mapping[str, Any]) -> datetime:
+def event_time(event: dict[str, Any]) -> datetime:
     """The event's own epoch-millisecond `timestamp` as a UTC datetime; the epoch when it carries none."""
     stamp = event.get("timestamp")
     if not isinstance(stamp, int):
@@ -32,6 +34,19 @@ def event_time(event: Mapping[str, Any]) -> datetime:
             _AT.clear()
         at = _AT[stamp] = _EPOCH + timedelta(milliseconds=stamp)
     return at
+
+
+def _time_json(at: datetime) -> bytes:
+    """`at` as orjson writes it in an item (UTC as `Z`); remembered for the datetimes `event_time` makes (the same
+    instant in another zone writes differently, so only those are looked up)."""
+    if at.tzinfo is not UTC:
+        return orjson.dumps(at, option=orjson.OPT_UTC_Z)
+    text = _AT_JSON.get(at)
+    if text is None:
+        if len(_AT_JSON) >= 4096:
+            _AT_JSON.clear()
+        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z)
+    return text
 
 
 def scope_of(subagent_run_id: object) -> str:
@@ -99,25 +114,30 @@ class Entry:
             )
         return self.model
 
-    def to_json(self) -> bytes:
+    def to_json(self, content_json: bytes | None = None) -> bytes:
         """The item's JSON, byte for byte as `Item.model_dump_json()` writes it (orjson writes the same text for
-        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model)."""
+        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model). `content_json` is
+        the content's JSON when the caller has it already."""
         if self.json is None:
             if ORJSON_AGREES and not self.refs:
-                fields = {
-                    "id": self.key, "ordinal": self.ordinal, "kind": self.kind, "state": self.state,
-                    "first_stream_id": self.first, "last_stream_id": self.last, "started_at": self.started,
-                    "ended_at": self.ended, "content": self.content,
-                }  # fmt: skip
                 try:  # a plain try: a suppress() context costs a call in and out on every item written
-                    # A copy: orjson's own bytes keep the capacity of its working buffer, kilobytes for any text.
-                    self.json = bytes(memoryview(orjson.dumps(fields, option=orjson.OPT_UTC_Z)))
+                    self.json = self._joined(orjson.dumps(self.content) if content_json is None else content_json)
                 except (TypeError, orjson.JSONEncodeError):
                     self.json = None  # written through the model below
             if self.json is None:
                 item = self.item()
                 self.json = item.__pydantic_serializer__.to_json(item)
         return self.json
+
+    def _joined(self, content_json: bytes) -> bytes:
+        """The item's JSON around its content's, the fields in the model's order."""
+        ended = self.ended
+        return b"".join((
+            b'{"id":', orjson.dumps(self.key), b',"ordinal":%d,"kind":"' % self.ordinal, self.kind.encode(),
+            b'","state":"', self.state.encode(), b'","first_stream_id":', orjson.dumps(self.first),
+            b',"last_stream_id":', orjson.dumps(self.last), b',"started_at":', _time_json(self.started),
+            b',"ended_at":', b"null" if ended is None else _time_json(ended), b',"content":', content_json, b"}",
+        ))  # fmt: skip
 
 
 class Ledger:
@@ -172,9 +192,10 @@ class Ledger:
         return item_id(self.run_id, "observation", f"{self.attempt}:{self.sequence}")
 
     def content_of(self, key: str) -> dict[str, JsonValue]:
-        """A shallow copy of an item's content (empty for a new item)."""
+        """An item's content to change and `put` back (empty for a new item): the ledger's own dict, which no model
+        or JSON of the item shares (the item's JSON is written anew when it is put)."""
         found = self.entries.get(key)
-        return dict(found.contents()) if found is not None else {}
+        return found.contents() if found is not None else {}
 
     def state_of(self, key: str) -> ItemState:
         found = self.entries.get(key)
@@ -219,6 +240,37 @@ class Ledger:
             entry.model = None
         else:
             self.stale.add(entry.index)
+        return key
+
+    def observe(self, content: dict[str, JsonValue], at: datetime, *, bounded: bool) -> str | None:
+        """Store the completed observation the event at the current position makes; with `bounded` (see
+        `ContentPolicy.bounds_observation`) its content's `value` is `OMITTED` when over MAX_OBSERVATION_BYTES.
+        A settling ledger writes its JSON at once, the content's text serving the bound as well."""
+        key = self.observation_key()
+        if not (self.settle and ORJSON_AGREES) or key in self.entries or key in self.evicted_ids:
+            if bounded and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
+                content["value"] = dict(OMITTED)
+            return self.put(key, "observation", "completed", content, at)
+        try:
+            text = orjson.dumps(content)
+        except (TypeError, orjson.JSONEncodeError):
+            text = None
+        # The value's own text is shorter than the content's: within a sixth of the bound, it is within the bound.
+        oversize = text is None or 6 * len(text) > MAX_OBSERVATION_BYTES
+        if bounded and oversize and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
+            content["value"] = dict(OMITTED)
+            text = None
+        here = f"{self.attempt}-{self.sequence}"
+        entry = self.entries[key] = Entry(key, self.next_ordinal, "observation", here, at, {})
+        self.next_ordinal += 1
+        entry.index = len(self.order)
+        self.order.append(entry)
+        entry.state = "completed"
+        entry.ended = at
+        entry.content = content
+        self.changed.add(key)
+        self.jsons.append(entry.to_json(text))
+        entry.content = None
         return key
 
     def ref(self, key: str) -> ItemRef:

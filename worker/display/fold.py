@@ -109,7 +109,7 @@ class DisplayFold:
         """Give each event the next sequence and fold it; when `source` is a tool result the observer did not
         present, that call's item fails and the last record reports it. A malformed event refuses the batch."""
         ledger = self._ledger
-        batch = list(events)
+        batch = _dicts(events)
         for event in batch:
             check_event(event)
         records: list[Observed] = []
@@ -137,7 +137,7 @@ class DisplayFold:
 
         The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
         ledger = self._ledger
-        batch = events if isinstance(events, list | tuple) else list(events)
+        batch = _dicts(events)
         for event in batch:
             check_event(event)
         customs = self._customs
@@ -151,13 +151,13 @@ class DisplayFold:
         if batch and failed is not None:
             self._fail_tool_call(failed, batch[-1])
 
-    def _fold_one(self, event: Mapping[str, Any]) -> str | None:
+    def _fold_one(self, event: dict[str, Any]) -> str | None:
         if event["type"] == "CUSTOM":
             return self._customs.fold(self._ledger, event)
         self._customs.completed = None
         return fold_standard(self._ledger, event)
 
-    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: Mapping[str, Any]) -> str | None:
+    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: dict[str, Any]) -> str | None:
         if failed is None:
             return None
         call_id, message, run_id = failed
@@ -276,6 +276,11 @@ class DisplayFold:
             fragments=self._customs.assembler.export(),
             observer=self._observer.export() if observer is None else observer,
         )
+
+
+def _dicts(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The events as dicts (a compiled fold reads a dict's fields directly, any other mapping through its methods)."""
+    return [event if type(event) is dict else dict(event) for event in events]
 
 
 def _with_memory(ref: ItemRef, content: Mapping[str, Any]) -> ItemRef:

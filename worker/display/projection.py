@@ -77,6 +77,14 @@ class DisplayRecord(FrozenValue):
         return DisplayRecord, (self.key, self.value, self.headers, self.agui_seq, self.evicted)
 
 
+def _published(event: BaseEvent, value: bytes | None, data: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON object of the event's record value, bounded as `convert --display` bounds it: `data` when given,
+    else `value` (or the event's encoding when None) parsed."""
+    if data is None:
+        data = loads_object(value if value is not None else encode_event(event))
+    return bound_event_json(data)
+
+
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
@@ -175,6 +183,7 @@ class DisplayProjection:
         ended: bool,
         source: HarnessItem | None = None,
         encoded: Sequence[bytes] | None = None,
+        data: Sequence[dict[str, Any] | None] | None = None,
         observer: ExportsContinuation | None = None,
     ) -> DisplayRecord | None:
         """Fold the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...) and
@@ -182,18 +191,21 @@ class DisplayProjection:
 
         `source` is the item they came from (None for an event the worker made itself, such as a gap's RUN_ERROR),
         `timestamp_ms` the source record's timestamp, `ended` whether nothing more will be published for the run,
-        `encoded` the events' output record values when at hand, `observer` the run's observer, whose
+        `encoded` the events' output record values when at hand, `data` their JSON objects when at hand (each equal
+        to what parsing its value gives; None for one to be parsed), `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
         cadence = self._cadence
         cadence.expect(first_seq)
         if encoded is not None and len(encoded) != len(events):
             raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+        if data is not None and len(data) != len(events):
+            raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
         if events:
-            values = encoded if encoded is not None else [encode_event(event) for event in events]
             try:
-                self._fold.apply([bound_event_json(loads_object(value)) for value in values],
-                                 failed=failed_tool_call(source) if source is not None else None)
+                published = [_published(event, None if encoded is None else encoded[index],
+                                        None if data is None else data[index]) for index, event in enumerate(events)]
+                self._fold.apply(published, failed=failed_tool_call(source) if source is not None else None)
             except AguiObservationError:
                 self._skipped += 1
         cadence.advance(first_seq, len(events))

@@ -1,15 +1,17 @@
-"""`encode_event`: the exact output record bytes of an AG-UI event (spec §1e.3, §1e.4)."""
+"""`encode_event`: the exact output record bytes of an AG-UI event (spec §1e.3, §1e.4); `event_data`: the JSON
+object those bytes parse back into, taken from the event without writing or parsing any text."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
 import pydantic_core
-from ag_ui.core import BaseEvent
+from ag_ui.core import BaseEvent, EventType
 from pydantic import BaseModel
 
-__all__ = ["ORJSON_AGREES", "encode_event"]
+__all__ = ["ORJSON_AGREES", "encode_event", "event_data"]
 
 # Floats are the only values whose spelling could differ between the two encoders; use orjson (several times
 # faster) only when this installation spells every probe exactly as pydantic does.
@@ -18,6 +20,7 @@ _FLOAT_PROBES = [
     123456789012.0, 9007199254740993.0, 1.2345678901234567e19, 0.30000000000000004, 3.0e-310,
 ]
 ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
+_TYPE_NAMES: dict[object, str] = {member: member.value for member in EventType}
 _Layout = tuple[tuple[str, str, bool, bool], ...]
 _LAYOUTS: dict[type[BaseModel], _Layout] = {}
 
@@ -80,3 +83,50 @@ def encode_event(event: BaseEvent) -> bytes:
 
 def _slow(event: BaseEvent) -> bytes:
     return type(event).__pydantic_serializer__.to_json(event, by_alias=True, exclude_none=True)
+
+
+def event_data(event: BaseEvent, *, plain: bool = False) -> dict[str, Any] | None:
+    """The JSON object `encode_event(event)` writes, equal to what parsing that text gives, or None when only
+    parsing tells (a value other than plain JSON data: a tuple, a non-finite float, a lone surrogate, ...).
+
+    With `plain` the caller vouches that every value the event holds is plain JSON data (as the observer's events
+    hold, built from decoded JSON), and that is not checked. The object shares the event's values: a reader must
+    not change them.
+    """
+    out = _fields(event)
+    if out is None:
+        return None
+    kind = out.get("type")
+    if type(kind) is not str:
+        out["type"] = _TYPE_NAMES.get(kind, kind)  # an EventType is written as its value
+    return out if plain or _plain(out) else None
+
+
+def _plain(value: object) -> bool:
+    """Whether `value` is JSON data that writing and parsing give back unchanged: dicts with string keys, lists,
+    strings that encode as UTF-8, integers, booleans, None and finite floats, each of exactly that type."""
+    if isinstance(value, str):
+        return type(value) is str and (value.isascii() or _encodable(value))
+    if isinstance(value, dict):
+        if type(value) is not dict:
+            return False
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _encodable(key)) or not _plain(item):
+                return False
+        return True
+    if isinstance(value, list):
+        if type(value) is not list:
+            return False
+        return all(_plain(item) for item in value)
+    if value is None or type(value) is bool or type(value) is int:
+        return True
+    return type(value) is float and math.isfinite(value)
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` has no lone surrogate, which UTF-8 cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

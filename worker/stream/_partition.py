@@ -378,10 +378,12 @@ class PartitionState:
             display.skip(first, len(events))
             first, events = first + len(events), ()
         withheld = display.withheld
+        data_of = self._core.event_data
         record = display.offer(
             events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
             source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
             encoded=values if events else None,
+            data=None if data_of is None or not events else [data_of(event) for event in events],
             observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
         )  # fmt: skip
         if ended:
