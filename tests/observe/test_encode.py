@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tests.observe._runs import decode_all, wire_runs
 from worker.errors import AguiObservationError, DecodeError
-from worker.observe import HarnessAguiStreamObserver, encode_event, event_data, loads_exact
+from worker.observe import HarnessAguiStreamObserver, encode_event, encode_event_data, loads_exact
 from worker.wire import decode_item
 
 JSON = st.recursive(
@@ -109,7 +109,7 @@ def test_events_holding_ag_ui_models(
         assert encode_event(event) == _expected(event)
 
 
-# ---- event_data: the JSON object an encoding parses back into ---------------------------------------------------
+# ---- encode_event_data: the encoding and the JSON object it parses back into ---------------------------------------
 
 
 def _parsed(event: BaseEvent) -> dict[str, Any]:
@@ -117,9 +117,15 @@ def _parsed(event: BaseEvent) -> dict[str, Any]:
     return parsed
 
 
+def event_data(event: BaseEvent, *, plain: bool = False) -> dict[str, Any] | None:
+    value, data = encode_event_data(event, plain=plain)
+    assert value == encode_event(event)
+    return data
+
+
 @settings(max_examples=300, deadline=None)
 @given(value=st.dictionaries(st.text(max_size=5), JSON, max_size=4), sub=st.none() | st.text(max_size=5))
-def test_event_data_is_what_parsing_the_encoding_gives(value: dict[str, Any], sub: str | None) -> None:
+def test_the_data_is_what_parsing_the_encoding_gives(value: dict[str, Any], sub: str | None) -> None:
     event = CustomEvent(timestamp=1, name="n", value=value, subagent_run_id=sub)
     data = event_data(event)
     assert data == _parsed(event)
@@ -129,17 +135,25 @@ def test_event_data_is_what_parsing_the_encoding_gives(value: dict[str, Any], su
 
 @pytest.mark.parametrize(
     "value",
-    [(1, 2), [float("nan")], {"x": float("inf")}, "lone \udc80 surrogate", {1: "key"}, {"when": datetime.now(UTC)},
-     [EventType.CUSTOM], {"nested": [{"deep": ("tuple",)}]}],
-    ids=["tuple", "nan", "infinity", "surrogate", "int-key", "datetime", "enum", "nested-tuple"],
+    [(1, 2), [float("nan")], {"x": float("inf")}, {1: "key"}, {"when": datetime.now(UTC)}, [EventType.CUSTOM],
+     {"nested": [{"deep": ("tuple",)}]}],
+    ids=["tuple", "nan", "infinity", "int-key", "datetime", "enum", "nested-tuple"],
 )  # fmt: skip
-def test_event_data_refuses_what_parsing_would_change(value: Any) -> None:
+def test_the_data_is_refused_where_parsing_would_change_it(value: Any) -> None:
     event = CustomEvent(timestamp=1, name="n", value=value)
     assert event_data(event) is None
     assert event_data(event, plain=True) is not None, "a caller may vouch for its values instead"
 
 
-def test_event_data_of_models_and_big_integers() -> None:
+def test_a_lone_surrogate_fails_the_encoding_and_the_data_alike() -> None:
+    event = CustomEvent(timestamp=1, name="n", value="lone \udc80 surrogate")
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        encode_event(event)
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        encode_event_data(event)
+
+
+def test_the_data_of_models_and_big_integers() -> None:
     events = [
         CustomEvent(timestamp=1, name="n", value={"v": [2**64, -(2**90), 1e16, -0.0]}),
         ToolCallResultEvent.model_validate({"messageId": "m", "toolCallId": "c", "content": [
@@ -156,7 +170,7 @@ SOURCE_RUNS = sorted(path for path in GOLDEN.glob("**/*.jsonl") if path.name.cou
 
 @pytest.mark.parametrize("path", SOURCE_RUNS, ids=lambda path: path.stem)
 def test_the_observers_events_hold_plain_json_data(path: Path) -> None:
-    """What the default core relies on to skip the check (`event_data(..., plain=True)`)."""
+    """What the default core relies on to skip the check (`encode_event_data(..., plain=True)`)."""
     observer = HarnessAguiStreamObserver(retain_events=False)
     for line in path.read_bytes().split(b"\n"):
         if not line.strip() or line.startswith(b"#"):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
 
 from worker.display._ids import item_id
 from worker.display._json import ORJSON_AGREES, loads_object
@@ -19,8 +19,9 @@ from worker.display.snapshot import Eviction
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 FINISHED: Final[frozenset[ItemState]] = frozenset({"completed", "failed"})
 ROOT_SCOPE: Final = "root"
+_MEMORY: Final = TypeAdapter(dict[str, tuple[MemorySource, ...]])  # the continuation's `memory_sources`
 _AT: Final[dict[int, datetime]] = {}
-_AT_JSON: Final[dict[datetime, bytes]] = {}  # JSON of the UTC datetimes `event_time` makes
+_AT_JSON: Final[dict[datetime, str]] = {}  # JSON of the UTC datetimes `event_time` makes
 
 
 def event_time(event: dict[str, Any]) -> datetime:
@@ -36,17 +37,21 @@ def event_time(event: dict[str, Any]) -> datetime:
     return at
 
 
-def _time_json(at: datetime) -> bytes:
+def _time_json(at: datetime) -> str:
     """`at` as orjson writes it in an item (UTC as `Z`); remembered for the datetimes `event_time` makes (the same
     instant in another zone writes differently, so only those are looked up)."""
     if at.tzinfo is not UTC:
-        return orjson.dumps(at, option=orjson.OPT_UTC_Z)
+        return orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
     text = _AT_JSON.get(at)
     if text is None:
         if len(_AT_JSON) >= 4096:
             _AT_JSON.clear()
-        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z)
+        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
     return text
+
+
+def _text_json(text: str) -> str:
+    return orjson.dumps(text).decode()
 
 
 def scope_of(subagent_run_id: object) -> str:
@@ -59,8 +64,8 @@ class Entry:
     until the next change."""
 
     __slots__ = (
-        "content", "ended", "first", "index", "json", "key", "kind", "last", "model", "ordinal", "refs", "started",
-        "state",
+        "content", "ended", "first", "index", "json", "key", "kind", "last", "made", "model", "ordinal", "refs",
+        "started", "state",
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917  # built per new item
@@ -79,6 +84,9 @@ class Entry:
         self.model: Item | None = None
         self.json: bytes | None = None
         self.index = 0  # its place in the ledger's order
+        # Its id (`itm_` and hex, as `item_id` makes them) and stream ids (`attempt-sequence`, as the ledger makes
+        # them) need no JSON escapes; an item read back from a snapshot has its own.
+        self.made = key.startswith("itm_") and key.isascii() and key[4:].isalnum()
 
     @classmethod
     def of(cls, item: Item) -> Entry:
@@ -87,6 +95,7 @@ class Entry:
         entry.last = item.last_stream_id
         entry.ended = item.ended_at
         entry.content = item.content
+        entry.made = False
         return entry
 
     def contents(self) -> dict[str, JsonValue]:
@@ -131,13 +140,15 @@ class Entry:
 
     def _joined(self, content_json: bytes) -> bytes:
         """The item's JSON around its content's, the fields in the model's order."""
-        ended = self.ended
-        return b"".join((
-            b'{"id":', orjson.dumps(self.key), b',"ordinal":%d,"kind":"' % self.ordinal, self.kind.encode(),
-            b'","state":"', self.state.encode(), b'","first_stream_id":', orjson.dumps(self.first),
-            b',"last_stream_id":', orjson.dumps(self.last), b',"started_at":', _time_json(self.started),
-            b',"ended_at":', b"null" if ended is None else _time_json(ended), b',"content":', content_json, b"}",
-        ))  # fmt: skip
+        if self.made:
+            key, first, last = f'"{self.key}"', f'"{self.first}"', f'"{self.last}"'
+        else:
+            key, first, last = _text_json(self.key), _text_json(self.first), _text_json(self.last)
+        ended = "null" if self.ended is None else _time_json(self.ended)
+        head = (f'{{"id":{key},"ordinal":{self.ordinal},"kind":"{self.kind}","state":"{self.state}",'
+                f'"first_stream_id":{first},"last_stream_id":{last},"started_at":{_time_json(self.started)},'
+                f'"ended_at":{ended},"content":')  # fmt: skip
+        return b"".join((head.encode(), content_json, b"}"))
 
 
 class Ledger:
@@ -163,6 +174,7 @@ class Ledger:
         self.sequence = 0
         self.response_groups: dict[str, str] = {}
         self.memory_sources: dict[str, tuple[MemorySource, ...]] = {}
+        self._memory_json: tuple[tuple[tuple[str, tuple[MemorySource, ...]], ...], bytes] = ((), b"{}")
         self.changed: set[str] = set(self.entries)
         self.evicted_count = 0 if evicted is None else evicted.count
         self.evicted_ordinals: list[list[int]] = [] if evicted is None else [list(r) for r in evicted.ordinals]
@@ -272,6 +284,13 @@ class Ledger:
         self.jsons.append(entry.to_json(text))
         entry.content = None
         return key
+
+    def memory_json(self) -> bytes:
+        """`memory_sources` as the continuation's model writes it, written anew only when it changed."""
+        current = tuple(self.memory_sources.items())
+        if current != self._memory_json[0]:  # the same source objects stay: compared by identity
+            self._memory_json = (current, _MEMORY.dump_json(self.memory_sources))
+        return self._memory_json[1]
 
     def ref(self, key: str) -> ItemRef:
         """The reference to item `key` as it stands."""

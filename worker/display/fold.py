@@ -214,10 +214,10 @@ class DisplayFold:
 
     def _continuation_json(self, observer: ObserverContinuation | None, observer_json: bytes | None) -> bytes:
         """The continuation's JSON as its model writes it: by hand for the usual parts, through the model when
-        memory sources, retained content or pending fragments are in it."""
+        retained content or pending fragments are in it."""
         ledger = self._ledger
         assembler = self._customs.assembler
-        if ledger.memory_sources or self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
+        if self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
             if observer is None and observer_json is not None:
                 observer = ObserverContinuation.model_validate_json(observer_json)
             continuation = self._continuation(observer)
@@ -233,6 +233,7 @@ class DisplayFold:
             % (ledger.attempt, ledger.sequence, ledger.next_ordinal),
             b"true" if self._policy.full_content else b"false",
             b',"response_groups":', orjson.dumps(ledger.response_groups),
+            b',"memory_sources":' + ledger.memory_json() if ledger.memory_sources else b"",
             b',"arguments":',
             b"null" if held is None else held.to_json(),
             b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'

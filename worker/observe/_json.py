@@ -20,10 +20,13 @@ def has_float(value: Any) -> bool:
     if isinstance(value, float):
         return True
     if isinstance(value, dict):
-        return any(has_float(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(has_float(item) for item in value)
-    return False
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return False
+    # Scalars are told apart here: a call per value costs more than the test.
+    return any(isinstance(item, float) or (isinstance(item, dict | list | tuple) and has_float(item)) for item in items)
 
 
 def sorted_json(value: Any) -> str:
