@@ -140,14 +140,16 @@ class Entry:
 
     def _joined(self, content_json: bytes) -> bytes:
         """The item's JSON around its content's, the fields in the model's order."""
-        if self.made:
-            key, first, last = f'"{self.key}"', f'"{self.first}"', f'"{self.last}"'
-        else:
-            key, first, last = _text_json(self.key), _text_json(self.first), _text_json(self.last)
         ended = "null" if self.ended is None else _time_json(self.ended)
-        head = (f'{{"id":{key},"ordinal":{self.ordinal},"kind":"{self.kind}","state":"{self.state}",'
-                f'"first_stream_id":{first},"last_stream_id":{last},"started_at":{_time_json(self.started)},'
-                f'"ended_at":{ended},"content":')  # fmt: skip
+        if self.made:
+            head = (f'{{"id":"{self.key}","ordinal":{self.ordinal},"kind":"{self.kind}","state":"{self.state}",'
+                    f'"first_stream_id":"{self.first}","last_stream_id":"{self.last}",'
+                    f'"started_at":{_time_json(self.started)},"ended_at":{ended},"content":')  # fmt: skip
+        else:
+            head = (f'{{"id":{_text_json(self.key)},"ordinal":{self.ordinal},"kind":"{self.kind}",'
+                    f'"state":"{self.state}","first_stream_id":{_text_json(self.first)},'
+                    f'"last_stream_id":{_text_json(self.last)},"started_at":{_time_json(self.started)},'
+                    f'"ended_at":{ended},"content":')  # fmt: skip
         return b"".join((head.encode(), content_json, b"}"))
 
 
@@ -175,7 +177,6 @@ class Ledger:
         self.response_groups: dict[str, str] = {}
         self.memory_sources: dict[str, tuple[MemorySource, ...]] = {}
         self._memory_json: tuple[tuple[tuple[str, tuple[MemorySource, ...]], ...], bytes] = ((), b"{}")
-        self.changed: set[str] = set(self.entries)
         self.evicted_count = 0 if evicted is None else evicted.count
         self.evicted_ordinals: list[list[int]] = [] if evicted is None else [list(r) for r in evicted.ordinals]
         self.evicted_ids: dict[str, None] = {} if evicted is None else dict.fromkeys(evicted.ids)
@@ -244,7 +245,6 @@ class Ledger:
         entry.last = here
         entry.ended = at if state in FINISHED else None
         entry.content = content
-        self.changed.add(key)
         if self.settle and state in FINISHED and not growing:
             self.jsons[entry.index] = entry.to_json()
             self.stale.discard(entry.index)
@@ -280,7 +280,6 @@ class Ledger:
         entry.state = "completed"
         entry.ended = at
         entry.content = content
-        self.changed.add(key)
         self.jsons.append(entry.to_json(text))
         entry.content = None
         return key
@@ -317,7 +316,6 @@ class Ledger:
         removed = 0
         for key in keys:
             entry = self.entries.pop(key)
-            self.changed.discard(key)
             if entry.kind != "observation":
                 self.evicted_ids[key] = None
             ranges = self.evicted_ordinals

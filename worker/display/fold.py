@@ -249,16 +249,6 @@ class DisplayFold:
         """The kind of one held item."""
         return self._ledger.entries[item_id].kind
 
-    def capture_delta(self) -> DisplaySnapshot:
-        """The items changed since the previous capture (by ordinal) with the current continuation."""
-        ledger = self._ledger
-        entries = sorted((ledger.entries[key] for key in ledger.changed), key=lambda entry: entry.ordinal)
-        snapshot = DisplaySnapshot(
-            items=[entry.item() for entry in entries], continuation=self.export_continuation(), evicted=self.evicted
-        )
-        ledger.changed.clear()
-        return snapshot.model_copy(deep=True)
-
     def export_continuation(self) -> DisplayContinuation:
         """A detached copy of the parser state alone, without the items."""
         return self._continuation(None).model_copy(deep=True)
