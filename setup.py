@@ -1,23 +1,22 @@
 """Packaging hook: with HARNESS_AGUI_COMPILE=1 the conversion hot path is compiled with mypyc; else pure Python.
 
-The compiled modules and the pure sources are the same code: `worker._native` falls back to the sources
-when HARNESS_AGUI_PURE=1 or when a source no longer matches what was compiled.
+A compiled wheel ships each listed module twice, as a mypyc extension module and as its source; Python imports
+the extension. A plain or editable install (`pip install .`, `pip install -e .`) runs the sources.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from setuptools import setup
-from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 # The per-record path: decode, observe, encode and the partition state. Modules defining pydantic models
 # stay interpreted (mypyc cannot compile their classes); so does everything that talks to Kafka.
+# One path per line; a listed file that does not exist stops every build, compiled or not, naming it.
 COMPILED = [
     "worker/_value.py",
     "worker/display/_customs.py",
@@ -54,32 +53,29 @@ COMPILED = [
     "worker/stream/_shards.py",
     "worker/stream/_table.py",
 ]
-MANIFEST = "worker/_compiled.json"
 
 
-def _manifest() -> str:
-    """The sha256 of every compiled source, which `worker._native` checks before it uses the compiled code."""
-    digests = {path: hashlib.sha256((ROOT / path).read_bytes()).hexdigest() for path in COMPILED}
-    return json.dumps({"sources": digests}, indent=1, sort_keys=True) + "\n"
-
-
-class _BuildWithManifest(build_ext):
-    def run(self) -> None:
-        super().run()
-        target = ROOT / MANIFEST if self.inplace else Path(self.build_lib) / MANIFEST
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(_manifest())
+def _listed_sources() -> list[str]:
+    """COMPILED, once every listed file exists: a missing one stops the build with its module's name."""
+    missing = [path for path in COMPILED if not (ROOT / path).is_file()]
+    if missing:
+        names = ", ".join(f"{path.removesuffix('.py').replace('/', '.')} ({path})" for path in missing)
+        raise SystemExit(f"setup.py: COMPILED lists modules that do not exist: {names}; remove or rename them there")
+    return COMPILED
 
 
 def _extensions() -> dict[str, Any]:
+    sources = _listed_sources()
     if os.environ.get("HARNESS_AGUI_COMPILE", "0") != "1":
         return {}
+    if {"editable_wheel", "develop", "--inplace", "-i"} & set(sys.argv[1:]):
+        raise SystemExit("setup.py: HARNESS_AGUI_COMPILE=1 builds a wheel (pip wheel, pip install .); an editable "
+                         "install or build_ext --inplace would leave compiled modules beside the sources")
     from mypyc.build import mypycify  # noqa: PLC0415  (only a compiling build needs mypy)
 
     # The group name puts mypyc's shared library inside the package (worker/_runtime__mypyc.*.so), so it
-    # travels with it; at the top level an editable install could not find it from another directory.
-    return {"ext_modules": mypycify(COMPILED, opt_level="3", debug_level="0", group_name="worker._runtime"),
-            "cmdclass": {"build_ext": _BuildWithManifest}}
+    # is installed with it.
+    return {"ext_modules": mypycify(sources, opt_level="3", debug_level="0", group_name="worker._runtime")}
 
 
 setup(**_extensions())

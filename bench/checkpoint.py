@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
 
 from worker._native import describe  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, ObserverContinuation  # noqa: E402

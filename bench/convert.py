@@ -20,7 +20,7 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
 
 from worker._native import compiled, describe  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
@@ -38,14 +38,15 @@ for command in sys.stdin:
     once(runs)
     print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": time.process_time() - start}), flush=True)
 '''
-# This bench's own pipeline from the pure-Python sources (HARNESS_AGUI_PURE=1), beside the compiled one.
+# This bench's own pipeline from the checkout's sources (pure Python: no build puts compiled modules there), beside
+# the installed compiled one.
 PURE_SCRIPT = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import worker._native
 from bench.convert import once
 if worker._native.compiled():
-    raise SystemExit("the pure sidecar runs compiled modules")
+    raise SystemExit("the pure sidecar runs compiled modules: " + worker._native.describe())
 runs = [[line.encode() for line in lines] for lines in json.loads(sys.stdin.readline())]
 ''' + _SERVE
 
@@ -201,7 +202,7 @@ def main() -> None:
         except (OSError, RuntimeError) as exc:
             print(f"reference unavailable: {exc}")
     if compiled():
-        pure = Sidecar(runs, [sys.executable, "-c", PURE_SCRIPT, str(ROOT)], {"HARNESS_AGUI_PURE": "1"})
+        pure = Sidecar(runs, [sys.executable, "-c", PURE_SCRIPT, str(ROOT)])
     once(runs)
     ours: list[float] = []
     theirs: list[float] = []

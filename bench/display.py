@@ -21,7 +21,7 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
 
 from bench.convert import load_runs, memory_per_stream  # noqa: E402
 from worker._native import describe  # noqa: E402

@@ -2,11 +2,12 @@
 aiokafka passthrough, source-to-visible delay at half the measured maximum, rebuild (replay) speed, and what the
 display topic costs in CPU per item.
 
-    .venv/bin/python -m bench.e2e [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
+    .venv/bin/python bench/e2e.py [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
         [--parts abcdefghi] [--history 1000000] [--history-streams 10000]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
-`python -m worker run` subprocesses, one at a time; their logs go to a temporary directory.
+`python -P -m worker run` subprocesses (the installed package, not the checkout), one at a time; their logs go to a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -35,17 +36,19 @@ from typing import Any, NamedTuple
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
-from devtools.kafka_tools import GroupLag
-from devtools.sample_runs import SampleRun, interleave, load_samples, produce
-from worker._native import describe
-from worker.kafka.source import to_source_record
-from worker.settings import Settings
-from worker.stream import Destination, PartitionState, SourceRecord
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
+
+from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # noqa: E402
+from devtools.kafka_tools import GroupLag  # noqa: E402
+from devtools.sample_runs import SampleRun, interleave, load_samples, produce  # noqa: E402
+from worker._native import describe  # noqa: E402
+from worker.kafka.source import to_source_record  # noqa: E402
+from worker.settings import Settings  # noqa: E402
+from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E402
 
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 
-ROOT = Path(__file__).resolve().parent.parent
 Placed = tuple[int, bytes, bytes]  # partition, key, value
 
 
@@ -72,7 +75,7 @@ class Worker:
 
     def start(self) -> Worker:
         args = [
-            sys.executable, "-m", "worker", "run", "--bootstrap-servers", self.bootstrap,
+            sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", self.bootstrap,
             "--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
             "--group-id", self.group, "--transactional-id-prefix", self.group,
             "--commit-interval-ms", str(self.commit_interval_ms), "--replay-processes", str(self.replay_processes),
@@ -838,7 +841,7 @@ def _seconds(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python bench/e2e.py", description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=50000, help="source items for (a) and (b)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (a) and (b), and of (e)")
     parser.add_argument("--open-streams", type=int, default=1000, help="open streams in the rebuilt partition (d)")

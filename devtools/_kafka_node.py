@@ -105,11 +105,14 @@ LIGHT_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 JVM_OPTIONS_ENV = "HARNESS_AGUI_KAFKA_JVM_OPTIONS"
 
 
-def _java(libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, brief: bool = False) -> list[str]:
+def _java(
+    libs: Path, main: str, args: list[str], node_log: Path, heap: str, *, brief: bool = False,
+    system: tuple[str, ...] = (),
+) -> list[str]:  # fmt: skip
     chosen = os.environ.get(JVM_OPTIONS_ENV, "").split()
     tuning = [*LIGHT_JVM] if brief or not chosen else chosen
     return [
-        "java", f"-Xmx{heap}", *tuning, "-Djava.awt.headless=true", "-Dlog4j2.formatMsgNoLookups=true",
+        "java", f"-Xmx{heap}", *tuning, *system, "-Djava.awt.headless=true", "-Dlog4j2.formatMsgNoLookups=true",
         f"-Dlog4j2.configurationFile={LOG_CONFIG}", f"-Dkafka.node.log={node_log}",
         "-cp", f"{libs}/*", main, *args,
     ]  # fmt: skip
@@ -137,6 +140,9 @@ class KafkaNode:
     directory: Path
     libs: Path
     heap: str = "512m"
+    tls_port: int | None = None  # the mutual-TLS listener of a secured node
+    oauth_port: int | None = None  # the OAUTHBEARER listener of a secured node
+    system: tuple[str, ...] = ()  # JVM system properties (`-Dname=value`) the node needs
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -161,7 +167,8 @@ class KafkaNode:
         with self._lock:
             if self.running:
                 return
-            command = _java(self.libs, "kafka.Kafka", [str(self.properties)], self.log_path, self.heap)
+            command = _java(self.libs, "kafka.Kafka", [str(self.properties)], self.log_path, self.heap,
+                            system=self.system)
             with self.console_path.open("ab") as console:
                 self.process = _SPAWNER.submit(
                     subprocess.Popen, command, stdin=subprocess.DEVNULL, stdout=console, stderr=console,
@@ -182,7 +189,7 @@ class KafkaNode:
                 process.wait(10)
 
     def wait_port(self, deadline: float) -> None:
-        """Block until the PLAINTEXT port accepts, or raise if the JVM exits or the deadline passes."""
+        """Block until the client port accepts, or raise if the JVM exits or the deadline passes."""
         while True:
             if not self.running:
                 code = None if self.process is None else self.process.returncode

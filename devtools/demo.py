@@ -1,10 +1,11 @@
-"""The demo: a local broker, the worker, a sample producer, and the AG-UI events printed once committed.
+"""The demo: a local broker, the worker, the gateway, a sample producer, and the AG-UI events printed once committed.
 
-Starts a single-node Kafka (unless `--bootstrap-servers` names one), creates the source, output and
-dead-letter topics, runs `python -m worker run` as a subprocess, produces sample runs, and prints each
-committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or SIGTERM, or `--duration` seconds
-of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then the broker. It exits 0
-when at least one committed event was printed.
+Starts a single-node Kafka (unless `--bootstrap-servers` names one), creates the source, output, display and
+dead-letter topics, runs `python -P -m worker run` and `python -P -m worker gateway` (the installed package) as
+subprocesses (the gateway without access control, on 127.0.0.1), produces sample runs, prints the viewer page's
+URL of the first run, and prints each committed output record as `<agui-event-id>  <type>  <value>`. Ctrl-C (or
+SIGTERM, or `--duration` seconds of pipeline time) stops the producer, then the worker (SIGTERM, waited for), then
+the broker. It exits 0 when at least one committed event was printed.
 """
 
 from __future__ import annotations
@@ -111,6 +112,43 @@ async def _stop_worker(proc: asyncio.subprocess.Process, grace_s: float) -> int:
     return int(proc.returncode or 0)
 
 
+# ---- the gateway (begin; owned by the gateway) ----
+async def _start_gateway(
+    bootstrap: str, args: argparse.Namespace, logdir: Path
+) -> tuple[asyncio.subprocess.Process, int]:
+    """`python -m worker gateway` on 127.0.0.1, without access control (a laptop demo)."""
+    port = free_port()
+    command = [
+        sys.executable, "-P", "-m", "worker", "gateway", "--bootstrap-servers", bootstrap,
+        "--output-topic", args.output_topic, "--display-topic", args.display_topic, "--insecure-no-auth",
+        "--http-host", "127.0.0.1", "--http-port", str(port), "--metrics-port", "0", "--log-format", "text",
+    ]  # fmt: skip
+    with (logdir / "gateway.log").open("wb") as log:
+        gateway = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, cwd=_ROOT,
+            start_new_session=True, preexec_fn=_term_with_parent,
+        )  # fmt: skip
+    _say(f"gateway pid {gateway.pid}, http://127.0.0.1:{port}/runs/<run id>/events, log {logdir / 'gateway.log'}")
+    return gateway, port
+
+
+async def _announce_viewer(bootstrap: str, display_topic: str, port: int, stop: asyncio.Event) -> None:
+    """Print the viewer page's URL of the first run that reaches the display topic."""
+    consumer = AIOKafkaConsumer(display_topic, bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)  # fmt: skip
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            for records in (await consumer.getmany(timeout_ms=300)).values():
+                for record in records:
+                    if record.key:
+                        _say(f"watch a run in a browser: http://127.0.0.1:{port}/view/{record.key.decode()}")
+                        return
+    finally:
+        await consumer.stop()
+# ---- the gateway (end) ----
+
+
 async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """The whole demo; returns the exit status (0 when at least one committed event was printed)."""
     stop = asyncio.Event()
@@ -120,6 +158,8 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     cluster: KafkaCluster | None = None
     logdir = Path(tempfile.mkdtemp(prefix="harness-demo-"))
     worker: asyncio.subprocess.Process | None = None
+    gateway: asyncio.subprocess.Process | None = None
+    announcer: asyncio.Task[None] | None = None
     counts: Counter[str] = Counter()
     printer_stop = asyncio.Event()
     printer: asyncio.Task[None] | None = None
@@ -137,14 +177,14 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             return 130
         topics = [args.source_topic, args.output_topic, args.dlq_topic]
         await _create_topics(bootstrap, topics, args.partitions)
-        _say(f"topics {', '.join(topics)} ({args.partitions} partitions)")
+        _say(f"topics {', '.join(topics)} ({args.partitions} partitions; the worker creates {args.display_topic})")
 
         port = free_port()
         log_path = logdir / "worker.log"
         command = [
-            sys.executable, "-m", "worker", "run", "--bootstrap-servers", bootstrap,
+            sys.executable, "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap,
             "--source-topic", args.source_topic, "--output-topic", args.output_topic,
-            "--dlq-topic", args.dlq_topic,
+            "--dlq-topic", args.dlq_topic, "--display-topic", args.display_topic,
             "--group-id", args.group_id, "--transactional-id-prefix", args.group_id,
             "--metrics-host", "127.0.0.1", "--metrics-port", str(port), "--log-format", "text",
         ]  # fmt: skip
@@ -154,6 +194,8 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 start_new_session=True, preexec_fn=_term_with_parent,
             )  # fmt: skip
         _say(f"worker pid {worker.pid}, metrics http://127.0.0.1:{port}/metrics, log {log_path}")
+        gateway, gateway_port = await _start_gateway(bootstrap, args, logdir)
+        announcer = asyncio.create_task(_announce_viewer(bootstrap, args.display_topic, gateway_port, stop))
 
         ready = asyncio.Event()
         printer = asyncio.create_task(
@@ -190,6 +232,10 @@ async def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             with contextlib.suppress(Exception):
                 stats = await producer
                 _say(f"produced {getattr(stats, 'items', '?')} items of {getattr(stats, 'keys', '?')} runs")
+        if announcer is not None:
+            announcer.cancel()
+        if gateway is not None:
+            await _stop_worker(gateway, args.shutdown_timeout)
         if worker is not None:
             status = await _stop_worker(worker, args.shutdown_timeout)
             if status not in (0, -signal.SIGTERM) or worker_failed:
@@ -225,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-topic", default="harness.events")
     p.add_argument("--output-topic", default="agui.events")
     p.add_argument("--dlq-topic", default="harness.events.dlq")
+    p.add_argument("--display-topic", default="agui.display", help="the display topic the gateway serves from")
     p.add_argument("--group-id", default="harness-agui-demo")
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--rate", type=float, default=20.0, help="source items per second")

@@ -4,7 +4,7 @@
     python -m devtools.gen_docs --check   # exit 1 naming the parts that are stale
 
 Settings is the one source of each setting's flag, variable, default and description. This writes them into
-the README's configuration table, the chart README's `config` table, and the `config` properties of the
+docs/configuration.md's table, the chart README's `config` table, and the `config` properties of the
 chart's values schema (types, bounds, choices, defaults and descriptions). A new setting needs only a
 regenerate; `tests/test_generated_docs.py` fails while anything is stale.
 """
@@ -21,12 +21,12 @@ from typing import Any
 
 import yaml
 
-from worker.settings import Settings
+from worker.settings import Settings, is_secret
 
-__all__ = ["CHART_MANAGED", "NON_EMPTY", "check", "generate", "main", "schema_config_properties"]
+__all__ = ["CHART_MANAGED", "CONFIGURATION", "NON_EMPTY", "check", "generate", "main", "schema_config_properties"]
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 CHART = ROOT / "helm" / "harness-agui-worker"
 CHART_README = CHART / "README.md"
 SCHEMA = CHART / "values.schema.json"
@@ -36,6 +36,7 @@ CHART_MANAGED: dict[str, str] = {
     "group_instance_id": "`workload.staticMembership` (the pod name, StatefulSet only)",
     "sasl_password": "`kafka.sasl.existingSecret` / `.passwordKey`",
     "ssl_password": "`kafka.ssl.existingSecret` / `.keyPasswordKey`",
+    "oauth_client_secret": "`kafka.oauth.existingSecret` / `.clientSecretKey`",
     "ssl_cafile": "`kafka.ssl.caKey` (mounted from the Secret)",
     "ssl_certfile": "`kafka.ssl.certKey` (mounted from the Secret)",
     "ssl_keyfile": "`kafka.ssl.keyKey` (mounted from the Secret)",
@@ -71,11 +72,12 @@ def _cell(text: str) -> str:
 
 
 def readme_table() -> str:
-    """The README's configuration table: one row per setting."""
+    """docs/configuration.md's table: one row per setting (a secret has no flag)."""
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
-        flag, env = "--" + name.replace("_", "-"), f"WORKER_{name.upper()}"
-        rows.append(f"| `{flag}` | `{env}` | {_show(_default(name))} | {_cell(info.description or '')} |")
+        flag = "— (a secret)" if is_secret(info) else f"`--{name.replace('_', '-')}`"
+        env = f"WORKER_{name.upper()}"
+        rows.append(f"| {flag} | `{env}` | {_show(_default(name))} | {_cell(info.description or '')} |")
     return "\n".join(rows) + "\n"
 
 
@@ -135,7 +137,7 @@ def _schema_text(current: str) -> str:
 
 
 _TARGETS: dict[Path, Callable[[str], str]] = {
-    README: lambda text: _replace_region(text, "settings", readme_table(), README),
+    CONFIGURATION: lambda text: _replace_region(text, "settings", readme_table(), CONFIGURATION),
     CHART_README: lambda text: _replace_region(text, "config", chart_table(), CHART_README),
     SCHEMA: _schema_text,
 }
@@ -162,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         stale = check()
-        for path in stale:
-            print(f"gen_docs: {path} is stale; run `python -m devtools.gen_docs`", file=sys.stderr)
+        for stale_path in stale:
+            print(f"gen_docs: {stale_path} is stale; run `python -m devtools.gen_docs`", file=sys.stderr)
         return 1 if stale else 0
     for path, (old, new) in generate().items():
         if old != new:

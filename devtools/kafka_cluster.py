@@ -32,7 +32,7 @@ from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -40,6 +40,9 @@ from aiokafka.errors import KafkaError
 from devtools._kafka_jars import KAFKA_VERSION, resolve_jars
 from devtools._kafka_node import KafkaNode, format_storage, free_port, free_ports, render_properties
 from worker.errors import ConfigError, KafkaWorkerError
+
+if TYPE_CHECKING:  # the secured mode's module needs `cryptography`, a test dependency
+    from devtools.kafka_security import BrokerSecurity
 
 __all__ = ["KAFKA_VERSION", "KafkaCluster", "create_topic_on", "free_port", "main", "resolve_jars"]
 
@@ -53,8 +56,8 @@ def _run(coro: Coroutine[Any, Any, _T]) -> _T:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def _broker_ids(bootstrap: str) -> set[int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+async def _broker_ids(bootstrap: str, options: Mapping[str, Any]) -> set[int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **options)
     try:
         await admin.start()
         info = await admin.describe_cluster()
@@ -63,8 +66,8 @@ async def _broker_ids(bootstrap: str) -> set[int]:
         await admin.close()
 
 
-async def _create_topic(bootstrap: str, topic: NewTopic, deadline: float) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+async def _create_topic(bootstrap: str, topic: NewTopic, deadline: float, options: Mapping[str, Any]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **options)
     await admin.start()
     try:
         response = await admin.create_topics([topic])
@@ -86,8 +89,8 @@ async def _create_topic(bootstrap: str, topic: NewTopic, deadline: float) -> Non
         await admin.close()
 
 
-async def _leader(bootstrap: str, topic: str, partition: int) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+async def _leader(bootstrap: str, topic: str, partition: int, options: Mapping[str, Any]) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, **options)
     await admin.start()
     try:
         for info in await admin.describe_topics([topic]):
@@ -101,11 +104,12 @@ async def _leader(bootstrap: str, topic: str, partition: int) -> int:
 
 def create_topic_on(
     bootstrap_servers: str, name: str, partitions: int = 1, replication_factor: int = 1,
-    config: Mapping[str, str] | None = None, *, timeout: float = 60.0,
+    config: Mapping[str, str] | None = None, *, timeout: float = 60.0, client: Mapping[str, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Create a topic on any cluster (not only a launched one) and wait until every partition has a leader."""
+    """Create a topic on any cluster (not only a launched one) and wait until every partition has a leader;
+    `client` holds the admin client's security arguments."""
     topic = NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))
-    _run(_create_topic(bootstrap_servers, topic, time.monotonic() + timeout))
+    _run(_create_topic(bootstrap_servers, topic, time.monotonic() + timeout, client or {}))
 
 
 def _cluster_id() -> str:
@@ -115,8 +119,12 @@ def _cluster_id() -> str:
 class KafkaCluster:
     """A running loopback KRaft cluster; it owns its JVMs and (unless given) its temporary directory."""
 
-    def __init__(self, nodes: list[KafkaNode], workdir: Path, *, owns_workdir: bool, timeout: float) -> None:
+    def __init__(
+        self, nodes: list[KafkaNode], workdir: Path, *, owns_workdir: bool, timeout: float,
+        security: BrokerSecurity | None = None,
+    ) -> None:  # fmt: skip
         self._nodes = nodes
+        self.security = security
         self._workdir = workdir
         self._owns_workdir = owns_workdir
         self._timeout = timeout
@@ -128,12 +136,15 @@ class KafkaCluster:
     def start(
         cls, nodes: int = 1, *, version: str = KAFKA_VERSION, workdir: Path | None = None,
         broker_config: Mapping[str, str] | None = None, internal_partitions: int = 3, heap: str = "512m",
-        timeout: float = 120.0,
+        timeout: float = 120.0, security: BrokerSecurity | None = None,
     ) -> KafkaCluster:  # fmt: skip
         """Format and start `nodes` combined nodes, returning once every broker is in the cluster metadata.
 
         Internal topics get replication factor min(3, nodes) and min ISR one less (at least 1);
-        `broker_config` overrides any server property. Raises KafkaWorkerError with the log tails on failure.
+        `broker_config` overrides any server property. With `security`, clients connect over SASL_SSL (or mutual
+        TLS, or OAUTHBEARER on a listener of its own) and the authorizer denies what no ACL allows
+        (`client_options` connects as the admin). Raises KafkaWorkerError
+        with the log tails on failure.
         """
         if nodes < 1:
             raise ConfigError(f"a Kafka cluster needs at least one node, got nodes={nodes}")
@@ -146,7 +157,8 @@ class KafkaCluster:
         root = Path(tempfile.mkdtemp(prefix="kafka-cluster-")) if workdir is None else workdir
         settings = {"internal_partitions": internal_partitions, "extra": dict(broker_config or {})}
         for attempt in (1, 2):
-            cluster = cls._build(root, libs, nodes, heap, settings, owns_workdir=owns, timeout=timeout)
+            cluster = cls._build(root, libs, nodes, heap, settings, owns_workdir=owns, timeout=timeout,
+                                 security=security)
             try:
                 cluster._boot(libs)
             except BaseException as exc:
@@ -163,21 +175,32 @@ class KafkaCluster:
     @classmethod
     def _build(
         cls, root: Path, libs: Path, nodes: int, heap: str, settings: dict[str, Any], *, owns_workdir: bool,
-        timeout: float,
+        timeout: float, security: BrokerSecurity | None,
     ) -> KafkaCluster:  # fmt: skip
-        ports = free_ports(2 * nodes)
+        per_node = 2 if security is None else 4
+        ports = free_ports(per_node * nodes)
+        system = () if security is None else security.jvm_options()
         members = [
-            KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1], root / f"node-{i + 1}", libs, heap) for i in range(nodes)
-        ]
+            KafkaNode(i + 1, ports[per_node * i], ports[per_node * i + 1], root / f"node-{i + 1}", libs, heap,
+                      tls_port=ports[per_node * i + 2] if security is not None else None,
+                      oauth_port=ports[per_node * i + 3] if security is not None else None, system=system)
+            for i in range(nodes)
+        ]  # fmt: skip
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
         for node in members:
             shutil.rmtree(node.directory, ignore_errors=True)
             node.directory.mkdir(parents=True)
+            extra = dict(settings["extra"])
+            if security is not None and node.tls_port is not None and node.oauth_port is not None:
+                extra = {**security.node_properties(port=node.port, controller_port=node.controller_port,
+                                                    tls_port=node.tls_port, oauth_port=node.oauth_port),
+                         **extra}  # fmt: skip
             node.properties.write_text(render_properties(
                 node_id=node.node_id, port=node.port, controller_port=node.controller_port,
-                log_dir=node.directory / "data", voters=voters, cluster_size=nodes, **settings,
+                log_dir=node.directory / "data", voters=voters, cluster_size=nodes,
+                internal_partitions=settings["internal_partitions"], extra=extra,
             ))  # fmt: skip
-        return cls(members, root, owns_workdir=owns_workdir, timeout=timeout)
+        return cls(members, root, owns_workdir=owns_workdir, timeout=timeout, security=security)
 
     def _boot(self, libs: Path) -> None:
         cluster_id = _cluster_id()
@@ -241,6 +264,21 @@ class KafkaCluster:
         return ",".join(f"127.0.0.1:{node.port}" for node in self._nodes)
 
     @property
+    def client_options(self) -> dict[str, Any]:
+        """aiokafka client arguments beside `bootstrap_servers`: none, or the admin's security on a secured cluster."""
+        return {} if self.security is None else self.security.admin_options()
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """`127.0.0.1:<port>` of every node's mutual-TLS listener (secured clusters only)."""
+        return ",".join(f"127.0.0.1:{node.tls_port}" for node in self._nodes if node.tls_port is not None)
+
+    @property
+    def oauth_bootstrap_servers(self) -> str:
+        """`127.0.0.1:<port>` of every node's OAUTHBEARER listener (secured clusters only)."""
+        return ",".join(f"127.0.0.1:{node.oauth_port}" for node in self._nodes if node.oauth_port is not None)
+
+    @property
     def workdir(self) -> Path:
         """The directory holding every node's config, data and logs."""
         return self._workdir
@@ -293,7 +331,8 @@ class KafkaCluster:
     ) -> None:  # fmt: skip
         """Create a topic (RF defaults to min(3, size)) and wait until every partition has a leader."""
         rf = min(3, self.size) if replication_factor is None else replication_factor
-        create_topic_on(self.bootstrap_servers, name, partitions, rf, config, timeout=self._timeout)
+        create_topic_on(self.bootstrap_servers, name, partitions, rf, config, timeout=self._timeout,
+                        client=self.client_options)
 
     async def create_topic_async(
         self, name: str, partitions: int = 1, replication_factor: int | None = None,
@@ -302,11 +341,11 @@ class KafkaCluster:
         """`create_topic` on the calling event loop."""
         rf = min(3, self.size) if replication_factor is None else replication_factor
         topic = NewTopic(name, partitions, rf, topic_configs=dict(config or {}))
-        await _create_topic(self.bootstrap_servers, topic, time.monotonic() + self._timeout)
+        await _create_topic(self.bootstrap_servers, topic, time.monotonic() + self._timeout, self.client_options)
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
         """Kafka node id of the current leader of `topic`-`partition` (-1 if it has none); see `index_of`."""
-        return _run(_leader(self.bootstrap_servers, topic, partition))
+        return _run(_leader(self.bootstrap_servers, topic, partition, self.client_options))
 
     # ---- internals -------------------------------------------------------------------------------------
     def _node(self, i: int) -> KafkaNode:
@@ -326,7 +365,7 @@ class KafkaCluster:
                 if not self._nodes[i].running:
                     raise KafkaWorkerError(f"Kafka node {self._nodes[i].node_id} exited while starting")
             try:
-                seen = _run(_broker_ids(bootstrap))
+                seen = _run(_broker_ids(bootstrap, self.client_options))
                 if wanted <= seen:
                     return
             except (TimeoutError, KafkaError, OSError) as exc:

@@ -7,6 +7,9 @@ the pom and version that produced it. Usage::
     python -m devtools.kafka_tools consumer-groups --bootstrap-server 127.0.0.1:9092 --group g --describe
     python -m devtools.kafka_tools topics --bootstrap-server 127.0.0.1:9092 --list
     python -m devtools.kafka_tools console-consumer --bootstrap-server ... --topic t --from-beginning
+    python -m devtools.kafka_tools acls --bootstrap-server ... --command-config admin.properties --list
+
+`configs` (kafka-configs.sh) is still the broker's own class in Kafka 4.1, so it runs on the broker's jars.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from devtools._kafka_jars import cache_root, resolve_maven_libs
+from devtools._kafka_jars import cache_root, resolve_jars, resolve_maven_libs
 from devtools.kafka_cluster import KAFKA_VERSION
 from worker.errors import ConfigError, KafkaWorkerError
 
@@ -49,8 +52,11 @@ TOOLS: dict[str, str] = {
     "topics": "org.apache.kafka.tools.TopicCommand",
     "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "acls": "org.apache.kafka.tools.AclCommand",
+    "configs": "kafka.admin.ConfigCommand",
 }
-"""Tool name (the `kafka-<name>.sh` script of a Kafka release) to its main class in kafka-tools."""
+"""Tool name (the `kafka-<name>.sh` script of a Kafka release) to its main class in kafka-tools (or the broker)."""
+_ON_BROKER_JARS = frozenset({"configs"})
 
 _JVM_OPTS = (
     "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -76,7 +82,7 @@ def java_command(tool: str, args: Sequence[str], version: str = KAFKA_VERSION) -
     java = shutil.which("java")
     if java is None:
         raise KafkaWorkerError("cannot run the Kafka tools: `java` (17 or newer) is not on PATH")
-    libs = resolve_tools(version)
+    libs = resolve_jars(version) if tool in _ON_BROKER_JARS else resolve_tools(version)
     extra = os.environ.get("KAFKA_TOOLS_JAVA_OPTS", "").split()
     return [java, *_JVM_OPTS, *extra, "-cp", f"{libs}/*", main_class, *args]
 

@@ -27,6 +27,25 @@ else
 fi
 # ---- helm (end) ----
 
+# ---- promtool (begin; owned by the alerts' tests) ----
+# tests/deploy/test_alerts.py runs `promtool test rules` on the chart's PrometheusRule; promtool is built once from
+# the Go module proxy into "$CACHE/bin" (Prometheus 3.x is the Go module version v0.3xx). The build tag
+# remove_all_sd leaves out the service-discovery plugins (cloud SDKs), which rule tests do not use.
+PROMETHEUS_MODULE_VERSION="v0.316.0"
+if [ -x "$CACHE/bin/promtool" ] && [ -f "$CACHE/bin/promtool.version" ] \
+    && [ "$(cat "$CACHE/bin/promtool.version")" = "$PROMETHEUS_MODULE_VERSION" ]; then
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: cached"
+else
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: building (several minutes, once)"
+  promtool_start=$(date +%s)
+  GOBIN="$CACHE/bin" GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0 \
+    go install -trimpath -tags remove_all_sd -ldflags="-s -w" \
+    "github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_MODULE_VERSION}"
+  echo "$PROMETHEUS_MODULE_VERSION" > "$CACHE/bin/promtool.version"
+  echo "promtool ${PROMETHEUS_MODULE_VERSION}: built in $(( $(date +%s) - promtool_start ))s"
+fi
+# ---- promtool (end) ----
+
 # ---- kafka jars (begin; owned by the Kafka test harness) ----
 # The broker tests start a real Kafka 4.x KRaft cluster from Maven jars (devtools/kafka_cluster.py).
 # Resolve them now, once per version into "$CACHE/kafka-<version>/libs", so the time shows here in CI logs.
@@ -48,3 +67,30 @@ fi
   echo "kafka tools jars: ready in $(( $(date +%s) - tools_start ))s"
 )
 # ---- kafka command-line tools (end) ----
+
+# ---- gateway clients (begin; owned by the gateway) ----
+# The gateway tests run the official @ag-ui/client under Node and drive a headless Chromium with puppeteer-core
+# (tests/gateway/node/package.json, pinned by its package-lock.json). The packages go to
+# "$CACHE/gateway-node-<lock hash>/node_modules", installed once per lock; Chromium is Debian's
+# chromium-headless-shell (a browser download of puppeteer's own cannot be fetched here).
+(
+  cd "$(dirname "$0")/.."
+  lock_hash=$(sha256sum tests/gateway/node/package-lock.json | cut -c1-16)
+  node_dir="$CACHE/gateway-node-$lock_hash"
+  if [ -d "$node_dir/node_modules/@ag-ui/client" ] && [ -d "$node_dir/node_modules/puppeteer-core" ]; then
+    echo "gateway node packages: cached"
+  else
+    rm -rf "$node_dir.tmp" && mkdir -p "$node_dir.tmp"
+    cp tests/gateway/node/package.json tests/gateway/node/package-lock.json "$node_dir.tmp/"
+    (cd "$node_dir.tmp" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    rm -rf "$node_dir" && mv "$node_dir.tmp" "$node_dir"
+    echo "gateway node packages: installed in $node_dir"
+  fi
+  if ! command -v chromium-headless-shell >/dev/null 2>&1; then
+    echo "chromium-headless-shell: installing Debian's package"
+    if [ "$(id -u)" = "0" ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
+    $apt_get update -qq && DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq chromium-headless-shell >/dev/null
+  fi
+  echo "chromium-headless-shell: $(chromium-headless-shell --version 2>/dev/null | head -1)"
+)
+# ---- gateway clients (end) ----

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
+
+from tests import installation
 
 # ---- broker tests never pass by skipping (begin; owned by the Kafka test harness) -----------------------
 # A test marked `kafka` or `cluster3` that ends up skipped (a skip marker, pytest.skip in a fixture or in the
@@ -44,3 +47,20 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, N
 
 
 # ---- broker tests never pass by skipping (end) ------------------------------------------------------------
+
+
+# ---- the suite tests the installed package (begin; owned by the build) ------------------------------------
+# scripts/test.sh installs the compiled wheel (or, with HARNESS_AGUI_COMPILE=0, the checkout as an editable
+# install), and pytest imports test modules with --import-mode=append, so `worker` comes from that installation.
+# A run that would import anything else (e.g. `python -m pytest`, whose working directory comes first on the
+# path), one whose installed wheel was built from other sources than the checkout's, and one in a checkout holding
+# compiled modules stop before collecting. Every Python the suite starts (workers, their replay processes, the
+# demo) gets the same order through its environment. tests/test_build.py proves what runs.
+def pytest_configure(config: pytest.Config) -> None:
+    problem = installation.problem()
+    if problem is not None:
+        raise pytest.UsageError(problem)
+    os.environ.update(installation.child_path())
+
+
+# ---- the suite tests the installed package (end) ----------------------------------------------------------

@@ -2,27 +2,45 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from worker._version import package_version
 from worker.app import build_parser, main_run, settings_from_args
-from worker.settings import GapPolicy, Settings
+from worker.settings import ConnectionSettings, GapPolicy, Settings, is_secret
 
-SHAPED = {"processor": "my_hooks.redact:processor"}  # strings a validator holds to a form
+SHAPED = {"processor": "my_hooks.redact:processor", "sasl_mechanism": "SCRAM-SHA-512",
+          "oauth_token_endpoint": "https://idp.example/token"}  # strings a validator holds to a form
+_SASL = ("--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
+         "--sasl-password-file", "{file}")
+_OAUTH = ("--security-protocol", "SASL_SSL", "--sasl-mechanism", "OAUTHBEARER", "--oauth-token-endpoint",
+          "https://idp.example/token", "--oauth-client-id", "w", "--oauth-client-secret-file", "{file}")
+CONTEXT = {  # the other flags a setting needs to be valid (a SASL mechanism its credentials, TLS files TLS)
+    **dict.fromkeys(["sasl_mechanism", "sasl_username", "sasl_password_file"], _SASL),
+    **dict.fromkeys(["oauth_client_id", "oauth_client_secret_file", "oauth_scope", "oauth_timeout_ms",
+                     "oauth_token_endpoint"], _OAUTH),
+    **dict.fromkeys(["ssl_cafile", "ssl_certfile", "ssl_password_file"], ("--security-protocol", "SSL")),
+    "ssl_keyfile": ("--security-protocol", "SSL", "--ssl-certfile", "{file}"),
+}  # fmt: skip
+FLAGGED = sorted(name for name, info in Settings.model_fields.items() if not is_secret(info))
 
 
-def _other_value(name: str) -> tuple[list[str], object]:
-    """Command-line arguments that set `name` to a valid value other than its default, and that value."""
+def _other_value(name: str, file: str) -> tuple[list[str], object]:
+    """Command-line arguments that set `name` to a valid value other than its default, and that value; `file` is a
+    readable file for the settings that name one."""
     info = Settings.model_fields[name]
     schema = Settings.model_json_schema()["properties"][name]
     schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
     if "$ref" in schema:
         schema = Settings.model_json_schema()["$defs"][schema["$ref"].split("/")[-1]]
     flag, default = "--" + name.replace("_", "-"), info.default
+    context = [arg.replace("{file}", file) for arg in CONTEXT.get(name, ())]
     if info.annotation is bool:
         return ([f"--no-{flag[2:]}"] if default else [flag]), not default
     if "enum" in schema:
@@ -30,19 +48,22 @@ def _other_value(name: str) -> tuple[list[str], object]:
         return [flag, value], value
     if schema.get("type") == "integer":
         value = default + 1 if default + 1 <= schema.get("maximum", default + 1) else default - 1
-        return [flag, str(value)], value
-    value = SHAPED.get(name, f"set-{name}")
-    return [flag, value], value
+        return [*context, flag, str(value)], value
+    value = file if name.endswith("file") else SHAPED.get(name, f"set-{name}")
+    return [*context, flag, value], value
 
 
-@pytest.mark.parametrize("name", sorted(Settings.model_fields))
-def test_every_setting_has_a_flag_that_sets_it(name: str) -> None:
-    argv, expected = _other_value(name)
+@pytest.mark.parametrize("name", FLAGGED)
+def test_every_setting_but_a_secret_has_a_flag_that_sets_it(name: str, tmp_path: Path) -> None:
+    argv, expected = _other_value(name, _secret_file(tmp_path))
     value = getattr(settings_from_args(build_parser().parse_args(argv)), name)
-    if hasattr(value, "get_secret_value"):
-        value = value.get_secret_value()
     assert value == expected
     assert value != Settings.model_fields[name].default
+
+
+def test_secrets_are_the_password_and_client_secret_settings() -> None:
+    assert sorted(set(Settings.model_fields) - set(FLAGGED)) == ["oauth_client_secret", "sasl_password",
+                                                                "ssl_password"]
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,9 +111,79 @@ def test_bad_settings_exit_2_naming_the_setting(
     assert err.count("\n") == 1, "one line"
 
 
-def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main_run(["--security-protocol", "SASL_SSL", "--sasl-password", "hunter2-secret"]) == 2
-    assert "hunter2-secret" not in capsys.readouterr().err
+def test_secrets_are_not_echoed_in_errors(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKER_SASL_PASSWORD", "hunter2-secret")
+    assert main_run(["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-512"]) == 2
+    err = capsys.readouterr().err
+    assert "needs sasl_username" in err
+    assert "hunter2-secret" not in err
+
+
+@pytest.mark.parametrize("flag", ["--sasl-password", "--ssl-password", "--oauth-client-secret"])
+def test_no_secret_is_taken_from_the_command_line(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main_run([flag, "hunter2-secret"])
+    assert exited.value.code == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+def _secret_file(tmp_path: Path, text: str = "s3cret-from-a-file") -> str:
+    path = tmp_path / "secret"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "GSSAPI"], {},
+         "sasl_mechanism 'GSSAPI' cannot be served (Kerberos is not built into this worker)"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "SCRAM-SHA-1"], {},
+         "sasl_mechanism 'SCRAM-SHA-1' cannot be served: use one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"),
+        (["--sasl-mechanism", "PLAIN"], {}, "sasl_mechanism=PLAIN needs security_protocol SASL_SSL"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "u"], {},
+         "needs a password: set sasl_password_file, or WORKER_SASL_PASSWORD"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
+          "--sasl-password-file", "{file}"], {"WORKER_SASL_PASSWORD": "x"}, "sasl_password is given twice"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
+          "--sasl-password-file", "/nonexistent/pw"], {}, "sasl_password_file '/nonexistent/pw' is not a readable"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "OAUTHBEARER"], {},
+         "OAUTHBEARER needs oauth_token_endpoint and oauth_client_id"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "OAUTHBEARER", "--oauth-token-endpoint",
+          "https://idp.example/token", "--oauth-client-id", "w"], {}, "OAUTHBEARER needs a client secret"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "OAUTHBEARER", "--oauth-token-endpoint",
+          "http://idp.example/token", "--oauth-client-id", "w", "--oauth-client-secret-file", "{file}"], {},
+         "must be an https URL (http only on a loopback address)"),
+        (["--security-protocol", "SASL_SSL", "--sasl-mechanism", "OAUTHBEARER", "--sasl-username", "u"], {},
+         "sasl_username set, but OAUTHBEARER takes the oauth_* settings"),
+        (["--ssl-cafile", "{file}"], {}, "ssl_cafile set, but security_protocol=PLAINTEXT uses no TLS"),
+        (["--security-protocol", "SSL", "--ssl-keyfile", "{file}"], {}, "ssl_keyfile needs ssl_certfile"),
+    ],
+)  # fmt: skip
+def test_a_security_combination_the_worker_cannot_serve_exits_2_with_the_reason(
+    argv: list[str], env: dict[str, str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    file = _secret_file(tmp_path)
+    assert main_run([arg.replace("{file}", file) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert err.count("\n") == 1, "one line"
+    assert "s3cret-from-a-file" not in err
+
+
+def test_a_secret_is_read_from_its_file_when_a_client_is_made(tmp_path: Path) -> None:
+    from worker.kafka.clients import connection_options  # noqa: PLC0415
+
+    file = _secret_file(tmp_path, "first")
+    settings = ConnectionSettings(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="u",
+                                  sasl_password_file=file)  # fmt: skip
+    assert connection_options(settings)["sasl_plain_password"] == "first"
+    Path(file).write_text("rotated\n")
+    assert connection_options(settings)["sasl_plain_password"] == "rotated"
+    assert "first" not in repr(settings) and "rotated" not in repr(settings)
 
 
 def test_a_stop_requested_while_the_worker_loads_ends_it_cleanly() -> None:
@@ -108,3 +199,21 @@ def test_a_stop_requested_while_the_worker_loads_ends_it_cleanly() -> None:
     out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 0, out.decode(errors="replace")[-2000:]
     assert b"worker stopped cleanly" in out.splitlines()[-1]
+
+
+def test_version_prints_the_package_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "worker", "--version"], capture_output=True, text=True, check=False,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"harness-agui-worker {package_version()}"
+    assert package_version() != "0+unknown", "the test environment installs the package"
+
+
+@pytest.mark.parametrize("command", ["convert", "run"])
+def test_every_flag_of_every_command_has_help(command: str) -> None:
+    from worker.__main__ import build_parser as build_main  # noqa: PLC0415
+
+    parser = build_parser() if command == "run" else next(
+        action.choices[command] for action in build_main()._actions if isinstance(action, argparse._SubParsersAction))
+    undocumented = [action.dest for action in parser._actions if not action.help]
+    assert undocumented == []

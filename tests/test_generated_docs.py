@@ -1,5 +1,5 @@
-"""The parts generated from Settings (README and chart tables, the values schema's `config`) are up to date, and
-the check notices a setting it has not seen."""
+"""The parts generated from Settings (docs/configuration.md and chart tables, the values schema's `config`) are up
+to date, and the check notices a setting it has not seen."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_a_new_setting_makes_every_target_stale(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(gen_docs, "Settings", WithNewSetting)
     assert sorted(gen_docs.check()) == sorted(
-        str(p.relative_to(gen_docs.ROOT)) for p in (gen_docs.README, gen_docs.CHART_README, gen_docs.SCHEMA)
+        str(p.relative_to(gen_docs.ROOT)) for p in (gen_docs.CONFIGURATION, gen_docs.CHART_README, gen_docs.SCHEMA)
     )
     prop = gen_docs.schema_config_properties()["checkpoint_everything_ms"]
     assert prop == {"type": ["integer", "null"], "minimum": 10, "default": 250,
@@ -39,7 +39,7 @@ def test_schema_defaults_and_descriptions_are_the_settings() -> None:
 
 
 def test_every_region_has_its_markers(tmp_path: Path) -> None:
-    broken = tmp_path / "README.md"
+    broken = tmp_path / "configuration.md"
     broken.write_text("no markers here\n")
     with pytest.raises(SystemExit, match="lacks the markers of region 'settings'"):
-        gen_docs._replace_region(broken.read_text(), "settings", "x", gen_docs.README)
+        gen_docs._replace_region(broken.read_text(), "settings", "x", gen_docs.CONFIGURATION)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from worker import _native  # noqa: F401  (first: chooses compiled or pure modules)
 from worker.errors import AguiObservationError, DecodeError, WorkerError
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""`python -m worker <command>`: `convert` (offline files) and `run` (the Kafka worker)."""
+"""`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `gateway` (AG-UI over HTTP);
+`--version`."""
 
 from __future__ import annotations
 
@@ -12,15 +13,27 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
-    parser = argparse.ArgumentParser(prog="python -m worker")
+    from worker._version import package_version  # noqa: PLC0415 - not on `run`'s path before stops are held
+
+    parser = argparse.ArgumentParser(prog="python -m worker", allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"harness-agui-worker {package_version()}",
+                        help="print the version and exit")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
-    convert = commands.add_parser("convert", help="convert Harness wire JSONL to AG-UI JSONL")
-    convert.add_argument("--observer", choices=("stream", "plain"), default="stream")
-    convert.add_argument("--display", action="store_true", help="emit display-fold records instead")
-    convert.add_argument("--out-dir", default=None, help="write DIR/<file name> for each input file")
-    convert.add_argument("files", nargs="*", metavar="FILE")
+    convert = commands.add_parser("convert", help="convert Harness wire JSONL to AG-UI JSONL", allow_abbrev=False)
+    convert.add_argument("--observer", choices=("stream", "plain"), default="stream",
+                         help="`stream` (default, what the worker publishes): a root run with its inline child "
+                         "runs; `plain`: each run on its own, children's items not forwarded")  # fmt: skip
+    convert.add_argument("--display", action="store_true",
+                         help="write display-fold records and a last {\"snapshot\": ...} line instead of events")
+    convert.add_argument("--out-dir", default=None, metavar="DIR",
+                         help="write DIR/<file name> for each input file instead of standard output")
+    convert.add_argument("files", nargs="*", metavar="FILE",
+                         help="files of Harness wire items, one JSON object per line; none: standard input")
     # `run` is dispatched to worker.app.main_run before parsing; registered here for --help only.
     commands.add_parser("run", help="run the Kafka worker (see `python -m worker run --help`)", add_help=False)
+    # `gateway` likewise, dispatched to worker.gateway.server.main_gateway.
+    commands.add_parser("gateway", help="serve runs over HTTP/SSE (see `python -m worker gateway --help`)",
+                        add_help=False)
     return parser
 
 
@@ -32,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
 
         return main_run(args_list[1:], early=early)
+    if args_list and args_list[0] == "gateway":
+        from worker.gateway.server import main_gateway  # noqa: PLC0415 - the server stack loads only for `gateway`
+
+        return main_gateway(args_list[1:])
     args = build_parser().parse_args(args_list)
     from worker.convert import convert_paths  # noqa: PLC0415
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["settle_heap"]
+__all__ = ["freeze_heap"]
 
 # A young collection once 50,000 containers were allocated and not freed (instead of 700); older ones as rarely.
 _THRESHOLDS = (50_000, 20, 100)
 
 
-def settle_heap(*, collect: bool = True) -> None:
+def freeze_heap(*, collect: bool = True) -> None:
     """Freeze what is alive now (after a collection, with `collect`) and make collections rare."""
     if collect:
         gc.collect()

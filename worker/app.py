@@ -12,11 +12,11 @@ from typing import Any, TypeVar, overload
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
-from worker._heap import settle_heap
+from worker._heap import freeze_heap
 from worker._native import describe
 from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
-from worker.settings import Settings
+from worker.settings import Settings, is_secret
 
 __all__ = ["build_parser", "main_run", "settings_from_args"]
 
@@ -31,10 +31,14 @@ def _flag(name: str) -> str:
 def build_parser(
     parser: argparse.ArgumentParser | None = None, model: type[BaseSettings] = Settings
 ) -> argparse.ArgumentParser:
-    """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`."""
-    parser = parser or argparse.ArgumentParser(prog="python -m worker run")
+    """One flag per field of `model` (`--source-topic` for `source_topic`); a flag beats `WORKER_SOURCE_TOPIC`.
+    A secret (a SecretStr field) gets no flag: a command line is visible to anyone who can list processes."""
+    # No abbreviations: `--sasl-password <secret>` must be refused, not taken for `--sasl-password-file`.
+    parser = parser or argparse.ArgumentParser(prog="python -m worker run", allow_abbrev=False)
     prefix = str(model.model_config.get("env_prefix", ""))
     for name, info in model.model_fields.items():
+        if is_secret(info):
+            continue
         default = info.default.value if hasattr(info.default, "value") else info.default
         help_text = f"{info.description} [env {prefix}{name.upper()}; default {default!r}]"
         if info.annotation is bool:
@@ -70,9 +74,24 @@ def _safe(settings: BaseSettings) -> dict[str, Any]:
     return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in settings.model_dump().items()}
 
 
+def _check_memory(settings: Settings, partitions: int | None) -> None:
+    """Warn, with the numbers, when the settings' worst case does not fit the memory limit the worker runs under."""
+    from worker.ops.capacity import WorstCase, memory_limit  # noqa: PLC0415
+
+    limit = memory_limit()
+    if limit is None or not partitions:
+        return
+    worst = WorstCase(partitions, settings.max_open_streams, settings.closed_stream_memory,
+                      display=bool(settings.display_topic))
+    warning = worst.warning(limit)
+    if warning is not None:
+        _log.warning(warning, extra={"memory_limit_bytes": limit, "worst_case_bytes": worst.total})
+
+
 async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
-    from worker.kafka import KafkaRunner  # noqa: PLC0415
+    from worker.kafka import GroupMember  # noqa: PLC0415
+    from worker.kafka.startup import reach_brokers  # noqa: PLC0415
     from worker.ops import Health, HealthServer, Metrics  # noqa: PLC0415
 
     metrics = Metrics()
@@ -88,13 +107,18 @@ async def _serve(settings: Settings, early: list[int]) -> int:
         loop.add_signal_handler(sig, stop.set)
     if early:
         stop.set()
-    runner = KafkaRunner(settings, metrics, health)
+    member = GroupMember(settings, metrics, health)
     # What is loaded by now lives as long as the process: frozen, no full collection scans it again (with the
     # conversion core and the Kafka client loaded, one took 30 ms, a stall of every partition).
-    settle_heap()
+    freeze_heap()
     _log.info("worker starting", extra={"settings": _safe(settings), "conversion_core": describe()})
     try:
-        await runner.run(stop)
+        refused = metrics.authentication_failures_total
+        partitions = await reach_brokers(settings, stop, health.beat, topics=(settings.source_topic,),
+                                         on_refusal=lambda cause: refused.labels(cause).inc())  # fmt: skip
+        if partitions is not None:
+            _check_memory(settings, partitions.get(settings.source_topic))
+            await member.run(stop)
     finally:
         if server is not None:
             await server.stop()
@@ -111,6 +135,7 @@ def main_run(
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
+        settings.check_files()
         if settings.processor is not None:
             from worker.stream import load_processor  # noqa: PLC0415 - the conversion core loads only for `run`
 

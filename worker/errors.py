@@ -9,16 +9,20 @@
     ├── ShardedReplayError      a replay split across processes cannot stand in for the in-process one
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
+    ├── GatewayError            the gateway cannot serve an HTTP request as asked (status and code for the answer)
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
+        ├── AuthorizationError  the broker refused a right the worker needs: retried until it is granted
         ├── RebuildError        a partition could not be rebuilt from its source history
         ├── FencedError         another worker now owns a partition's transactional id
-        └── DeadlineError       a broker call of one partition did not finish within its deadline
+        ├── DeadlineError       a broker call of one partition did not finish within its deadline
+        └── TokenError          the OIDC token endpoint refused or did not answer        (also ConnectionError)
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AguiObservationError",
+    "AuthorizationError",
     "CheckpointError",
     "CheckpointVersionError",
     "ConfigError",
@@ -27,9 +31,11 @@ __all__ = [
     "DisplayGapError",
     "FencedError",
     "GapError",
+    "GatewayError",
     "KafkaWorkerError",
     "RebuildError",
     "ShardedReplayError",
+    "TokenError",
     "WorkerError",
 ]
 
@@ -102,8 +108,27 @@ class CheckpointVersionError(WorkerError):
         super().__init__(f"changelog of {topic}[{partition}]: {message}")
 
 
+class GatewayError(WorkerError):
+    """The gateway cannot serve a request as asked: `status` is the HTTP status of the answer, `code` a word
+    naming the cause (`unknown-run`, `bad-cursor`, `bad-token`, ...), the message says what to fix."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(message)
+
+
 class KafkaWorkerError(WorkerError):
     """The broker or the client failed in a way the worker cannot absorb by retrying."""
+
+
+class AuthorizationError(KafkaWorkerError):
+    """The broker refused a right the worker needs; the message names each one (`CREATE on Topic 'x'`) and the
+    principal, `labels` holds each right's (resource type, operation) for the metrics. Retried until granted."""
+
+    def __init__(self, message: str, labels: tuple[tuple[str, str], ...]) -> None:
+        self.labels = labels
+        super().__init__(message)
 
 
 class RebuildError(KafkaWorkerError):
@@ -123,3 +148,14 @@ class DeadlineError(KafkaWorkerError):
         self.seconds = seconds
         self.where = where
         super().__init__(f"{where}: {call} did not finish within {seconds:g} s")
+
+
+class TokenError(KafkaWorkerError, ConnectionError):
+    """The OIDC token endpoint at `endpoint` refused the worker or did not answer; `cause` is `authentication`
+    (the client id or secret was refused) or `unreachable`. A ConnectionError, so the Kafka client treats it as a
+    connection that failed and tries again; the message never holds a secret."""
+
+    def __init__(self, message: str, *, endpoint: str, cause: str) -> None:
+        self.endpoint = endpoint
+        self.cause = cause
+        super().__init__(f"OIDC token endpoint {endpoint}: {message}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,48 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devtools.dockerfile import DOCKERFILE, ignored, instructions, stages
+from devtools.wheel import PIP_WHEEL
 from tests.deploy.conftest import CHART, ROOT
 from worker.settings import Settings
-
-DOCKERFILE = ROOT / "Dockerfile"
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs with line continuations joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for ins in instructions():
-        if ins[0] == "FROM":
-            result.append([])
-        if result:
-            result[-1].append(ins)
-    return result
-
-
-def ignored(path: str) -> bool:
-    """.dockerignore semantics for the patterns this repo uses: the last matching line wins."""
-    verdict = False
-    for raw in (ROOT / ".dockerignore").read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        pattern = line.lstrip("!").rstrip("/")
-        parts = Path(path).parts
-        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        if any(fnmatch.fnmatch(p, pattern) for p in prefixes):
-            verdict = not negate
-    return verdict
 
 
 def hadolint() -> Path:
@@ -78,10 +40,11 @@ def test_every_copy_source_exists_and_reaches_the_build_context() -> None:
             assert (ROOT / source).exists(), f"COPY source {source} is missing"
             assert not ignored(source), f"COPY source {source} is excluded by .dockerignore"
     assert ignored(".venv") and ignored("tests") and ignored(".git")
-    # a checkout's own compiled modules never reach the image, which compiles its own
+    # compiled modules a checkout may hold never reach the image, which compiles its own
     so = "cpython-311-x86_64-linux-gnu.so"
-    for built in (f"worker/wire/_decode.{so}", f"worker/_runtime__mypyc.{so}", "worker/_compiled.json"):
+    for built in (f"worker/wire/_decode.{so}", f"worker/_runtime__mypyc.{so}", "worker/__pycache__/app.pyc"):
         assert ignored(built), built
+    assert not ignored("worker/wire/_decode.py")
 
 
 def test_the_wheel_build_inputs_are_all_copied() -> None:
@@ -104,7 +67,27 @@ def test_the_builder_compiles_for_the_same_python_release_it_ships() -> None:
     assert re.fullmatch(r"python:3\.11\.\d+-bookworm(@sha256:[0-9a-f]{64})?", builder), builder
     assert builder.split("-")[0] == runtime.split("-")[0]
     runs = " ".join(a for w, a in stages()[0] if w == "RUN")
-    assert "HARNESS_AGUI_COMPILE=1" in runs and "n.compiled()" in runs
+    assert "HARNESS_AGUI_COMPILE=1 python -m pip wheel" in runs
+
+
+def _builder_commands() -> list[list[str]]:
+    """The builder stage's RUN lines, split into their `&&`-joined commands."""
+    runs = [a for w, a in stages()[0] if w == "RUN"]
+    return [shlex.split(command) for run in runs for command in run.split(" && ")]
+
+
+def test_the_builder_builds_the_wheel_as_scripts_test_does() -> None:
+    """scripts/test.sh builds the wheel the suite tests with devtools.wheel: the same `pip wheel` command."""
+    [wheel] = [c for c in _builder_commands() if "wheel" in c and "pip" in c]
+    assert wheel == ["HARNESS_AGUI_COMPILE=1", "python", "-m", *PIP_WHEEL, "--wheel-dir", "/wheels", "."]
+
+
+def test_the_builder_checks_that_the_installed_package_is_compiled() -> None:
+    """The check imports the installed package (-P: not the sources in the working directory /src) and fails
+    unless its hot path loads from extension modules; tests/deploy/test_install.py runs it."""
+    checks = [c for c in _builder_commands() if c[0] == "/opt/venv/bin/python"]
+    assert [c[:3] for c in checks] == [["/opt/venv/bin/python", "-P", "-c"]]
+    assert "assert compiled()" in checks[0][3]
 
 
 def test_final_stage_ships_only_the_venv_and_runs_unprivileged() -> None:

@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from devtools.gen_docs import CHART_MANAGED
-from tests.deploy.conftest import CHART, Render
-from tests.test_readme import _section
+from tests.deploy.conftest import CHART, ROOT, Render
 from worker.settings import Settings
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -22,6 +21,11 @@ SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 SASL = {
     "config": {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"},
     "kafka": {"sasl": {"existingSecret": "kafka-user", "passwordKey": "pw", "usernameKey": "user"}},
+}
+OAUTH = {
+    "config": {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "oauth_client_id": "worker",
+               "oauth_token_endpoint": "https://idp.example/oauth2/token", "oauth_scope": "kafka"},
+    "kafka": {"oauth": {"existingSecret": "worker-oidc", "clientSecretKey": "secret"}},
 }
 SSL = {
     "config": {"security_protocol": "SSL"},
@@ -36,6 +40,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "keda-statefulset": {"keda": {"enabled": True}, "workload": {"kind": "StatefulSet"}},
     "no-pdb": {"pdb": {"enabled": False}},
     "sasl": SASL,
+    "oauth": OAUTH,
     "ssl": SSL,
     "prometheusrule": {"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "prom"}}}},
     "extras": {
@@ -320,6 +325,28 @@ def test_sasl_needs_a_secret_and_a_mechanism(render_error: Any) -> None:
     assert "needs config.sasl_mechanism" in err
 
 
+def test_the_oidc_client_secret_comes_from_the_secret(render: Render) -> None:
+    env = env_of(render(OAUTH))
+    assert env["WORKER_OAUTH_CLIENT_SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "worker-oidc", "key": "secret"}}
+    assert env["WORKER_SASL_MECHANISM"]["value"] == "OAUTHBEARER"
+    assert env["WORKER_OAUTH_TOKEN_ENDPOINT"]["value"] == "https://idp.example/oauth2/token"
+    assert env["WORKER_OAUTH_CLIENT_ID"]["value"] == "worker"
+    assert "WORKER_SASL_PASSWORD" not in env
+    assert "WORKER_OAUTH_CLIENT_SECRET" not in env_of(render(SASL))
+
+
+def test_oauthbearer_needs_an_endpoint_a_client_and_a_secret(render_error: Any) -> None:
+    config = {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"}
+    assert "needs config.oauth_token_endpoint and config.oauth_client_id" in render_error({"config": config})
+    config |= {"oauth_token_endpoint": "https://idp.example/token", "oauth_client_id": "w"}
+    assert "needs kafka.oauth.existingSecret" in render_error({"config": config})
+
+
+@pytest.mark.parametrize("secret", ["sasl_password", "ssl_password", "oauth_client_secret"])
+def test_config_refuses_a_secret_in_values(render_error: Any, secret: str) -> None:
+    assert render_error({"config": {secret: "plaintext-in-values"}})
+
+
 def test_tls_files_are_mounted_from_the_secret(render: Render) -> None:
     objs = render(SSL)
     env = env_of(objs)
@@ -383,25 +410,20 @@ def test_service_monitor_relabelings(render: Render) -> None:
     assert "relabelings" not in plain["spec"]["endpoints"][0]
 
 
-def _readme_alert_metrics() -> list[str]:
-    table = _section("Metrics")
-    exprs = re.findall(r"^\| [^|]+ \| `([^`]+)`", table.split("Recommended alerts", 1)[1], flags=re.M)
-    return [re.search(r"harness_agui_[a-z_]+", e).group(0) for e in exprs]  # type: ignore[union-attr]
-
-
-def test_prometheus_rule_carries_the_alerts_the_readme_recommends(render: Render) -> None:
+def test_prometheus_rule_carries_the_alerts_of_the_runbooks(render: Render) -> None:
     objs = render(OPTIONS["prometheusrule"])
     [rule] = by_kind(objs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "prom"
     [group] = rule["spec"]["groups"]
-    exprs = [r["expr"] for r in group["rules"]]
-    recommended = _readme_alert_metrics()
-    assert len(recommended) == len(exprs) == 7
-    for metric, expr in zip(recommended, exprs, strict=True):
-        assert metric in expr
-        assert 'namespace="streams"' in expr and 'pod=~"rel-harness-agui-worker-.*"' in expr
-    assert all(r["labels"]["severity"] == "warning" and r["annotations"]["summary"] for r in group["rules"])
+    summary = (ROOT / "docs" / "runbooks.md").read_text().split("## Runbooks", 1)[0]
+    listed = re.findall(r"^\| (HarnessAgui\w+) \|", summary, flags=re.M)
+    assert sorted(r["alert"] for r in group["rules"]) == sorted(listed)
+    for r in group["rules"]:
+        assert 'namespace="streams"' in r["expr"] and 'pod=~"rel-harness-agui-worker-.*"' in r["expr"], r["alert"]
+    critical = {"HarnessAguiWorkersAbsent", "HarnessAguiAuthenticationFailing"}
+    assert all(r["labels"]["severity"] == ("critical" if r["alert"] in critical else "warning")
+               and r["annotations"]["summary"] for r in group["rules"])  # fmt: skip
     custom = render({"metrics": {"prometheusRule": {"enabled": True, "selector": 'job="w"', "additionalRules": [
         {"alert": "Mine", "expr": "vector(1)"}]}}})
     [rule] = by_kind(custom, "PrometheusRule")
@@ -435,3 +457,16 @@ def test_grace_period_defaults_are_the_settings_defaults() -> None:
     for name in ("commit_interval_ms", "shutdown_timeout_ms"):
         [default] = re.findall(rf'"key" "{name}" "default" (\d+)', helpers)
         assert int(default) == Settings.model_fields[name].default, name
+
+
+def test_the_chart_defaults_fit_the_measured_sizing() -> None:
+    """A pod that ends up owning every partition, each at the chart's open-run cap, fits the chart's memory limit
+    with the per-run and per-partition figures of docs/sizing.md (those the worker warns with at start)."""
+    from worker.ops.capacity import WorstCase  # noqa: PLC0415
+
+    config = VALUES["config"]
+    limit = VALUES["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi")
+    worst = WorstCase(VALUES["partitionCount"], config["max_open_streams"], config["closed_stream_memory"],
+                      display=bool(config.get("display_topic")))  # fmt: skip
+    assert worst.warning(int(limit[:-2]) << 30) is None, worst.warning(int(limit[:-2]) << 30)

@@ -17,11 +17,15 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on
+from devtools.kafka_security import BrokerSecurity, new_secret
+from tests.kafka.oidc_issuer import OidcIssuer
+from tests.kafka.secure_broker import SecureKafka
 
 __all__ = ["KafkaBroker", "TopicFactory", "UniqueNames"]
 
@@ -183,3 +187,45 @@ def cluster3_topics(request: pytest.FixtureRequest, cluster3: KafkaCluster) -> T
         return topic
 
     return create
+
+
+# ---- the secured broker (SASL_SSL, mutual TLS, OAUTHBEARER, StandardAuthorizer) ----------------------------
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+    """A single secured node with its throwaway CA and OIDC issuer, started on first use and shared by the
+    session: clients authenticate (PLAIN, SCRAM, OAUTHBEARER or a client certificate) and may do only what an ACL
+    allows; `SecureKafka` adds users and grants or revokes ACLs with Kafka's own tools."""
+    workdir = tmp_path_factory.mktemp("secure-kafka")
+    issuer = OidcIssuer()
+    try:
+        security = BrokerSecurity(workdir, issuer.jwks_url, issuer=issuer.issuer,
+                                  plain_users={"plain-worker": new_secret()})
+        cluster = KafkaCluster.start(nodes=1, security=security, workdir=workdir / "cluster")
+    except BaseException:
+        issuer.close()
+        raise
+    try:
+        yield SecureKafka(cluster, security, issuer, workdir)
+    finally:
+        cluster.stop()
+        issuer.close()
+
+
+@pytest.fixture
+def secure_names(request: pytest.FixtureRequest) -> UniqueNames:
+    """Names unique in the session for the secured broker's topics, groups and principals."""
+    token = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8]
+    base = f"{_base_name(request.node.nodeid)[:24]}-{token}"  # short: a principal can be a certificate's CN
+    counter = itertools.count()
+    return lambda role="t": f"{base}.{_ILLEGAL.sub('_', role)}.{next(counter)}"
+
+
+@pytest.fixture
+def secure_logs(tmp_path: Path, secure_kafka: SecureKafka) -> Iterator[Path]:
+    """A directory for the logs and command lines of a test's workers on the secured broker; afterwards none of
+    them may hold any secret the secured broker handed out."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    yield logs
+    leaked = secure_kafka.leaked(logs)
+    assert not leaked, f"secrets in the workers' logs or command lines: {leaked}"

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,11 @@ def interleave(runs: list[Run]) -> list[tuple[bytes, bytes]]:
     return out
 
 
-async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], *, pace_s: float = 0.0) -> None:
-    """Send records with an idempotent producer; `pace_s` sleeps between records to spread them in time."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], *, pace_s: float = 0.0,
+                  client: Mapping[str, Any] | None = None) -> None:
+    """Send records with an idempotent producer; `pace_s` sleeps between records to spread them in time; `client`
+    holds security arguments (a secured broker's admin)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5, **(client or {}))
     await producer.start()
     try:
         futures = []
@@ -140,10 +143,11 @@ class Out:
     offset: int
 
 
-async def collect(bootstrap: str, topic: str, *, expect: int, timeout_s: float, settle_s: float = 3.0) -> list[Out]:
+async def collect(bootstrap: str, topic: str, *, expect: int, timeout_s: float, settle_s: float = 3.0,
+                  client: Mapping[str, Any] | None = None) -> list[Out]:
     """Read a topic read_committed from the start until `expect` records arrived, then `settle_s` more."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest", **(client or {}))
     await consumer.start()
     try:
         parts = consumer.partitions_for_topic(topic) or set()

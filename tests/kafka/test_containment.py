@@ -1,5 +1,5 @@
-"""The publisher keeps one bad record small, without a broker: an internal error is dead-lettered, counted and
-its traceback logged once per stream; a dead letter too large for its topic is cut to fit; a failing partition
+"""A partition's task keeps one bad record small, without a broker: an internal error is dead-lettered, counted
+and its traceback logged once per stream; a dead letter too large for its topic is cut to fit; a failing partition
 state holds its partition instead of ending the worker."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import pytest
 from aiokafka import TopicPartition
 
 from tests.kafka.support import RecordBatch
+from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, golden_source, item
-from worker.kafka.partition import PartitionRun, Phase
-from worker.kafka.publisher import Publisher
-from worker.kafka.runner import KafkaRunner
+from worker.kafka.membership import partition_state
 from worker.kafka.source import to_source_record
+from worker.kafka.task import Stage
 from worker.kafka.topics import TopicLimits
-from worker.ops import Health, Metrics
+from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, PartitionState, record_size
+from worker.stream import Destination, OutboundRecord, PartitionState, default_core, record_size
 
 TP = TopicPartition(TOPIC, 0)
 DLQ = Settings().dlq_topic
@@ -34,7 +34,8 @@ class _Producer:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None, dict[str, bytes]]] = []
-        self.commits = 0
+        self.committed: list[int] = []
+        self._offset = 0
 
     async def begin_transaction(self) -> None:
         return None
@@ -57,39 +58,30 @@ class _Producer:
         return fut
 
     async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, Any], group_id: str) -> None:
-        return None
+        self._offset = offsets[TP].offset
 
     async def commit_transaction(self) -> None:
-        self.commits += 1
+        self.committed.append(self._offset)
 
 
-class _Rec:
-    def __init__(self, offset: int, key: str, value: bytes) -> None:
-        self.topic, self.partition, self.offset = TOPIC, 0, offset
-        self.timestamp = 1_700_000_000_000 + offset
-        self.key, self.value, self.headers = key.encode(), value, ()
+def _rec(offset: int, key: str, value: bytes) -> Rec:
+    return Rec(0, offset, key.encode(), value)
 
 
-async def _run(state: PartitionState, recs: list[_Rec], limits: TopicLimits | None = None
-               ) -> tuple[Publisher, PartitionRun, _Producer, Metrics, list[str]]:
-    metrics, halted = Metrics(), []
-
-    async def on_failure(p: PartitionRun, exc: BaseException) -> None:
-        raise AssertionError(f"unexpected partition failure: {exc!r}")
-
-    def on_halt(p: PartitionRun, reason: str) -> None:
-        halted.append(reason)
-        p.phase = Phase.FAILED
-
-    pub = Publisher(Settings(), metrics, on_failure, on_halt)
-    pub.limits = limits
-    p = PartitionRun(TP, state)
-    producer = _Producer()
-    p.go_live(producer, "group", 0)  # type: ignore[arg-type]
-    await pub.consume(p, recs)  # type: ignore[arg-type]
-    if p.phase is Phase.LIVE:
-        assert await pub.commit_now(p)
-    return pub, p, producer, metrics, halted
+async def _run(state: PartitionState, recs: list[Rec], limits: TopicLimits | None = None
+               ) -> tuple[TaskWorld, _Producer, Stage]:
+    """Process `recs` in one live partition task whose state starts as `state`, then stop it (its final commit
+    when it is still live); the world, the producer and the stage the task ended in."""
+    rebuilder = ScriptedRebuilder(lambda tp: _Producer(), state=lambda tp: state)
+    world = TaskWorld(rebuilder, limits, commit_interval_ms=30_000)
+    task = world.start(0)
+    await until(lambda: live(task))
+    world.offer(task, recs)
+    await until(lambda: world.processed(task) == len(recs) or task.stage is Stage.HALTED)
+    stage = task.stage
+    await task.stop(1.0)
+    [producer] = rebuilder.producers
+    return world, producer, stage
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -100,12 +92,13 @@ def _value(metrics: Metrics, name: str, **labels: str) -> float:
 def test_internal_errors_are_dead_lettered_counted_and_logged_once_per_stream(
     caplog: pytest.LogCaptureFixture
 ) -> None:
-    recs = [_Rec(0, "run-a", item("run-a", 0)), _Rec(1, "run-a", item("run-a", 1, refuse="crash")),
-            _Rec(2, "run-b", item("run-b", 0)), _Rec(3, "run-a", item("run-a", 2, refuse="crash")),
-            _Rec(4, "run-b", item("run-b", 1, refuse="crash")), _Rec(5, "run-a", item("run-a", 3))]
-    with caplog.at_level(logging.ERROR, logger="worker.kafka.publisher"):
-        _, p, producer, metrics, halted = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs))
-    assert not halted and p.phase is Phase.LIVE and p.committed == len(recs)
+    recs = [_rec(0, "run-a", item("run-a", 0)), _rec(1, "run-a", item("run-a", 1, refuse="crash")),
+            _rec(2, "run-b", item("run-b", 0)), _rec(3, "run-a", item("run-a", 2, refuse="crash")),
+            _rec(4, "run-b", item("run-b", 1, refuse="crash")), _rec(5, "run-a", item("run-a", 3))]
+    with caplog.at_level(logging.ERROR, logger="worker.kafka.task"):
+        world, producer, stage = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs))
+    metrics = world.metrics
+    assert stage is Stage.LIVE and producer.committed[-1] == len(recs)
     dead = [h for topic, _, _, h in producer.sent if topic == DLQ]
     assert [h["dlq-reason"] for h in dead] == [b"internal-error"] * 3
     assert {h["dlq-exception-type"] for h in dead} == {b"RuntimeError"}
@@ -119,8 +112,9 @@ def test_internal_errors_are_dead_lettered_counted_and_logged_once_per_stream(
 def test_a_dead_letter_larger_than_its_topic_takes_is_cut_to_fit_with_a_header_saying_so() -> None:
     big = b'{"not": "a wire item", "pad": "' + b"x" * 300_000 + b'"}'
     limits = TopicLimits(output_partitions=1, output_record_bytes=1_000_000, dead_letter_record_bytes=100_000)
-    recs = [_Rec(0, "run-a", big), _Rec(1, "run-a", item("run-a", 0))]
-    _, p, producer, metrics, _ = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs, limits))
+    recs = [_rec(0, "run-a", big), _rec(1, "run-a", item("run-a", 0))]
+    world, producer, _ = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs, limits))
+    metrics = world.metrics
     [(_topic, key, value, headers)] = [s for s in producer.sent if s[0] == DLQ]
     assert key == b"run-a" and value is not None and big.startswith(value)
     assert headers["dlq-truncated"] == str(len(big)).encode()
@@ -128,35 +122,37 @@ def test_a_dead_letter_larger_than_its_topic_takes_is_cut_to_fit_with_a_header_s
     sent = OutboundRecord(Destination.DEAD_LETTER, key, value, tuple(headers.items()), None, None)
     assert record_size(sent) <= limits.dead_letter_record_bytes
     assert _value(metrics, "harness_agui_dead_letters_truncated_total") == 1
-    assert p.committed == 2
+    assert producer.committed[-1] == 2
 
 
-def test_a_partition_state_that_fails_holds_its_partition_after_committing_what_came_before() -> None:
+def test_a_partition_state_that_fails_holds_its_partition_after_committing_what_came_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def new_observer() -> Any:
         raise MemoryError("no room for an observer")  # outside decode and observe: the state's own step
 
     core = dataclasses.replace(FAKE_CORE, new_observer=new_observer)
     state = PartitionState(TOPIC, 0, core=core)
-    recs = [_Rec(0, "", item("run-a", 0)), _Rec(1, "run-a", item("run-a", 0)), _Rec(2, "run-b", item("run-b", 0))]
-    _, p, producer, _, halted = asyncio.run(_run(state, recs))
-    assert len(halted) == 1 and "partition state failed: MemoryError: no room for an observer" in halted[0]
-    assert p.committed == 1, "the bad-key record before it committed, nothing from the failed one on"
-    assert producer.commits == 1
+    recs = [_rec(0, "", item("run-a", 0)), _rec(1, "run-a", item("run-a", 0)), _rec(2, "run-b", item("run-b", 0))]
+    with caplog.at_level(logging.WARNING, logger="worker.kafka.task"):
+        world, producer, stage = asyncio.run(_run(state, recs))
+    held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("partition held")]
+    assert stage is Stage.HALTED
+    assert len(held) == 1 and "partition state failed: MemoryError: no room for an observer" in held[0], held
+    assert producer.committed == [1], "the bad-key record before it committed, nothing from the failed one on"
+    assert world.value("partition_failures_total", topic=TOPIC, partition="0") == 1
+    assert world.health.ready()[0] is False
 
 
-def test_the_runners_states_take_the_output_limit_last_read_and_the_processor() -> None:
-    async def scenario() -> tuple[Any, Any, list[str]]:
-        runner = KafkaRunner(Settings(processor="tests.processors:shout"), Metrics(), Health())
-        before = runner._default_state(TP).options["max_record_bytes"]  # the topics are not read yet
-        runner._pub.limits = TopicLimits(output_partitions=1, output_record_bytes=500_000,
-                                         dead_letter_record_bytes=100_000)
-        state = runner._default_state(TP)
-        lines = golden_source("s01_hello")
-        outs = [state.process(to_source_record(_Rec(i, "run-0001", ln))) for i, ln in enumerate(lines)]
-        deltas = [orjson.loads(r.value or b"")["delta"] for o in outs for r in o.records
-                  if r.event_type == "TEXT_MESSAGE_CONTENT"]
-        return before, state.options["max_record_bytes"], deltas
-
-    before, after, deltas = asyncio.run(scenario())
-    assert (before, after) == (None, 500_000)
+def test_partition_states_take_the_output_limit_last_read_and_the_processor() -> None:
+    settings = Settings(processor="tests.processors:shout")
+    core = default_core(settings.processor)
+    before = partition_state(settings, TP, None, core).options["max_record_bytes"]  # the topics are not read yet
+    limits = TopicLimits(output_partitions=1, output_record_bytes=500_000, dead_letter_record_bytes=100_000)
+    state = partition_state(settings, TP, limits, core)
+    lines = golden_source("s01_hello")
+    outs = [state.process(to_source_record(_rec(i, "run-0001", ln))) for i, ln in enumerate(lines)]
+    deltas = [orjson.loads(r.value or b"")["delta"] for o in outs for r in o.records
+              if r.event_type == "TEXT_MESSAGE_CONTENT"]
+    assert (before, state.options["max_record_bytes"]) == (None, 500_000)
     assert deltas and all(d == d.upper() for d in deltas) and any(d != d.lower() for d in deltas), deltas

@@ -24,8 +24,9 @@ from aiokafka.producer.transaction_manager import TransactionManager
 
 from worker.errors import DeadlineError
 from worker.kafka._aiokafka import force_close, member_id, observe_producer
-from worker.kafka.diagnosis import Fault, Names, diagnose, settle
+from worker.kafka.diagnosis import Fault, Names, Step, diagnose
 from worker.kafka.ownership import Ownership, owner_in
+from worker.kafka.transaction import Transaction, TxnPhase
 
 NAMES = Names("harness-agui-worker:g:src:0", "g", "src")
 TP = TopicPartition("src", 0)
@@ -94,9 +95,13 @@ async def test_a_missing_transactional_id_acl_is_unauthorised_not_fenced_and_nam
     await producer.begin_transaction()
     _sender_dies(producer, TransactionalIdAuthorizationFailed(NAMES.transactional_id))  # on AddPartitionsToTxn
     diagnosis = diagnose(observe_producer(producer), IllegalOperation("not in transaction"), NAMES)
-    assert diagnosis.fault is Fault.UNAUTHORISED and diagnosis.resource == "transactional-id"
-    assert diagnosis.acl == "WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0'"
-    assert "grant WRITE and DESCRIBE on TransactionalId" in diagnosis.describe()
+    assert diagnosis.fault is Fault.UNAUTHORISED
+    [denied] = diagnosis.denied
+    assert denied.label == ("transactional-id", "write-describe")
+    assert denied.grant == "WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0'"
+    assert diagnosis.describe("User:w") == (
+        "not authorised: WRITE and DESCRIBE on TransactionalId 'harness-agui-worker:g:src:0' for User:w "
+        "(TransactionalIdAuthorizationFailed); grant it as README.md#access-control shows")
     await producer.stop()
 
 
@@ -104,13 +109,36 @@ async def test_topic_and_group_acls_come_from_the_abortable_transaction_error() 
     producer = await _producer()
     await producer.begin_transaction()
     producer._txn_manager.error_transaction(TopicAuthorizationFailedError({"agui.events", "dlq"}))
-    diagnosis = diagnose(observe_producer(producer), KafkaError("commit failed"), NAMES)
-    assert (diagnosis.fault, diagnosis.resource) == (Fault.UNAUTHORISED, "topic")
-    assert diagnosis.acl == "WRITE on Topic 'agui.events', WRITE on Topic 'dlq'"
-    source = diagnose(None, TopicAuthorizationFailedError("src"), NAMES)
-    assert source.acl == "READ on Topic 'src'", "the source is read, by the replay"
-    group = diagnose(None, GroupAuthorizationFailedError("g"), NAMES)
-    assert (group.resource, group.acl) == ("group", "READ on Group 'g'")
+    diagnosis = diagnose(observe_producer(producer), KafkaError("commit failed"), NAMES, "transaction")
+    assert diagnosis.fault is Fault.UNAUTHORISED
+    assert [d.grant for d in diagnosis.denied] == ["WRITE on Topic 'agui.events'", "WRITE on Topic 'dlq'"]
+    assert {d.label for d in diagnosis.denied} == {("topic", "write")}
+    await producer.stop()
+
+
+def test_the_step_that_was_refused_decides_the_operation_named() -> None:
+    def grants(exc: BaseException, step: Step) -> list[str]:
+        return [d.grant for d in diagnose(None, exc, NAMES, step).denied]
+
+    assert grants(TopicAuthorizationFailedError("g.changelog"), "rebuild") == ["READ on Topic 'g.changelog'"]
+    assert grants(TopicAuthorizationFailedError("src"), "poll") == ["READ on Topic 'src'"]
+    assert grants(GroupAuthorizationFailedError("g"), "poll") == ["READ on Group 'g'"]
+    assert grants(GroupAuthorizationFailedError("g"), "rebuild") == ["DESCRIBE on Group 'g'"]
+    assert grants(GroupAuthorizationFailedError("g"), "transaction") == ["READ on Group 'g'"]
+
+
+async def test_the_cause_an_abort_forgets_is_found_in_the_view_taken_before_it() -> None:
+    """aiokafka replaces the error that made a transaction abortable when it aborts: the cause is in the first view."""
+    producer = await _producer()
+    await producer.begin_transaction()
+    producer._txn_manager.error_transaction(TopicAuthorizationFailedError({"agui.events"}))
+    before = observe_producer(producer)
+    producer._txn_manager.aborting_transaction()
+    after = observe_producer(producer)
+    fault = IllegalOperation("Can't send messages while not in transaction")
+    assert diagnose(after, fault, NAMES).fault is Fault.ERROR, "the abort's new waiter holds no cause"
+    diagnosis = diagnose([before, after], fault, NAMES)
+    assert [d.grant for d in diagnosis.denied] == ["WRITE on Topic 'agui.events'"]
     await producer.stop()
 
 
@@ -136,6 +164,9 @@ class _Broker:
         self.reply = reply
         self.aborts = 0
 
+    async def begin_transaction(self) -> None:
+        return None  # the transaction manager is in its transaction already
+
     async def abort_transaction(self) -> None:
         self.aborts += 1
         self._txn_manager.aborting_transaction()
@@ -148,15 +179,32 @@ class _Broker:
         raise self.reply
 
 
-async def test_settle_aborts_first_so_the_brokers_answer_decides() -> None:
+async def _ended(broker: _Broker) -> Any:
+    """The producer as observed after its partition's transaction was ended the way containment ends it."""
+    txn = Transaction(broker, TP, "g", deadline_s=1.0)  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.abort()
+    return observe_producer(broker)
+
+
+async def test_containment_aborts_first_so_the_brokers_answer_decides() -> None:
     fenced = _Broker(ProducerFenced())
-    diagnosis = diagnose(await settle(fenced, 1.0, "src[0]"), ProducerFenced(), NAMES)
+    diagnosis = diagnose(await _ended(fenced), ProducerFenced(), NAMES)
     assert (fenced.aborts, diagnosis.fault) == (1, Fault.FENCED)
     ours = _Broker(None)
-    diagnosis = diagnose(await settle(ours, 1.0, "src[0]"), ProducerFenced(), NAMES)
+    diagnosis = diagnose(await _ended(ours), ProducerFenced(), NAMES)
     assert (ours.aborts, diagnosis.fault) == (1, Fault.ERROR)
     assert observe_producer(ours).state == "READY"
     ours._sender.sender_task.cancel()
+
+
+async def test_no_abort_is_tried_once_the_sender_is_gone() -> None:
+    gone = _Broker(None)
+    gone._sender.sender_task.set_exception(ProducerFenced())
+    txn = Transaction(gone, TP, "g", deadline_s=1.0)  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.abort()
+    assert gone.aborts == 0 and txn.phase is TxnPhase.BROKEN
 
 
 async def test_force_close_returns_even_when_stop_would_wait_for_ever() -> None:
@@ -218,3 +266,22 @@ def test_a_group_acl_error_is_raised_for_the_diagnosis() -> None:
     with pytest.raises(GroupAuthorizationFailedError):
         owner_in([_group("", {}, error_code=30)], "g", "me", TP)
     assert owner_in([], "g", "me", TP) is Ownership.UNKNOWN
+
+
+async def test_an_error_names_the_first_real_cause_not_the_calls_refused_after_it() -> None:
+    producer = await _producer()
+    await producer.begin_transaction()
+    producer._txn_manager.error_transaction(KafkaError("NotEnoughReplicas: the partition has 1 of 2 in sync"))
+    before = observe_producer(producer)
+    later = IllegalOperation("Can't send messages while not in transaction")
+    diagnosis = diagnose([before], later, NAMES)
+    assert diagnosis.fault is Fault.ERROR
+    assert "NotEnoughReplicas" in diagnosis.describe() and "IllegalOperation" not in diagnosis.describe()
+    try:
+        try:
+            raise KafkaError("leader not available")
+        except KafkaError as inner:
+            raise KafkaError("Unexpected error during batch delivery") from inner
+    except KafkaError as outer:
+        assert diagnose(None, outer, NAMES).describe() == "KafkaError: leader not available"
+    await producer.stop()

@@ -12,8 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tests.kafka.support import produce
 from tests.stream._support import golden_source
 from worker.errors import ShardedReplayError
-from worker.kafka.offsets import ReplayWindow
-from worker.kafka.rebuild import replay_into
+from worker.kafka.replay import ReplayWindow, replay_into
 from worker.stream import PartitionState, ReplayPool, SourceRecord
 from worker.stream._shards import shard_of
 

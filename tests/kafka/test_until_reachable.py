@@ -11,7 +11,7 @@ import time
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from worker.errors import ConfigError
+from worker.errors import AuthorizationError, ConfigError
 from worker.kafka.startup import until_reachable
 
 
@@ -74,3 +74,25 @@ def test_a_successful_attempt_lets_the_clients_own_warnings_through(caplog: pyte
     with caplog.at_level(logging.WARNING):
         assert asyncio.run(until_reachable(attempt, asyncio.Event(), lambda: None)) == 7
     assert [r.getMessage() for r in caplog.records] == ["one bootstrap server is down"]
+
+
+def test_a_denied_right_is_named_at_error_level_each_attempt_and_retried_until_granted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[float] = []
+    message = "not authorised to create changelog_topic: CREATE on Topic 'g.changelog' for User:w"
+
+    async def attempt() -> str:
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise AuthorizationError(message, (("topic", "create"),))
+        return "granted"
+
+    with caplog.at_level(logging.WARNING):
+        got = asyncio.run(until_reachable(attempt, asyncio.Event(), lambda: None, first_backoff_s=0.05,
+                                          max_backoff_s=5.0, denied_max_s=0.08))
+    assert got == "granted"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.ERROR, f"{message}; retrying in 0.1 s"), (logging.ERROR, f"{message}; retrying in 0.1 s")]
+    assert all(r.exc_info is None for r in caplog.records), "no traceback"
+    assert 0.075 <= calls[2] - calls[1] < 1, "a denial is retried at most denied_max_s apart"

@@ -73,3 +73,15 @@ def test_rejects_unknown_state_and_bad_timeout() -> None:
         h.set_partition("src", 0, "done")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="liveness_timeout_s"):
         Health(liveness_timeout_s=0)
+
+
+def test_a_blocked_member_is_not_ready_and_says_why_while_it_stays_live() -> None:
+    clock = FakeClock()
+    h = Health(liveness_timeout_s=30, clock=clock)
+    h.set_member(True)
+    h.set_blocked("group member not authorised: READ on Group 'g'")
+    assert h.ready() == (False, "group member not authorised: READ on Group 'g'")
+    h.beat()
+    assert h.live()[0] is True
+    h.set_blocked("")
+    assert h.ready() == (True, "ok, 0 partitions")

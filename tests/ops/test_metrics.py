@@ -36,8 +36,9 @@ EXPECTED = {
     "source_to_commit_delay_seconds": ("histogram", set()),
     "rebuild_retries_total": ("counter", {"topic", "partition"}),
     "transaction_failures_total": ("counter", {"topic", "partition", "cause"}),
-    "authorization_failures_total": ("counter", {"topic", "partition", "resource"}),
+    "authorization_failures_total": ("counter", {"resource_type", "operation"}),
     "deadline_expirations_total": ("counter", {"call"}),
+    "authentication_failures_total": ("counter", {"cause"}),
     "pending_records": ("gauge", {"topic", "partition"}),
     "backpressure_pauses_total": ("counter", {"topic", "partition"}),
     "changelog_fallbacks_total": ("counter", {"reason"}),
@@ -77,8 +78,9 @@ def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int 
     m.source_to_commit_delay_seconds.observe(0.004)
     m.rebuild_retries_total.labels(**tp).inc()
     m.transaction_failures_total.labels(**tp, cause="deadline").inc()
-    m.authorization_failures_total.labels(**tp, resource="topic").inc()
+    m.authorization_failures_total.labels(resource_type="topic", operation="write").inc()
     m.deadline_expirations_total.labels(call="commit").inc()
+    m.authentication_failures_total.labels(cause="authentication").inc()
     m.pending_records.labels(**tp).set(7)
     m.backpressure_pauses_total.labels(**tp).inc()
     m.changelog_fallbacks_total.labels(reason="ahead").inc()

@@ -9,7 +9,7 @@ from worker.ops import health, logging, metrics
 
 
 def test_package_exports() -> None:
-    assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "Metrics", "PartitionState",
+    assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "Metrics", "Readiness",
                                           "configure_logging"]
     defined_in = {name: module for module in (health, logging, metrics) for name in module.__all__}
     for name in worker.ops.__all__:

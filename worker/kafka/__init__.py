@@ -1,5 +1,6 @@
-"""The only package that talks to the Kafka client: group membership, transactions, rebuild by replay."""
+"""The only package of `worker run` that talks to the Kafka client: group membership, one task per partition,
+transactions, restore and replay, fault diagnosis, topic checks."""
 
-from worker.kafka.runner import KafkaRunner
+from worker.kafka.membership import GroupMember
 
-__all__ = ["KafkaRunner"]
+__all__ = ["GroupMember"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -9,17 +10,19 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
+from worker.kafka.oauth import ClientCredentialsTokens
 from worker.settings import ConnectionSettings, Settings
 
 __all__ = ["MAX_BATCH_BYTES", "MAX_REQUEST_BYTES", "connection_options", "make_admin", "make_group_consumer",
-           "make_replay_consumer", "make_transactional_producer", "transactional_id"]
+           "make_replay_consumer", "make_transactional_producer", "principal", "transactional_id"]
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the producers' max_request_size
 MAX_BATCH_BYTES = 256 * 1024  # the producers' batch size, unless a destination takes less
 
 
 def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
-    """Bootstrap servers and security: the keyword arguments every aiokafka client of `run` and `gateway` takes."""
+    """Bootstrap servers and security: the keyword arguments every aiokafka client of `run` and `gateway` takes.
+    Secrets are read now (from their files, or the environment), so a client made later uses a rotated one."""
     kwargs: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap_servers,
         "security_protocol": settings.security_protocol,
@@ -29,16 +32,36 @@ def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
             cafile=settings.ssl_cafile,
             certfile=settings.ssl_certfile,
             keyfile=settings.ssl_keyfile,
-            password=settings.ssl_password.get_secret_value() if settings.ssl_password else None,
+            password=settings.secret("ssl_password"),
         )
         kwargs["ssl_context"].check_hostname = settings.ssl_check_hostname
-    if settings.security_protocol.startswith("SASL"):
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        kwargs["sasl_mechanism"] = "OAUTHBEARER"
+        kwargs["sasl_oauth_token_provider"] = _tokens(settings)
+    elif settings.sasl_mechanism is not None:
         kwargs["sasl_mechanism"] = settings.sasl_mechanism
         kwargs["sasl_plain_username"] = settings.sasl_username
-        kwargs["sasl_plain_password"] = (
-            settings.sasl_password.get_secret_value() if settings.sasl_password else None
-        )
+        kwargs["sasl_plain_password"] = settings.secret("sasl_password")
     return kwargs
+
+
+def principal(settings: ConnectionSettings) -> str:
+    """The principal the brokers see for these settings, as far as the client knows it: `User:<name>` for SASL PLAIN
+    and SCRAM (the default principal mapping); empty otherwise (a certificate's or a token's subject is the
+    broker's to map)."""
+    if settings.security_protocol.startswith("SASL") and settings.sasl_mechanism != "OAUTHBEARER":
+        return f"User:{settings.sasl_username}" if settings.sasl_username else ""
+    return ""
+
+
+@functools.lru_cache(maxsize=4)
+def _tokens(settings: ConnectionSettings) -> ClientCredentialsTokens:
+    """One token provider per settings, so every client of the process shares its cached token."""
+    assert settings.oauth_token_endpoint is not None and settings.oauth_client_id is not None  # checked by settings
+    return ClientCredentialsTokens(
+        settings.oauth_token_endpoint, settings.oauth_client_id, lambda: settings.secret("oauth_client_secret"),
+        scope=settings.oauth_scope, timeout_s=settings.oauth_timeout_ms / 1000,
+    )
 
 
 def transactional_id(settings: Settings, tp: TopicPartition) -> str:

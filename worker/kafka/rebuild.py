@@ -1,148 +1,199 @@
-"""Rebuild by replay: run `[R, C)` of each partition through fresh state, publishing nothing, stopping by position.
+"""A partition's rebuild: the broker steps that bring its state to the committed offset, each under a deadline.
 
-With a `ReplayPool` the records go to helper processes by key and the shards are merged; when the merge
-cannot stand in for one replay (or a helper fails) the same windows are read again and replayed in-process.
+1. Start the partition's transactional producer. InitProducerId fences any earlier owner and aborts its open
+   transaction, so the committed offset read next is final. (The partition's task has confirmed with the group
+   coordinator that this member owns the partition: a producer started by a zombie would fence the real owner.)
+2. Read the committed offset C and the replay start R from the group.
+3. The state at C: the parked state when the partition stayed with this member and C did not move; otherwise
+   the changelog partition's checkpoint at K restored (`restore.py`) and `[K, C)` replayed (`replay.py`); without
+   a usable checkpoint, a fresh state replayed over `[R, C)`, after which the next checkpoint rewrites the
+   changelog.
+
+A producer or consumer the partition no longer needs is closed in the background (`close_later`), so a broker
+that does not answer never holds the partition's task, let alone another partition's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
-from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
-from worker.kafka.offsets import ReplayWindow
-from worker.kafka.source import to_source_record
-from worker.stream import PartitionState, ReplayPool, ReplaySession
+from worker.kafka._aiokafka import force_close, member_id
+from worker.kafka.clients import (
+    MAX_BATCH_BYTES,
+    make_replay_consumer,
+    make_transactional_producer,
+    principal,
+    transactional_id,
+)
+from worker.kafka.deadlines import Deadlines, bounded
+from worker.kafka.diagnosis import Names
+from worker.kafka.ownership import Ownership, confirm_owner
+from worker.kafka.replay import Progress, ReplayWindow, plan_replay, replay_into, tail_window
+from worker.kafka.restore import Restored, read_changelog, restore
+from worker.kafka.topics import TopicLimits
+from worker.ops import Metrics
+from worker.settings import Settings
+from worker.stream import PartitionState, ReplayPool
 
-__all__ = ["replay_into"]
+__all__ = ["Parked", "Rebuilder", "Rebuilt"]
 
 _log = logging.getLogger(__name__)
-_FEED_CHUNK = 500  # records replayed between two yields to the event loop
-
-Progress = Callable[[TopicPartition, int, int], None]
-Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order
-Fallback = Callable[[ShardedReplayError], None]
 
 
-def _ignore(exc: ShardedReplayError) -> None:
-    return None
+@dataclass(slots=True)
+class Parked:
+    """A live partition stopped by a revocation after committing: its state at `committed` and its producer, kept
+    in case the partition comes straight back."""
+
+    state: PartitionState
+    committed: int
+    producer: AIOKafkaProducer
 
 
-async def replay_into(
-    consumer: AIOKafkaConsumer,
-    windows: dict[TopicPartition, ReplayWindow],
-    states: dict[TopicPartition, PartitionState],
-    *,
-    progress: Progress,
-    stall_timeout_s: float = 30.0,
-    pool: ReplayPool | None = None,
-    on_fallback: Fallback = _ignore,
-) -> dict[TopicPartition, int]:
-    """Feed every record of each window into its fresh state with `publish=False`; returns records per partition.
+@dataclass(slots=True)
+class Rebuilt:
+    """A partition ready to go live at `committed`: its new producer and its state there (kept or replayed)."""
 
-    Shards that cannot stand in for one replay are dropped, `on_fallback` hears why, and the windows are read
-    again in-process.
-
-    A window is done when the consumer's position reaches `committed`, not when a record at `committed - 1`
-    arrives: transaction markers and aborted records leave offsets without records.
-    """
-    todo = {tp: w for tp, w in windows.items() if w.start < w.committed}
-    counts = dict.fromkeys(windows, 0)
-    if not todo:
-        return counts
-    if pool is not None:
-        async with pool.session({(tp.topic, tp.partition): states[tp] for tp in todo}) as session:
-            if session is not None:
-                try:
-                    counts.update(await _read(consumer, todo, _to_helpers(session), progress=progress,
-                                              stall_timeout_s=stall_timeout_s, after_fetch=session.flush))
-                    for (topic, partition), gaps in (await session.finish()).items():
-                        for offset, message in gaps:
-                            _passed_gap(TopicPartition(topic, partition), offset, message)
-                    _log.info("replayed by helper processes: %d records in %d processes", sum(counts.values()),
-                              pool.processes, extra={"partitions": [tp.partition for tp in todo]})
-                    return counts
-                except ShardedReplayError as exc:
-                    on_fallback(exc)
-                    _log.warning("replay split across %d processes replays in-process instead: %s",
-                                 pool.processes, exc, extra={"partitions": [tp.partition for tp in todo]})
-
-    def feed(tp: TopicPartition, recs: list[Any]) -> None:
-        state = states[tp]
-        for rec in recs:
-            try:
-                state.process(to_source_record(rec), publish=False)
-            except GapError as exc:
-                _passed_gap(tp, rec.offset, str(exc))
-            except WorkerError as exc:
-                raise RebuildError(f"{tp.topic}[{tp.partition}] offset {rec.offset} halts replay: {exc}") from exc
-
-    counts.update(await _read(consumer, todo, feed, progress=progress, stall_timeout_s=stall_timeout_s))
-    return counts
+    producer: AIOKafkaProducer
+    state: PartitionState
+    committed: int
+    kept: bool  # the parked state was still exact: nothing replayed
+    window: ReplayWindow | None = None
+    replayed: int = 0
+    replay_s: float = 0.0
+    rebuild_s: float = 0.0
+    restored: Restored | None = None  # the checkpoint the replay started from, if the changelog had a usable one
 
 
-def _to_helpers(session: ReplaySession) -> Feed:
-    def feed(tp: TopicPartition, recs: list[Any]) -> None:
-        session.add(tp.topic, tp.partition, [(rec.offset, rec.timestamp, rec.key, rec.value) for rec in recs])
+class Rebuilder:
+    """Rebuilds the partitions of one group member; its background closes are awaited by `drain`."""
 
-    return feed
+    def __init__(
+        self, settings: Settings, metrics: Metrics, *, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer,
+        new_state: Callable[[TopicPartition], PartitionState], limits: Callable[[], TopicLimits | None],
+        pool: ReplayPool | None, deadlines: Deadlines,
+    ) -> None:  # fmt: skip
+        self._s = settings
+        self._metrics = metrics
+        self._admin = admin
+        self._consumer = consumer
+        self._new_state = new_state
+        self._limits = limits
+        self._pool = pool
+        self._d = deadlines
+        self._closing: set[asyncio.Task[None]] = set()
 
+    def names(self, tp: TopicPartition) -> Names:
+        """The names a missing ACL of this partition is granted on."""
+        return Names(transactional_id(self._s, tp), self._s.group_id, self._s.source_topic, principal(self._s))
 
-def _passed_gap(tp: TopicPartition, offset: int, message: str) -> None:
-    # Live processing halts before a gap, so C passed it only because an operator moved the offset.
-    _log.warning("replay passes over a gap an operator skipped: %s", message,
-                 extra={"topic": tp.topic, "partition": tp.partition, "offset": offset})
+    def fresh_state(self, tp: TopicPartition) -> PartitionState:
+        """An empty state with the current settings and topic limits."""
+        return self._new_state(tp)
 
+    async def owner(self, tp: TopicPartition) -> Ownership:
+        """Whether the group coordinator lists this member, as the consumer knows it now, with `tp`."""
+        return await confirm_owner(self._admin, self._s.group_id, member_id(self._consumer), tp, self._d.call_s)
 
-async def _nothing() -> None:
-    return None
+    async def rebuild(self, tp: TopicPartition, parked: Parked | None, progress: Progress) -> Rebuilt:
+        """Steps 1 to 3 for `tp`; `parked` is its state kept through a rebalance, if any."""
+        where = f"{tp.topic}[{tp.partition}]"
+        started = time.monotonic()
+        if parked is not None:
+            self.close_later(parked.producer)  # the new producer's epoch fences it anyway
+        producer = await self._start_producer(tp, where)
+        try:
+            offsets = await bounded(self._admin.list_consumer_group_offsets(self._s.group_id, partitions=[tp]),
+                                    self._d.call_s, "read-offsets", where)  # fmt: skip
+            entry = dict(offsets).get(tp)
+            if parked is not None and entry is not None and entry.offset == parked.committed:
+                return Rebuilt(producer, parked.state, parked.committed, kept=True)
+            rebuilt = await self._replay(tp, where, producer, entry, progress)
+        except BaseException:
+            self.close_later(producer)
+            raise
+        rebuilt.rebuild_s = time.monotonic() - started
+        return rebuilt
 
+    async def _start_producer(self, tp: TopicPartition, where: str) -> AIOKafkaProducer:
+        limits = self._limits()
+        producer = make_transactional_producer(self._s, tp, limits.batch_bytes if limits else MAX_BATCH_BYTES)
+        try:
+            await bounded(producer.start(), self._d.call_s, "producer-start", where)
+        except BaseException:
+            self.close_later(producer)
+            raise
+        return producer
 
-async def _read(
-    consumer: AIOKafkaConsumer,
-    windows: dict[TopicPartition, ReplayWindow],
-    feed: Feed,
-    *,
-    progress: Progress,
-    stall_timeout_s: float,
-    after_fetch: Callable[[], Awaitable[None]] = _nothing,
-) -> dict[TopicPartition, int]:
-    """Read each window from its start to its committed offset, in offset order, into `feed`."""
-    todo = dict(windows)
-    counts = dict.fromkeys(windows, 0)
-    consumer.assign(list(todo))
-    for tp, w in todo.items():
-        consumer.seek(tp, w.start)
-    consumer.resume(*todo)
-    last_move = time.monotonic()
-    while todo:
-        batches = await consumer.getmany(*todo, timeout_ms=200, max_records=5000)
-        for tp, fetched in batches.items():
-            window = todo.get(tp)
-            if window is None or not fetched:
-                continue
-            last_move = time.monotonic()
-            recs = fetched if fetched[-1].offset < window.committed else [
-                rec for rec in fetched if rec.offset < window.committed]  # fmt: skip
-            for i in range(0, len(recs), _FEED_CHUNK):
-                feed(tp, recs if len(recs) <= _FEED_CHUNK else recs[i : i + _FEED_CHUNK])
-                await asyncio.sleep(0)  # live partitions of this member get the loop between chunks
-            counts[tp] += len(recs)
-        await after_fetch()
-        for tp in list(todo):
-            w = todo[tp]
-            pos = await consumer.position(tp)
-            progress(tp, pos - w.start, w.committed - w.start)
-            if pos >= w.committed:
-                consumer.pause(tp)
-                del todo[tp]
-        if todo and time.monotonic() - last_move > stall_timeout_s:
-            stuck = ", ".join([f"{tp.partition}@{await consumer.position(tp)}<{w.committed}" for tp, w in todo.items()])
-            raise RebuildError(f"replay made no progress for {stall_timeout_s:.0f}s: {stuck}")
-        await asyncio.sleep(0)
-    return counts
+    async def _replay(
+        self, tp: TopicPartition, where: str, producer: AIOKafkaProducer, committed: Any, progress: Progress
+    ) -> Rebuilt:
+        """The state at C: the changelog's checkpoint at K restored and `[K, C)` replayed, or, without a usable
+        checkpoint, a fresh state replayed over `[R, C)`; both publish nothing and stop when the position does."""
+        replay = make_replay_consumer(self._s)
+        ctp = TopicPartition(self._s.changelog_topic_name, tp.partition) if self._s.changelog else None
+        try:
+            await bounded(replay.start(), self._d.call_s, "replay-start", where)
+            # Assigned (and paused), the topics join the client's metadata now: the offset look-ups find their
+            # leaders at once instead of failing, refreshing and retrying after the 100 ms back-off.
+            replay.assign([tp] if ctp is None else [tp, ctp])
+            replay.pause(*replay.assignment())
+            windows = await bounded(plan_replay(replay, {tp: committed} if committed is not None else {}, [tp],
+                                                self._s.rebuild_lookback_ms),
+                                    self._d.call_s, "replay-plan", where)  # fmt: skip
+            window = windows[tp]
+            restored: Restored | None = None
+            values: dict[bytes, bytes] = {}
+            if ctp is not None:
+                changelog = await read_changelog(replay, ctp)
+                values = changelog.values
+                restored = restore(tp, changelog, window.committed, lambda: self._new_state(tp), self._metrics)
+            state = restored.state if restored is not None else self._new_state(tp)
+            if restored is not None:
+                window = tail_window(window, restored.offset, await replay.beginning_offsets([tp]))
+            elif self._pool is not None:
+                await self._pool.start()  # helpers still starting: the wait counts in the rebuild, not the replay
+            started = time.monotonic()
+            # The helper pool serves one rebuild at a time; a rebuild that finds it busy replays in-process (the
+            # same result: the pool's merge stands in for exactly that replay or is not used). A changelog's tail
+            # is short: always in-process.
+            counts = await replay_into(replay, {tp: window}, {tp: state}, progress=progress,
+                                       pool=self._pool if restored is None else None,
+                                       on_fallback=lambda _: self._metrics.replay_fallbacks_total.inc())
+            replay_s = time.monotonic() - started
+        finally:
+            self._background(replay.stop())
+        if ctp is not None and restored is None:
+            state.adopt_changelog_keys(values)  # the next checkpoint rewrites the changelog to this state
+        return Rebuilt(producer, state, window.committed, kept=False, window=window, replayed=counts[tp],
+                       replay_s=replay_s, restored=restored)
+
+    def close_later(self, producer: AIOKafkaProducer) -> None:
+        """Close a producer in the background: a broker that does not answer delays nobody."""
+        self._background(force_close(producer, self._d.call_s))
+
+    def _background(self, close: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(self._quietly(close))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _quietly(self, close: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await asyncio.wait_for(close, 3 * self._d.call_s)
+        except Exception as exc:
+            _log.debug("background close failed: %r", exc)
+
+    async def drain(self, seconds: float) -> None:
+        """Wait (at most `seconds`) for the background closes still running."""
+        if self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self._closing), timeout=seconds)

@@ -1,5 +1,6 @@
 """Reaching the brokers at start-up: an attempt is retried with a capped back-off until it succeeds or the worker
-is told to stop, each failure logged in one line (the client's own connection errors folded into it)."""
+is told to stop, each failure logged in one line (the client's own connection errors folded into it, and a TLS or
+SASL refusal named by its cause)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from aiokafka.errors import KafkaError
+from aiokafka import AIOKafkaClient
+from aiokafka.errors import KafkaError, SaslAuthenticationFailed
 
-__all__ = ["until_reachable"]
+from worker.errors import AuthorizationError
+from worker.kafka.clients import connection_options
+from worker.kafka.handshake import refusal_in
+from worker.settings import ConnectionSettings
+
+__all__ = ["reach_brokers", "until_reachable", "wait_beating"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -48,12 +55,17 @@ async def until_reachable(
     *,
     first_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
+    denied_max_s: float = 10.0,
+    on_refusal: Callable[[str], None] | None = None,
 ) -> _T | None:
     """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).
 
     An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
-    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. `beat` is called every
-    second meanwhile, so liveness holds while the brokers are away.
+    back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. A failure the brokers' TLS
+    or SASL handshake caused is an ERROR line that starts with its meaning, and `on_refusal` gets its cause
+    (`worker.kafka.handshake.CAUSES`). An attempt the broker denied a right (AuthorizationError) is one error line
+    naming it, retried at most `denied_max_s` apart. `beat` is called every second meanwhile, so liveness holds
+    while the brokers are away.
     """
     backoff = first_backoff_s
     number = 0
@@ -69,19 +81,67 @@ async def until_reachable(
             return None
         try:
             result = task.result()
+        except AuthorizationError as exc:  # named in one line; a grant heals it without a restart
+            wait = min(backoff, denied_max_s)
+            _log.error("%s; retrying in %.1f s", exc, wait)
+            await _beating(stop, beat, seconds=wait)
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
         except (KafkaError, OSError, TimeoutError) as exc:
             told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
             named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
             reason = "; ".join(told) or named
+            refusal = refusal_in([exc, *(a for r in held.records for a in _args(r) if isinstance(a, BaseException))])
         else:
             for record in held.records:  # a success may still have news: a bootstrap server that is down
                 logging.getLogger(record.name).handle(record)
             return result
-        _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
-                     " ".join(reason.split()))
+        if refusal is None:
+            _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
+                         " ".join(reason.split()))
+        else:
+            _log.error("Kafka brokers refused the connection (attempt %d), retrying in %.1f s: %s. %s", number,
+                       backoff, refusal.meaning, " ".join(reason.split()), extra={"cause": refusal.cause})
+            if on_refusal is not None:
+                on_refusal(refusal.cause)
         await _beating(stop, beat, seconds=backoff)
         backoff = min(backoff * 2, max_backoff_s)
     return None
+
+
+def _args(record: logging.LogRecord) -> tuple[object, ...]:
+    args = record.args
+    return args if isinstance(args, tuple) else ()
+
+
+async def reach_brokers(
+    settings: ConnectionSettings, stop: asyncio.Event, beat: Callable[[], None], *,
+    on_refusal: Callable[[str], None] | None = None, topics: tuple[str, ...] = (),
+) -> dict[str, int] | None:  # fmt: skip
+    """Connect, authenticate and read the cluster's metadata, retrying as `until_reachable` does, until the brokers
+    accept this client's TLS and credentials; then the partition count of each of `topics` the client may see.
+    None when `stop` is set first."""
+
+    async def attempt() -> dict[str, int]:
+        client = AIOKafkaClient(client_id=f"{settings.client_id}-connect", request_timeout_ms=30_000,
+                                **connection_options(settings))  # fmt: skip
+        try:
+            await client.bootstrap()
+            if settings.sasl_mechanism == "OAUTHBEARER" and not client.cluster.brokers():
+                # A broker refuses a token with a challenge that aiokafka takes for success; the metadata it then
+                # answers names no broker.
+                raise SaslAuthenticationFailed(
+                    "the brokers refused the OAUTHBEARER token (invalid_token): check that its audience, issuer and "
+                    "signing key are those the brokers' sasl.oauthbearer.* settings expect"
+                )
+            if not topics:
+                return {}
+            metadata = await client.fetch_all_metadata()
+            return {topic: len(parts) for topic in topics if (parts := metadata.partitions_for_topic(topic))}
+        finally:
+            await client.close()
+
+    return await until_reachable(attempt, stop, beat, on_refusal=on_refusal)
 
 
 async def _beating(
@@ -106,3 +166,8 @@ async def _beating(
         return False
     finally:
         stopping.cancel()
+
+
+async def wait_beating(stop: asyncio.Event, beat: Callable[[], None], seconds: float) -> bool:
+    """Wait `seconds`, calling `beat` every second so liveness holds; False as soon as `stop` is set."""
+    return await _beating(stop, beat, seconds=seconds)

@@ -12,12 +12,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
-from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES
+from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES, principal
+from worker.kafka.diagnosis import Denied, authorization_error
 from worker.settings import Settings
 
 __all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_TOPIC_RECORD_BYTES",
     "SIZE_MARGIN_BYTES",
     "TopicInspector",
@@ -28,11 +29,11 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default `max.message.bytes`, assumed when a topic's is unreadable
 SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
 MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
 _UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
+_DENIED_HINT = ", no DescribeConfigs right: grant it on the topic, or set --assumed-max-message-bytes to its value"
 _CLEANUP = "cleanup.policy"
 _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 # A restore reads its whole changelog partition, and the active segment is never compacted: small segments keep
@@ -40,15 +41,18 @@ _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
-def _check_described(code: int, topic: str, role: str) -> None:
-    """Raise for the error code a broker gave for describing `topic`: ConfigError naming the ACL when denied."""
+def _check_described(code: int, topic: str, role: str, who: str) -> None:
+    """Raise for the error code a broker gave for describing `topic`: AuthorizationError naming the right when
+    denied (`who`: the principal, when known)."""
     if code == _TOPIC_DENIED:
-        raise ConfigError(f"{role} {topic!r} cannot be described: grant this client Describe on it")
+        raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role}")
     if code:
         raise for_code(code)(f"describing topic {topic!r}")
 
 
-def record_limit(max_message_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> int:
+def record_limit(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_request_bytes: int = MAX_REQUEST_BYTES
+) -> int:
     """The largest `sizes.record_size` a record may have to reach a topic whose `max.message.bytes` is given,
     through a producer whose `max_request_size` is `max_request_bytes`: within both, less a margin."""
     return min(max_message_bytes, max_request_bytes) - SIZE_MARGIN_BYTES
@@ -76,13 +80,15 @@ class TopicLimits:
 class TopicInspector:
     """Reads topic and broker descriptions through one admin client; each unreadable config is warned about once.
 
-    ConfigError means the layout or a setting cannot work (the operator must act); any aiokafka error means the
-    brokers could not answer now (retry).
+    ConfigError means the layout or a setting cannot work (the operator must act); AuthorizationError names a
+    right the worker lacks (retried until granted); any aiokafka error means the brokers could not answer now
+    (retry).
     """
 
     def __init__(self, admin: AIOKafkaAdminClient, settings: Settings) -> None:
         self._admin = admin
         self._s = settings
+        self._who = principal(settings)
         self._warned: set[str] = set()
 
     async def limits(self) -> TopicLimits:
@@ -100,7 +106,8 @@ class TopicInspector:
                               "create the topics, or name existing ones (and grant this client Describe on them)")
         described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
         for topic, role in roles.items():
-            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role)
+            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role,
+                             self._who)
         sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
@@ -169,7 +176,10 @@ class TopicInspector:
                 f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
             )
         size = configs.get(_MAX_MESSAGE)
-        limit = record_limit(int(size) if size is not None else DEFAULT_MAX_MESSAGE_BYTES)
+        if size is None:
+            self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable%s: using --assumed-max-message-bytes %d",
+                            _MAX_MESSAGE, topic, " (no DescribeConfigs right?)", s.assumed_max_message_bytes)
+        limit = record_limit(int(size) if size is not None else s.assumed_max_message_bytes)
         if display_record_bytes is not None and limit < display_record_bytes:
             raise ConfigError(
                 f"changelog_topic {topic!r} takes records of at most {size} bytes ({_MAX_MESSAGE}), less than "
@@ -201,7 +211,7 @@ class TopicInspector:
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
-        _check_described(found["error_code"], topic, role)
+        _check_described(found["error_code"], topic, role, self._who)
         return dict(found)
 
     async def _create(
@@ -210,10 +220,8 @@ class TopicInspector:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
             if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
-                raise ConfigError(
-                    f"{role} {name!r} does not exist and this client may not create it: create it "
-                    f"(compacted, {partitions} partitions {like}) or grant Create on it"
-                )
+                raise authorization_error((Denied("Topic", name, ("CREATE",)),), self._who,
+                              f"create {role} (compacted, {partitions} partitions {like}; or create it yourself)")
             if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating {role} {name!r}")
         _log.info("%s created: %s, %d partitions, replication %d, %s", role, topic, partitions, replication,
@@ -229,14 +237,15 @@ class TopicInspector:
                     value = _config(entry, name)
                     if value is not None:
                         found[name] = value
-                    else:
+                    elif name != _MAX_MESSAGE:  # the changelog's is warned about by the caller, with the assumption
                         self._warn_once(f"topic:{topic}:{name}", "%s of topic %r is unreadable (error code %d): "
                                         "not checked", name, topic, entry["error_code"])
         return found
 
     async def _max_message_bytes(self, topics: list[str]) -> dict[str, int]:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t, {_MAX_MESSAGE: None}) for t in topics]
-        found = dict.fromkeys(topics, DEFAULT_MAX_MESSAGE_BYTES)
+        assumed = self._s.assumed_max_message_bytes
+        found = dict.fromkeys(topics, assumed)
         for response in await self._admin.describe_configs(resources):
             for resource in response.to_object()["resources"]:
                 topic = resource["resource_name"]
@@ -244,9 +253,10 @@ class TopicInspector:
                 if value is not None:
                     found[topic] = int(value)
                 else:
-                    self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d): assuming "
-                                    "Kafka's default %d", _MAX_MESSAGE, topic, resource["error_code"],
-                                    DEFAULT_MAX_MESSAGE_BYTES)
+                    self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d%s): using "
+                                    "--assumed-max-message-bytes %d", _MAX_MESSAGE, topic, resource["error_code"],
+                                    _DENIED_HINT if resource["error_code"] == _TOPIC_DENIED else "",
+                                    assumed)  # fmt: skip
         return found
 
     async def check_broker(self) -> None:
@@ -264,8 +274,10 @@ class TopicInspector:
         (resource,) = response.to_object()["resources"]
         values = {name: _config(resource, name) for name in names}
         if any(v is None for v in values.values()):
-            self._warn_once("broker", "broker %s configs are unreadable (error code %d): the transaction and "
-                            "session timeouts are not checked against them", node, resource["error_code"])
+            self._warn_once("broker", "broker %s configs are unreadable (error code %d%s): the transaction and "
+                            "session timeouts are not checked against them", node, resource["error_code"],
+                            ", no DescribeConfigs right on the cluster" if resource["error_code"] == _CLUSTER_DENIED
+                            else "")  # fmt: skip
             return
         txn_max, session_min, session_max = (int(values[name] or 0) for name in names)
         if s.transaction_timeout_ms > txn_max:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from worker.ops.health import Health, HealthServer, PartitionState
+from worker.ops.health import Health, HealthServer, Readiness
 from worker.ops.logging import configure_logging
 from worker.ops.metrics import Metrics
 
-__all__ = ["Health", "HealthServer", "Metrics", "PartitionState", "configure_logging"]
+__all__ = ["Health", "HealthServer", "Metrics", "Readiness", "configure_logging"]

@@ -11,10 +11,10 @@ from typing import Final, Literal, get_args
 
 from worker.ops.metrics import CONTENT_TYPE, Metrics
 
-__all__ = ["Health", "HealthServer", "PartitionState"]
+__all__ = ["Health", "HealthServer", "Readiness"]
 
-PartitionState = Literal["rebuilding", "ready", "failed"]
-_STATES: Final = frozenset(get_args(PartitionState))
+Readiness = Literal["rebuilding", "ready", "failed"]
+_STATES: Final = frozenset(get_args(Readiness))
 _MAX_REQUEST_HEAD: Final = 8192
 _READ_TIMEOUT_S: Final = 5.0
 _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
@@ -24,8 +24,8 @@ _log = logging.getLogger(__name__)
 
 
 class Health:
-    """Live while the processing loop beats within `liveness_timeout_s`; ready when a group member whose
-    assigned partitions are all ready."""
+    """Live while the processing loop beats within `liveness_timeout_s`; ready when a group member, not blocked,
+    whose assigned partitions are all ready."""
 
     def __init__(self, liveness_timeout_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         if liveness_timeout_s <= 0:
@@ -34,7 +34,8 @@ class Health:
         self._clock = clock
         self._last_beat = clock()
         self._member = False
-        self._partitions: dict[tuple[str, int], PartitionState] = {}
+        self._blocked = ""
+        self._partitions: dict[tuple[str, int], Readiness] = {}
 
     def beat(self) -> None:
         """Record that the processing loop made progress now."""
@@ -44,7 +45,11 @@ class Health:
         """Record whether the consumer currently belongs to its group."""
         self._member = member
 
-    def set_partition(self, topic: str, partition: int, state: PartitionState) -> None:
+    def set_blocked(self, reason: str) -> None:
+        """Record why the member cannot work at all now (a missing right, say); "" once it can again."""
+        self._blocked = reason
+
+    def set_partition(self, topic: str, partition: int, state: Readiness) -> None:
         """Record the state of an assigned partition."""
         if state not in _STATES:
             raise ValueError(f"partition state must be one of {sorted(_STATES)}, got {state!r}")
@@ -62,7 +67,9 @@ class Health:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """True when a group member and every assigned partition is ready (zero partitions is ready)."""
+        """True when a group member, not blocked, and every assigned partition is ready (zero partitions is ready)."""
+        if self._blocked:
+            return False, self._blocked
         if not self._member:
             return False, "not a consumer group member"
         waiting = sorted(f"{t}/{p}:{s}" for (t, p), s in self._partitions.items() if s != "ready")

@@ -7,7 +7,6 @@ import copy
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from importlib import metadata
 from typing import Final, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -15,7 +14,10 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from worker._version import package_version
+
 __all__ = [
+    "AUTHENTICATION_CAUSES",
     "CONTENT_TYPE",
     "PREFIX",
     "TRANSACTION_RESULTS",
@@ -28,6 +30,8 @@ PREFIX: Final = "harness_agui_"
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
 TRANSACTION_RESULTS: Final = ("committed", "aborted")
+AUTHENTICATION_CAUSES: Final = ("authentication", "mechanism", "tls-untrusted", "tls-hostname",
+                                "tls-client-certificate", "tls", "token")  # fmt: skip
 
 _TP: Final = ("topic", "partition")
 _le_text = cast(Callable[[float], str], floatToGoString)  # how the client writes a bucket's `le` (untyped there)
@@ -36,13 +40,6 @@ _REBUILD_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 _DELAY_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
 )
-
-
-def _package_version() -> str:
-    try:
-        return metadata.version("harness-agui-worker")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class _WithoutCreated(Collector):
@@ -209,8 +206,15 @@ class Metrics:
         )
         self.authorization_failures_total = Counter(
             f"{p}authorization_failures_total",
-            "Broker refusals for a missing ACL, by resource kind (transactional-id, topic, group, cluster).",
-            [*_TP, "resource"], registry=r,
+            "Broker refusals for a missing ACL, by resource type (topic, group, transactional-id, cluster) and "
+            "operation (read, write, describe, ...); the log names the resource and the grant.",
+            ["resource_type", "operation"], registry=r,
+        )
+        self.authentication_failures_total = Counter(
+            f"{p}authentication_failures_total",
+            "Connections the brokers refused in the TLS or SASL handshake, by cause (authentication, mechanism, "
+            "tls-untrusted, tls-hostname, tls-client-certificate, tls, token).",
+            ["cause"], registry=r,
         )
         self.deadline_expirations_total = Counter(
             f"{p}deadline_expirations_total", "Broker calls of a partition abandoned at their deadline, by call.",
@@ -228,13 +232,14 @@ class Metrics:
         self.worker_info = Gauge(
             f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
         )
-        self.worker_info.labels(version=version or _package_version()).set(1)
+        self.worker_info.labels(version=version or package_version()).set(1)
         for result in TRANSACTION_RESULTS:
             self.transactions_total.labels(result=result)
+        for cause in AUTHENTICATION_CAUSES:
+            self.authentication_failures_total.labels(cause=cause)
         self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
             (self.source_records_total, (*_TP, "verdict")),
             (self.transaction_failures_total, (*_TP, "cause")),
-            (self.authorization_failures_total, (*_TP, "resource")),
             *((m, _TP) for m in (
                 self.rebuilds_total,
                 self.rebuild_records_total,

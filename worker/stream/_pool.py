@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from worker._heap import settle_heap
+from worker._heap import freeze_heap
 from worker.errors import ConfigError, ShardedReplayError
 from worker.stream._core import StreamCore, default_core
 from worker.stream._partition import PartitionState
@@ -41,7 +41,7 @@ Row = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, val
 def _serve(conn: Connection) -> None:
     """A helper's loop: shard states built from record chunks, their results on "finish"; ends at EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    settle_heap(collect=False)  # the fork server's modules: never scanned by a collection, their pages stay shared
+    freeze_heap(collect=False)  # the fork server's modules: never scanned by a collection, their pages stay shared
     states: dict[Where, ShardState] = {}
     cores: dict[str, StreamCore] = {}  # by processor: its module is imported once
     failure: str | None = None
@@ -83,7 +83,7 @@ class _Helper:
     async def call(self, fn: Callable[..., _T], *args: Any) -> _T:
         fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
         self._inflight.add(fut)
-        fut.add_done_callback(self._settled)
+        fut.add_done_callback(self._forget)
         try:
             return await fut
         except (OSError, EOFError) as exc:
@@ -111,7 +111,7 @@ class _Helper:
         if self._pump is not None and self._pump.done():
             self._pump.result()
 
-    def _settled(self, fut: asyncio.Future[Any]) -> None:
+    def _forget(self, fut: asyncio.Future[Any]) -> None:
         self._inflight.discard(fut)
         if not fut.cancelled():
             fut.exception()  # seen: a discarded helper's pipe fails

@@ -50,7 +50,6 @@ def _types(**overrides: frozenset[type]) -> dict[str, frozenset[type]]:
     return {**_TYPES, **overrides}
 
 
-_PLAIN = _types()
 _DATETIME = TypeAdapter(datetime)
 _PROVIDER = (("provider_name", None), ("provider_details", None))
 _TOOL_CALL = (("tool_name", _R), ("args", None), ("tool_call_id", _R), ("tool_kind", None), ("id", None))

@@ -98,8 +98,30 @@ app.kubernetes.io/part-of: harness-agui
 {{- if not .Values.config.sasl_mechanism -}}
 {{- fail (printf "config.security_protocol=%s needs config.sasl_mechanism" $proto) -}}
 {{- end -}}
-{{- if and (ne .Values.config.sasl_mechanism "OAUTHBEARER") (not .Values.kafka.sasl.existingSecret) -}}
+{{- if eq .Values.config.sasl_mechanism "OAUTHBEARER" -}}
+{{- if not (and .Values.config.oauth_token_endpoint .Values.config.oauth_client_id) -}}
+{{- fail "config.sasl_mechanism=OAUTHBEARER needs config.oauth_token_endpoint and config.oauth_client_id" -}}
+{{- end -}}
+{{- if not (or .Values.kafka.oauth.existingSecret .Values.config.oauth_client_secret_file) -}}
+{{- fail "config.sasl_mechanism=OAUTHBEARER needs kafka.oauth.existingSecret (the OIDC client secret)" -}}
+{{- end -}}
+{{- else if not (or .Values.kafka.sasl.existingSecret .Values.config.sasl_password_file) -}}
 {{- fail (printf "config.sasl_mechanism=%s needs kafka.sasl.existingSecret (the SASL password)" .Values.config.sasl_mechanism) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The gateway's labels: its own name, so the worker's selectors (name and instance) never match its pods. */}}
+{{- define "haw.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-gateway" (include "haw.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "haw.gatewayLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "haw.gatewaySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: gateway
+app.kubernetes.io/part-of: harness-agui
 {{- end -}}

@@ -34,6 +34,15 @@
       key: {{ .passwordKey }}
 {{- end }}
 {{- end }}
+{{- with .Values.kafka.oauth }}
+{{- if .existingSecret }}
+- name: WORKER_OAUTH_CLIENT_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .clientSecretKey }}
+{{- end }}
+{{- end }}
 {{- $tls := include "haw.tlsDir" . }}
 {{- with .Values.kafka.ssl }}
 {{- if .existingSecret }}

@@ -1,0 +1,75 @@
+"""The chart's gateway: off by default; on, a Deployment, Service and optional Ingress beside the worker, with the
+worker's broker settings, a mounted token key, probes on the metrics port, and env the gateway's settings accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.deploy.conftest import Render
+from worker.gateway import GatewaySettings
+
+ON = {"gateway": {"enabled": True, "auth": {"existingSecret": "gw-key"},
+                  "config": {"display_topic": "agui.display", "cors_origins": "https://app.example"}},
+      "config": {"display_topic": "agui.display"}}  # fmt: skip
+
+
+def _named(objs: list[dict[str, Any]], kind: str, suffix: str = "-gateway") -> dict[str, Any]:
+    (found,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    return found
+
+
+def test_the_gateway_is_off_by_default(render: Render) -> None:
+    assert not [o for o in render() if o["metadata"]["name"].endswith("-gateway")]
+
+
+def test_the_gateway_deploys_beside_the_worker(render: Render, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs = render(ON)
+    worker = [o for o in objs if o["kind"] == "Deployment" and not o["metadata"]["name"].endswith("-gateway")]
+    assert len(worker) == 1
+    gateway = _named(objs, "Deployment")
+    pod = gateway["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["gateway"]
+    assert container["image"] == worker[0]["spec"]["template"]["spec"]["containers"][0]["image"]
+    for probe, path in (("startupProbe", "/livez"), ("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["WORKER_AUTH_KEY_FILE"]["value"] == "/etc/harness-agui-worker/gateway-auth/key"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["gateway-auth"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["gateway-auth"]["secret"]["secretName"] == "gw-key"
+    # The rendered environment is what the gateway's settings accept (the key file aside, which is mounted).
+    for name, entry in env.items():
+        if "value" in entry:
+            monkeypatch.setenv(name, entry["value"])
+    monkeypatch.setenv("WORKER_AUTH_KEY_FILE", "/dev/null")
+    settings = GatewaySettings()
+    assert settings.display_topic == "agui.display" and settings.http_port == 8080
+    assert settings.allowed_origins == ("https://app.example",)
+    # Selectors never overlap: the worker's do not pick the gateway's pods, nor the other way round.
+    labels = pod["metadata"]["labels"]
+    assert not worker[0]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    service = _named(objs, "Service")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert {p["name"] for p in service["spec"]["ports"]} == {"http", "metrics"}
+
+
+def test_the_gateway_ingress_routes_runs_and_the_viewer(render: Render) -> None:
+    values = {**ON, "gateway": {**ON["gateway"], "ingress": {"enabled": True, "host": "runs.example",
+                                                             "className": "nginx"}}}  # fmt: skip
+    ingress = _named(render(values), "Ingress")
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "runs.example"
+    assert [p["path"] for p in rule["http"]["paths"]] == ["/runs", "/view"]
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+
+
+@pytest.mark.parametrize("values", [
+    {"gateway": {"enabled": True, "config": {"display_topic": "d"}}},
+    {"gateway": {"enabled": True, "auth": {"existingSecret": "k"}, "config": {"display_topic": ""}}},
+])  # fmt: skip
+def test_the_gateway_needs_a_key_and_the_display_topic(render_error: Any, values: dict[str, Any]) -> None:
+    assert "gateway" in render_error(values)

@@ -1,0 +1,35 @@
+// Runs the official @ag-ui/client HttpAgent for each job of a JSON file and prints one JSON line per job:
+// {"label", "ok", "error", "messages"}. A job is {"label", "url", "threadId", "runId", "headers"} (POST to the
+// gateway), or {"label", "reference": "<file of AG-UI event JSON lines>", "threadId", "runId"} (the same client fed
+// the reference conversion of the whole run as an SSE body, through HttpAgent's own fetch hook).
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+
+const require = createRequire(process.env.GATEWAY_NODE_MODULES + "/");
+const { HttpAgent } = require("@ag-ui/client");
+
+function referenceFetch(path) {
+  const lines = readFileSync(path, "utf8").split("\n").filter((line) => line.trim());
+  const body = lines.map((line) => `data: ${line}\n\n`).join("");
+  return async () => new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } });
+}
+
+async function runJob(job) {
+  const options = { url: job.url ?? "http://reference.invalid/run", threadId: job.threadId, headers: job.headers ?? {} };
+  if (job.reference) options.fetch = referenceFetch(job.reference);
+  const agent = new HttpAgent(options);
+  try {
+    await agent.runAgent({ runId: job.runId });
+    return { label: job.label, ok: true, messages: agent.messages };
+  } catch (error) {
+    return { label: job.label, ok: false, error: String(error?.message ?? error), messages: agent.messages };
+  }
+}
+
+const jobs = JSON.parse(readFileSync(process.argv[2], "utf8"));
+console.warn = () => {};  // the client warns about event types it ignores; results carry what matters
+console.error = () => {};  // and logs each failed run; the result line carries the error
+await Promise.all(jobs.map(async (job) => {
+  const result = await runJob(job);
+  process.stdout.write(JSON.stringify(result) + "\n");
+}));

@@ -1,0 +1,31 @@
+// Opens the gateway's viewer page in headless Chromium (Debian's chromium-headless-shell, driven by
+// puppeteer-core) and prints its state as JSON lines: "ready" once the page runs, then its final state once the
+// run finished (or after the timeout in seconds, argv[3]).
+import { createRequire } from "node:module";
+
+const require = createRequire(process.env.GATEWAY_NODE_MODULES + "/");
+const puppeteer = require("puppeteer-core");
+
+const [url, timeoutS = "120"] = process.argv.slice(2);
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium-headless-shell",
+  headless: "shell",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"],
+});
+try {
+  const page = await browser.newPage();
+  await page.goto(url, { waitUntil: "domcontentloaded" });
+  await page.waitForFunction(() => typeof window.viewerState === "function");
+  process.stdout.write(JSON.stringify({ ready: true }) + "\n");
+  const deadline = Date.now() + Number(timeoutS) * 1000;
+  let state = await page.evaluate(() => window.viewerState());
+  while (state.status !== "finished" && !state.status.startsWith("error") && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    state = await page.evaluate(() => window.viewerState());
+  }
+  state.rendered = await page.evaluate(() => document.getElementById("blocks").innerText.length);
+  process.stdout.write(JSON.stringify(state) + "\n");
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,238 @@
+"""Gateway-test plumbing: the gateway as a subprocess, a worker feeding it from golden runs, an SSE reader."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiokafka.partitioner import murmur2
+
+from tests.kafka.conftest import TopicFactory
+from tests.kafka.support import ROOT, WorkerProcess, wait_caught_up
+
+PARTITIONS = 2
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Topics:
+    """The topics of one worker and the gateway reading its output."""
+
+    source: str
+    output: str
+    dlq: str
+    display: str
+
+    @classmethod
+    def create(cls, topic_factory: TopicFactory, partitions: int = PARTITIONS) -> Topics:
+        return cls(topic_factory("source", partitions), topic_factory("output", partitions), topic_factory("dlq"),
+                   topic_factory("display", partitions, {"cleanup.policy": "compact"}))
+
+
+def start_worker(tmp_path: Path, bootstrap: str, topics: Topics, *extra: str, name: str = "worker") -> WorkerProcess:
+    return WorkerProcess(tmp_path, name, bootstrap, topics.source, topics.output, topics.dlq,
+                         f"group-{topics.source}", "--display-topic", topics.display, "--commit-interval-ms", "20",
+                         *extra).start()
+
+
+def partition_of(key: str, partitions: int = PARTITIONS) -> int:
+    """The partition Kafka's default partitioner gives `key`."""
+    return int((murmur2(key.encode()) & 0x7FFFFFFF) % partitions)
+
+
+async def wait_converted(bootstrap: str, topics: Topics, keys: list[str], timeout_s: float = 90) -> None:
+    """Until the worker committed every source record produced so far of the partitions of `keys`."""
+    await wait_caught_up(bootstrap, f"group-{topics.source}", topics.source, timeout_s,
+                         partitions={partition_of(key) for key in keys})
+
+
+@dataclass
+class GatewayProcess:
+    """`python -m worker gateway` as a child process on fixed ports, its log in a file."""
+
+    log_dir: Path
+    bootstrap: str
+    topics: Topics
+    extra: tuple[str, ...] = ()
+    name: str = "gateway"
+    port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def start(self, *, ready_timeout_s: float = 60) -> GatewayProcess:
+        args = [sys.executable, "-m", "worker", "gateway", "--bootstrap-servers", self.bootstrap,
+                "--output-topic", self.topics.output, "--display-topic", self.topics.display,
+                "--http-port", str(self.port), "--metrics-port", str(self.metrics_port), "--log-format", "json",
+                *self.extra]
+        if not any(a in self.extra for a in ("--auth-key-file", "--insecure-no-auth")):
+            args.append("--insecure-no-auth")
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        self.wait_ready(ready_timeout_s)
+        return self
+
+    def probe(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except OSError as err:
+            return 0, str(err)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gateway exited {self.proc.returncode}: {self.log()[-3000:]}")
+            if self.probe("/readyz")[0] == 200:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"gateway not ready within {timeout_s} s: {self.log()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout_s: float = 30) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metric(self, name: str, **labels: str) -> float:
+        from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+        status, body = self.probe("/metrics")
+        assert status == 200, body
+        return sum(s.value for fam in text_string_to_metric_families(body) for s in fam.samples
+                   if s.name == name and labels.items() <= s.labels.items())
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One server-sent event as a browser would dispatch it (`id` None when the frame had no `id:` line)."""
+
+    id: str | None
+    data: str
+    comment: bool = False
+
+    def event(self) -> dict[str, object]:
+        value = json.loads(self.data)
+        assert isinstance(value, dict)
+        return value
+
+
+def parse_frames(buffer: bytes) -> tuple[list[Frame], bytes]:
+    """The complete frames at the start of `buffer` (split on a blank line, LF only) and the rest."""
+    frames = []
+    while b"\n\n" in buffer:
+        block, buffer = buffer.split(b"\n\n", 1)
+        lines = block.decode().split("\n")
+        ident: str | None = None
+        data: list[str] = []
+        for line in lines:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "id":
+                ident = value
+            elif name == "data":
+                data.append(value)
+            elif name == "":
+                pass  # a comment
+            else:
+                raise AssertionError(f"unexpected SSE field {name!r} in {block!r}")
+        frames.append(Frame(ident, "\n".join(data), comment=not data and ident is None))
+    return frames, buffer
+
+
+async def read_stream(
+    session: aiohttp.ClientSession, url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
+    body: object = None, limit: int | None = None, timeout_s: float = 60,
+) -> tuple[int, list[Frame], bool]:
+    """Read a stream until it ends (or `limit` data frames came): status, data frames, and whether it ended by
+    itself. A non-200 answer returns its JSON body as the one frame's data."""
+    frames: list[Frame] = []
+    async with asyncio.timeout(timeout_s):
+        async with session.request(method, url, headers=headers, json=body) as resp:
+            if resp.status != 200:
+                return resp.status, [Frame(None, await resp.text())], True
+            assert resp.headers["Content-Type"].startswith("text/event-stream"), resp.headers
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                assert b"\r" not in chunk, "frames must be LF-framed"
+                got, buffer = parse_frames(buffer + chunk)
+                frames.extend(f for f in got if not f.comment)
+                if limit is not None and len(frames) >= limit:
+                    return resp.status, frames[:limit], False
+            return resp.status, frames, True
+
+
+def node_modules() -> Path:
+    """Where scripts/install-tools.sh put the pinned Node packages of tests/gateway/node."""
+    lock = Path(__file__).parent / "node" / "package-lock.json"
+    cache = Path(os.environ.get("HARNESS_WORKER_CACHE", Path.home() / ".cache" / "harness-agui-worker"))
+    found = cache / f"gateway-node-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}" / "node_modules"
+    assert (found / "@ag-ui" / "client").is_dir(), f"{found} is missing: run scripts/install-tools.sh"
+    return found
+
+
+async def start_node(script: str, *args: str) -> asyncio.subprocess.Process:
+    """`node tests/gateway/node/<script> args...` with the pinned packages, stdout piped."""
+    return await asyncio.create_subprocess_exec(
+        "node", str(Path(__file__).parent / "node" / script), *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "GATEWAY_NODE_MODULES": str(node_modules())},
+        limit=64 * 1024 * 1024,
+    )
+
+
+async def node_results(process: asyncio.subprocess.Process, timeout_s: float) -> list[dict[str, Any]]:
+    """The JSON lines a Node script printed, once it exited 0."""
+    async with asyncio.timeout(timeout_s):
+        out, err = await process.communicate()
+    assert process.returncode == 0, f"node exited {process.returncode}: {err.decode()[-3000:]}"
+    return [json.loads(line) for line in out.decode().split("\n") if line.strip()]
+
+
+async def wait_known(session: aiohttp.ClientSession, gateway: GatewayProcess, keys: list[str],
+                     headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Until the gateway has a display record of every run in `keys`."""
+    for key in keys:
+        for _ in range(300):
+            async with session.get(f"{gateway.url}/runs/{key}/display", headers=headers) as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"run {key} never appeared in the gateway's display topic")

@@ -1,0 +1,68 @@
+"""The hub's fan-out without a broker: bounded queues, slow clients dropped by their bound, memory and cursors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from worker.errors import GatewayError
+from worker.gateway.hub import Hub, Subscription
+from worker.gateway.tokens import TokenCheck, mint_token
+
+
+def _hub(**kwargs: object) -> Hub:
+    options = {"max_runs": 10, "max_recent": 100, "window_s": 0.0, "queue_events": 4, **kwargs}
+    return Hub(**options)  # type: ignore[arg-type]
+
+
+async def test_a_client_whose_writer_waits_on_its_socket_is_dropped_at_its_bound_a_reading_one_is_not() -> None:
+    hub = _hub()
+    hub.passed(0, 0)
+    dropped: list[Subscription] = []
+    slow = hub.attach("run", 0, 0, dropped.append, lambda: True)
+    fast = hub.attach("run", 0, 0, dropped.append, lambda: False)
+    for seq in range(10):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+    assert dropped == [slow.subscription] and slow.subscription.dropped
+    assert fast.subscription.queue.qsize() == 10  # a burst read in one fetch is not slowness
+    for seq in range(10, 4 * 64 + 1):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+    assert dropped == [slow.subscription, fast.subscription]  # the hard limit holds for everyone
+
+
+async def test_a_subscription_joins_with_the_recent_events_it_missed_and_nothing_twice() -> None:
+    hub = _hub()
+    for seq in range(5):
+        hub.publish(1, 100 + seq, "run", seq, b'{"n":%d}' % seq, 0, False)
+    joined = hub.attach("run", 1, 2, lambda s: None, lambda: False)
+    assert joined.backlog is not None and [d.seq for d in joined.backlog] == [2, 3, 4]
+    hub.publish(1, 105, "run", 5, b"{}", 0, True)
+    assert joined.subscription.queue.get_nowait().seq == 5
+    unknown = hub.attach("other", 1, 0, lambda s: None, lambda: False)
+    assert unknown.backlog is None and unknown.live_from == 106  # read the topic up to where the tail is
+
+
+async def test_recent_events_covered_by_a_display_record_go_after_the_window() -> None:
+    hub = _hub(window_s=0.0)
+    for seq in range(6):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+    hub.displayed("run", 3)
+    log = hub.log("run")
+    assert log is not None and [e.seq for e in log.recent] == [4, 5] and log.recent_from == 4
+    assert not log.covers(3) and log.covers(4)
+    await asyncio.sleep(0)
+
+
+def test_tokens_grant_their_run_or_thread_until_they_expire() -> None:
+    key = b"s" * 32
+    check = TokenCheck(key)
+    grant = check.verify(mint_token(key, "thread", "thread-1", 60))
+    assert grant.allows("any-run", "thread-1") and not grant.allows("any-run", "thread-2")
+    assert check.verify(mint_token(key, "run", "run-1", 60)).allows("run-1", None)
+    with pytest.raises(GatewayError) as expired:
+        check.verify(mint_token(key, "run", "run-1", 60, now=0))
+    assert expired.value.code == "expired-token"
+    with pytest.raises(GatewayError) as forged:
+        check.verify(mint_token(b"x" * 32, "run", "run-1", 60))
+    assert forged.value.code == "bad-token"

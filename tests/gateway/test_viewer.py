@@ -1,0 +1,90 @@
+"""The viewer page in a real headless Chromium, following a run the worker is producing, while the gateway is
+killed (-9) and started again: the page reconnects on its own and ends showing exactly the reference's texts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.support import GatewayProcess, Topics, start_node, start_worker, wait_converted
+from tests.kafka.conftest import TopicFactory
+from tests.kafka.support import Run, corpus, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _reference(run: Run) -> list[tuple[str, str, str]]:
+    """(id, kind, text) of each message, reasoning block and tool call of the reference conversion, in the order of
+    their first event; a tool call's text is its arguments and its result."""
+    found: dict[str, list[str]] = {}
+    for raw in run.events:
+        event = json.loads(raw)
+        kind = event["type"]
+        if kind in ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"):
+            found.setdefault(event["messageId"], ["message", ""])[1] += event.get("delta", "")
+        elif kind in ("REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT"):
+            found.setdefault(event["messageId"], ["reasoning", ""])[1] += event.get("delta", "")
+        elif kind in ("TOOL_CALL_START", "TOOL_CALL_ARGS"):
+            found.setdefault(event["toolCallId"], ["tool", ""])[1] += event.get("delta", "")
+        elif kind == "TOOL_CALL_RESULT":
+            content = event["content"]
+            text = content if isinstance(content, str) else json.dumps(content, separators=(",", ":"))
+            found.setdefault(event["toolCallId"], ["tool", ""])[1] += "|" + text
+    return [(key, kind, text) for key, (kind, text) in found.items()]
+
+
+def _shown(state: dict) -> list[tuple[str, str, str]]:
+    out = []
+    for item in state["items"]:
+        if item["kind"] == "tool":
+            result = item["result"]
+            out.append((item["id"], "tool", item["args"] + ("" if result is None else "|" + result)))
+        else:
+            out.append((item["id"], item["kind"], item["text"]))
+    return out
+
+
+def test_the_viewer_page_reconnects_after_a_gateway_kill_and_shows_the_whole_run(
+    kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    (run,) = corpus(names=["r0097"])
+    topics = Topics.create(topic_factory)
+    worker = start_worker(tmp_path, kafka_bootstrap, topics)
+    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics)
+    lines = [(run.key.encode(), line) for line in run.lines]
+    third = len(lines) // 3
+
+    async def scenario() -> dict:
+        await produce(kafka_bootstrap, topics.source, lines[:1])
+        await wait_converted(kafka_bootstrap, topics, [run.key])
+        gateway.start()
+        page = await start_node("viewer.mjs", f"{gateway.url}/view/{run.key}", "180")
+        assert page.stdout is not None
+        assert json.loads(await asyncio.wait_for(page.stdout.readline(), 60)) == {"ready": True}
+        await produce(kafka_bootstrap, topics.source, lines[1:third], pace_s=0.02)
+        await asyncio.sleep(1.0)
+        gateway.kill()
+        await produce(kafka_bootstrap, topics.source, lines[third : 2 * third], pace_s=0.02)
+        await asyncio.sleep(1.0)
+        gateway.start()
+        await produce(kafka_bootstrap, topics.source, lines[2 * third :], pace_s=0.02)
+        state = json.loads(await asyncio.wait_for(page.stdout.readline(), 200))
+        await asyncio.wait_for(page.wait(), 30)
+        return state
+
+    try:
+        state = asyncio.run(scenario())
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.kill()
+        worker.kill()
+    assert state["status"] == "finished", state["status"]
+    assert state["reconnects"] >= 1, "the page never lost its stream"
+    assert state["lastSeq"] == len(run.events) - 1
+    assert _shown(state) == _reference(run)
+    assert state["rendered"] > 0

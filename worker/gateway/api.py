@@ -1,0 +1,262 @@
+"""The HTTP API on aiohttp: run streams for `EventSource` (GET) and `HttpAgent` (POST), display snapshots, the
+viewer page; access tokens, CORS, the connection limit and the drain on shutdown.
+
+Each stream is written by its own handler task from its bounded queue; the tail loop never writes to a socket. A
+client that overflows its queue is cut off without a clean end (`HttpAgent` sees an error, never a silent success;
+`EventSource` reconnects with `Last-Event-ID`); a drain ends `EventSource` streams with a comment and `HttpAgent`
+streams with RUN_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from worker.errors import GatewayError
+from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.settings import GatewaySettings
+from worker.gateway.streams import RunStreams, StreamRequest
+from worker.gateway.tokens import TokenCheck
+from worker.gateway.viewer import VIEWER_PAGE
+
+__all__ = ["GatewayApi"]
+
+_log = logging.getLogger(__name__)
+_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache, no-transform",
+                   "X-Accel-Buffering": "no"}  # fmt: skip
+_ALLOWED_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
+_DRAIN_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_DRAINING",
+                "message": "the gateway is shutting down: attach to the run again"}  # fmt: skip
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(exc: GatewayError, metrics: GatewayMetrics) -> web.Response:
+    metrics.requests.labels(code=exc.code).inc()
+    headers = {"Retry-After": str(getattr(exc, "retry_after", ""))} if getattr(exc, "retry_after", None) else None
+    return web.json_response({"error": exc.code, "message": str(exc)}, status=exc.status, headers=headers)
+
+
+class _Busy(GatewayError):
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(503, "busy", message)
+        self.retry_after = retry_after
+
+
+class _Connection:
+    """A stream's handler task and why it was interrupted (`dropped`: too slow; `draining`: shutdown)."""
+
+    __slots__ = ("dropped", "request", "task")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.task = asyncio.current_task()
+        self.dropped = False
+
+    def drop(self) -> None:
+        self.dropped = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+class GatewayApi:
+    """The aiohttp application of the gateway's API."""
+
+    def __init__(
+        self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics, tokens: TokenCheck | None
+    ) -> None:
+        self._settings = settings
+        self._streams = streams
+        self._metrics = metrics
+        self._tokens = tokens
+        self._origins = settings.allowed_origins
+        self._open: set[_Connection] = set()
+        self.draining = False
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=self._settings.max_body_bytes, middlewares=[self._middleware])
+        app.router.add_get("/runs/{run_id}/events", self.events)
+        app.router.add_post("/runs/{run_id}", self.agent)
+        app.router.add_get("/runs/{run_id}/display", self.display)
+        app.router.add_get("/view/{run_id}", self.view)
+        app.router.add_route("OPTIONS", "/{tail:.*}", self.preflight)
+        return app
+
+    @property
+    def connections(self) -> int:
+        return len(self._open)
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except GatewayError as exc:
+            response = _error(exc, self._metrics)
+        except web.HTTPRequestEntityTooLarge:
+            response = _error(GatewayError(413, "body-too-large", (
+                f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")), self._metrics)
+        self._cors(request, response)
+        return response
+
+    def _cors(self, request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if origin is None or response.prepared or not (origin in self._origins or "*" in self._origins):
+            return
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+
+    async def preflight(self, request: web.Request) -> web.StreamResponse:
+        response = web.Response(status=204)
+        response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+        response.headers["Access-Control-Allow-Headers"] = _ALLOWED_HEADERS
+        response.headers["Access-Control-Max-Age"] = "600"
+        return response
+
+    def _authorize(self, request: web.Request, run_id: str) -> None:
+        """Check the token (bearer header or `token` query parameter) before the run is looked up, so an
+        unauthenticated caller learns nothing of which runs exist; its subject is checked against the run."""
+        if self._tokens is None:
+            return
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else request.query.get("token", "")
+        if not token:
+            raise GatewayError(401, "no-token", "an access token is required (Authorization: Bearer, or ?token=)")
+        grant = self._tokens.verify(token)
+        if grant.scope == "run" and grant.allows(run_id, None):
+            return
+        pointer = self._streams.known(run_id)
+        if not grant.allows(run_id, pointer.thread_id if pointer is not None else None):
+            raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, "
+                                                 f"not run {run_id!r}")  # fmt: skip
+
+    async def display(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        self._authorize(request, run_id)
+        pointer, value = await self._streams.display(run_id)
+        body = b'{"runId":%s,"threadId":%s,"aguiSeq":%d,"snapshot":%s}' % (
+            orjson.dumps(run_id), orjson.dumps(pointer.thread_id), pointer.seq, value)
+        return web.Response(body=body, content_type="application/json")
+
+    async def view(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=VIEWER_PAGE, content_type="text/html", headers={"Cache-Control": "no-cache"})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        self._authorize(request, run_id)
+        cursor = request.headers.get("Last-Event-ID")
+        after: int | None = None
+        if cursor is not None and cursor.strip():
+            after = parse_cursor(cursor, run_id)
+            if after is None:
+                return await self._stream(request, StreamRequest(run_id, None, "sse", foreign=True))
+        elif "after" in request.query:
+            text = request.query["after"]
+            if not text.isdigit() or len(text) > 18:
+                raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
+            after = int(text)
+        return await self._stream(request, StreamRequest(run_id, after, "sse"))
+
+    async def agent(self, request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        self._authorize(request, run_id)
+        body = await request.read()
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise GatewayError(400, "bad-body", "the body is not JSON: send a RunAgentInput") from None
+        if not isinstance(payload, dict):
+            raise GatewayError(400, "bad-body", "the body is not a JSON object: send a RunAgentInput")
+        self._check_input(run_id, payload)
+        return await self._stream(request, StreamRequest(run_id, None, "agent"))
+
+    def _check_input(self, run_id: str, payload: dict[str, Any]) -> None:
+        body_run, thread = payload.get("runId"), payload.get("threadId")
+        if not isinstance(body_run, str) or not isinstance(thread, str):
+            raise GatewayError(400, "bad-body", "a RunAgentInput needs string threadId and runId")
+        if body_run != run_id:
+            raise GatewayError(400, "bad-body", f"the body's runId {body_run!r} is not the run of the path {run_id!r}")
+        pointer = self._streams.known(run_id)
+        if pointer is not None and pointer.thread_id and thread != pointer.thread_id:
+            raise GatewayError(400, "bad-body", f"run {run_id!r} belongs to another thread than {thread!r}")
+
+    async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
+        if self.draining:
+            self._metrics.refused.inc()
+            raise _Busy("the gateway is shutting down: retry, another replica answers", self._settings.retry_after_s)
+        if len(self._open) >= self._settings.max_connections:
+            self._metrics.refused.inc()
+            raise _Busy(f"the gateway holds max_connections ({self._settings.max_connections}) streams",
+                        self._settings.retry_after_s)  # fmt: skip
+        connection = _Connection(request)
+        stream = self._streams.start(asked, connection.drop)
+        chunks = self._streams.chunks(stream)
+        try:
+            first = await chunks.__anext__()  # errors before the first frame are plain JSON answers
+        except StopAsyncIteration:
+            first = b""
+        except BaseException:
+            await chunks.aclose()
+            raise
+        response = web.StreamResponse(headers=_STREAM_HEADERS)
+        self._cors(request, response)
+        self._open.add(connection)
+        gauge = self._metrics.connections.labels(reader=asked.reader)
+        gauge.inc()
+        try:
+            await response.prepare(request)
+            if first:
+                await response.write(first)
+            async for chunk in chunks:
+                stream.writing = True
+                await response.write(chunk)
+                stream.writing = False
+            await response.write_eof()
+        except asyncio.CancelledError:
+            await self._interrupted(request, response, connection, asked)
+            if not self.draining:
+                raise
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client went away
+        except GatewayError as exc:  # after the first frame: say so in the stream, never a silent clean end
+            _log.warning("stream of run %s failed: %s", asked.run_id, exc)
+            self._abort(request)
+        finally:
+            await chunks.aclose()
+            self._open.discard(connection)
+            gauge.dec()
+        return response
+
+    async def _interrupted(
+        self, request: web.Request, response: web.StreamResponse, connection: _Connection, asked: StreamRequest
+    ) -> None:
+        if connection.dropped:
+            self._abort(request)
+            return
+        if self.draining:
+            frame = synthetic_frame(_DRAIN_EVENT) if asked.reader == "agent" else b""
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await response.write(frame + comment_frame("gateway draining: reconnect"))
+                    await response.write_eof()
+
+    @staticmethod
+    def _abort(request: web.Request) -> None:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new streams and end the open ones, waiting at most `timeout_s` for them to finish."""
+        self.draining = True
+        for connection in list(self._open):
+            if connection.task is not None:
+                connection.task.cancel()
+        tasks = [c.task for c in self._open if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)

@@ -1,0 +1,51 @@
+"""Server-sent event frames as `EventSource` and `@ag-ui/client` read them: LF framing only, no `event:` field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from worker.errors import GatewayError
+
+__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_cursor", "synthetic_frame"]
+
+# A comment: EventSource and the AG-UI client both ignore it; proxies see traffic.
+KEEP_ALIVE = b": keep-alive\n\n"
+_CURSOR = re.compile(r"(?P<run>.+):(?P<seq>0|[1-9][0-9]{0,17})")
+
+
+def _data_lines(value: bytes) -> bytes:
+    """`data: ` lines carrying `value`; a value with line breaks (never one the worker writes) is split so each
+    line is its own `data:` line, which a reader joins back with LF."""
+    if b"\n" not in value and b"\r" not in value:
+        return b"data: " + value + b"\n"
+    lines = value.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    return b"".join(b"data: " + line + b"\n" for line in lines)
+
+
+def event_frame(run_id: str, seq: int, value: bytes) -> bytes:
+    """The frame of output event `seq` of run `run_id`, under its durable id `<run id>:<seq>`."""
+    return b"id: %s:%d\n%s\n" % (run_id.encode(), seq, _data_lines(value))
+
+
+def synthetic_frame(event: Mapping[str, Any]) -> bytes:
+    """A frame the gateway makes (a late-join prelude event): no `id:` line, so it never takes a durable id and
+    a browser keeps the cursor it had."""
+    return _data_lines(orjson.dumps(event)) + b"\n"
+
+
+def comment_frame(text: str) -> bytes:
+    """A comment frame (`: text`), ignored by every reader; `text` is kept to one line."""
+    return b": " + " ".join(text.split()).encode() + b"\n\n"
+
+
+def parse_cursor(text: str, run_id: str) -> int | None:
+    """The `n` of a `Last-Event-ID: <run id>:<n>`, None when it names another run (such a cursor cannot be
+    served exactly); GatewayError 400 (`bad-cursor`) when malformed."""
+    match = _CURSOR.fullmatch(text.strip())
+    if match is None:
+        raise GatewayError(400, "bad-cursor", f"cursor {text[:200]!r} is not <run id>:<n>, as the `id:` lines are")
+    return int(match["seq"]) if match["run"] == run_id else None

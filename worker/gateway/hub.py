@@ -1,0 +1,221 @@
+"""Fan-out of the output topic's tail: per run, its recent events and its subscribers' bounded queues.
+
+The tail loop calls `Hub.publish` synchronously and never awaits a connection: a frame goes into each subscriber's
+queue with `put_nowait`, and a subscriber whose queue is full is dropped (its connection closed by its own task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+from worker.gateway.frames import event_frame
+
+__all__ = ["Delivery", "Hub", "RecentEvent", "RunLog", "Subscription"]
+
+
+class Delivery(NamedTuple):
+    """One event as queued for connections: its number, its frame, whether it ends the run, its record timestamp."""
+
+    seq: int
+    frame: bytes
+    terminal: bool
+    timestamp_ms: int
+
+
+class RecentEvent(NamedTuple):
+    """An event of a tracked run kept in memory: number, value, record timestamp, when the tail read it, terminal."""
+
+    seq: int
+    value: bytes
+    timestamp_ms: int
+    read_at: float
+    terminal: bool
+
+
+_HARD_LIMIT = 64  # times the bound: a queue this long is dropped even if its writer is not waiting on its socket
+
+
+class Subscription:
+    """One connection's place in the fan-out: a queue its own task drains, bounded by `bound` events while its
+    writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in any
+    case. `dropped` once it overflowed."""
+
+    __slots__ = ("_blocked", "_bound", "_on_drop", "dropped", "first_seq", "queue", "run_id")
+
+    def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
+                 blocked: Callable[[], bool]) -> None:  # fmt: skip
+        self.run_id = run_id
+        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self.dropped = False
+        self.first_seq: int | None = None  # the number of the first event offered
+        self._bound = bound
+        self._on_drop = on_drop
+        self._blocked = blocked
+
+    def offer(self, delivery: Delivery) -> None:
+        """Queue `delivery`, or drop this subscription when its queue is over its bound."""
+        if self.dropped:
+            return
+        if self.first_seq is None:
+            self.first_seq = delivery.seq
+        waiting = self.queue.qsize()
+        if waiting >= self._bound and (waiting >= _HARD_LIMIT * self._bound or self._blocked()):
+            self.dropped = True
+            self._on_drop(self)
+            return
+        self.queue.put_nowait(delivery)
+
+
+class RunLog:
+    """What the hub holds of one run: its events from `recent_from` to `next_seq - 1` (every one, in order, unless
+    `recent_from` is None: then none is known to be complete), its subscribers, its latest display number."""
+
+    __slots__ = ("display_seq", "finished", "first_seen", "next_seq", "recent", "recent_from", "run_id",
+                 "subscribers")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.recent: deque[RecentEvent] = deque()
+        self.recent_from: int | None = None
+        self.next_seq = 0
+        self.display_seq = -1
+        self.finished = False
+        self.first_seen: tuple[int, int] | None = None  # (number, record timestamp) of the first event read
+        self.subscribers: list[Subscription] = []
+
+    def covers(self, seq: int) -> bool:
+        """Whether every event of the run from `seq` on that the tail has read is held here."""
+        return self.recent_from is not None and self.recent_from <= seq
+
+
+class Attachment(NamedTuple):
+    """A new subscription and where its events start: `backlog` (events from the asked number on, from memory), or
+    None, and then events before offset `live_from` of the run's partition must be read from the topic."""
+
+    subscription: Subscription
+    backlog: list[Delivery] | None
+    live_from: int
+
+
+class Hub:
+    """Tracked runs (at most `max_runs`, least recently active dropped first when no one subscribes), their recent
+    events (at most `max_recent` each) and subscribers; `positions` is the tail's next offset per partition."""
+
+    def __init__(
+        self, *, max_runs: int, max_recent: int, window_s: float, queue_events: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
+        self._logs: OrderedDict[str, RunLog] = OrderedDict()
+        self._max_runs = max_runs
+        self._max_recent = max_recent
+        self._window_s = window_s
+        self._queue_events = queue_events
+        self._clock = clock
+        self.positions: dict[int, int] = {}
+        self.subscriptions = 0
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def log(self, run_id: str) -> RunLog | None:
+        """The run's log, None when the hub does not track it."""
+        return self._logs.get(run_id)
+
+    def _tracked(self, run_id: str) -> RunLog:
+        log = self._logs.get(run_id)
+        if log is None:
+            log = self._logs[run_id] = RunLog(run_id)
+            self._shed()
+        else:
+            self._logs.move_to_end(run_id)
+        return log
+
+    def _shed(self) -> None:
+        """Drop the least recently active runs without subscribers beyond `max_runs`."""
+        excess = len(self._logs) - self._max_runs
+        if excess <= 0:
+            return
+        for run_id in [rid for rid, log in self._logs.items() if not log.subscribers][:excess]:
+            del self._logs[run_id]
+
+    def publish(  # noqa: PLR0917 - the tail's hot path: one call per record, no record object
+        self, partition: int, offset: int, run_id: str, seq: int, value: bytes, timestamp_ms: int, terminal: bool
+    ) -> None:
+        """One committed output record, in partition order."""
+        self.positions[partition] = offset + 1
+        log = self._tracked(run_id)
+        if seq < log.next_seq and log.recent_from is not None:
+            return  # already held: a record read twice cannot add anything
+        if log.recent_from is None or seq != log.next_seq:
+            log.recent.clear()
+            log.recent_from = seq  # complete from here: the tail reads every later record of the partition
+        if log.first_seen is None:
+            log.first_seen = (seq, timestamp_ms)
+        recent = log.recent
+        recent.append(RecentEvent(seq, value, timestamp_ms, self._clock(), terminal))
+        if len(recent) > self._max_recent:
+            recent.popleft()
+            log.recent_from = recent[0].seq
+        log.next_seq = seq + 1
+        log.finished = log.finished or terminal
+        if log.subscribers:
+            delivery = Delivery(seq, event_frame(run_id, seq, value), terminal, timestamp_ms)
+            for subscription in list(log.subscribers):
+                subscription.offer(delivery)
+
+    def passed(self, partition: int, offset: int) -> None:
+        """The tail's position moved to `offset` without a record for anyone (control records, an empty fetch)."""
+        if offset > self.positions.get(partition, -1):
+            self.positions[partition] = offset
+
+    def displayed(self, run_id: str, seq: int) -> None:
+        """A display record of `run_id` covers its events up to `seq`: older recent events may go."""
+        log = self._logs.get(run_id)
+        if log is None:
+            return
+        log.display_seq = max(log.display_seq, seq)
+        self._trim(log)
+
+    def _trim(self, log: RunLog) -> None:
+        recent = log.recent
+        horizon = self._clock() - self._window_s
+        while recent and recent[0].seq <= log.display_seq and recent[0].read_at < horizon:
+            recent.popleft()
+        if log.recent_from is not None:
+            log.recent_from = recent[0].seq if recent else log.next_seq
+
+    def sweep(self) -> None:
+        """Periodic upkeep: trim every run to its window, forget finished runs no one follows once trimmed."""
+        for run_id, log in list(self._logs.items()):
+            self._trim(log)
+            if log.finished and not log.subscribers and not log.recent:
+                del self._logs[run_id]
+
+    def attach(
+        self, run_id: str, partition: int, from_seq: int, on_drop: Callable[[Subscription], None],
+        blocked: Callable[[], bool],
+    ) -> Attachment:
+        """Subscribe to `run_id` from event `from_seq` on; `on_drop` is called if its queue overflows while
+        `blocked()` (its writer waits on the socket). Synchronous,
+        so no record is published between taking the backlog (or the partition's position) and joining the
+        subscribers: nothing is missed or doubled."""
+        log = self._tracked(run_id)
+        subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
+        log.subscribers.append(subscription)
+        self.subscriptions += 1
+        backlog = None
+        if log.covers(from_seq):
+            backlog = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.timestamp_ms)
+                       for e in log.recent if e.seq >= from_seq]  # fmt: skip
+        return Attachment(subscription, backlog, self.positions.get(partition, 0))
+
+    def detach(self, subscription: Subscription) -> None:
+        """Leave the fan-out (idempotent)."""
+        log = self._logs.get(subscription.run_id)
+        if log is not None and subscription in log.subscribers:
+            log.subscribers.remove(subscription)
+            self.subscriptions -= 1

@@ -1,0 +1,45 @@
+"""The gateway's Prometheus metrics (prefix `harness_agui_gateway_`, base units, never labelled by run)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["GatewayMetrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class GatewayMetrics:
+    """One registry per gateway process."""
+
+    def __init__(self) -> None:
+        registry = self.registry = CollectorRegistry(auto_describe=True)
+        self.connections = Gauge("harness_agui_gateway_connections", "Open event streams, by reader.",
+                                 ["reader"], registry=registry)  # fmt: skip
+        self.refused = Counter("harness_agui_gateway_refused_connections_total",
+                               "Streams refused with 503: max_connections reached, or draining.", registry=registry)
+        self.requests = Counter("harness_agui_gateway_failed_requests_total",
+                                "Requests answered with an error, by code.", ["code"], registry=registry)
+        self.events = Counter("harness_agui_gateway_events_sent_total",
+                              "Output events written to clients (prelude events not counted).", registry=registry)
+        self.late_joins = Counter("harness_agui_gateway_late_joins_total",
+                                  "Streams that began with the late-join prelude.", ["exact"], registry=registry)
+        self.resumes = Counter("harness_agui_gateway_resumes_total",
+                               "Streams resumed after a cursor, by where the events came from: memory, topic, or "
+                               "prelude (the cursor could not be served exactly).", ["kind"], registry=registry)
+        self.drops = Counter("harness_agui_gateway_slow_client_drops_total",
+                             "Connections dropped because their queue overflowed.", registry=registry)
+        self.latency = Histogram("harness_agui_gateway_delivery_latency_seconds",
+                                 "From an output record's timestamp (appended, then committed) to the write of its "
+                                 "frame, for live events.", buckets=_LATENCY_BUCKETS, registry=registry)
+        self.tracked_runs = Gauge("harness_agui_gateway_tracked_runs",
+                                  "Runs whose recent events are held in memory.", registry=registry)
+        self.indexed_runs = Gauge("harness_agui_gateway_indexed_runs",
+                                  "Runs of the display topic the gateway can find.", registry=registry)
+        self.cache_bytes = Gauge("harness_agui_gateway_display_cache_bytes",
+                                 "Bytes of display records held in memory.", registry=registry)
+        self.records = Counter("harness_agui_gateway_records_read_total",
+                               "Records read from the tail of the output and display topics.", registry=registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,374 @@
+"""The gateway's only Kafka code: the tail of the output and display topics, and reads of older output records.
+
+`TopicTail` is one read_committed consumer assigned every partition of both topics, with no group: the display
+topic from its beginning (the run directory, ready once read to the end offsets taken at start), the output topic
+from its end. It hands each record to the directory or the hub synchronously, and never writes to a socket.
+
+`HistoryReader` reads one run's output records of one partition from an event number up to an offset, with a small
+pool of consumers. Kafka has no index by key: it finds a start at or before the wanted event by the records'
+timestamps (CreateTime, appended in order by the partition's producer) and checks it by the event numbers it
+finds, going back further until the first event of the run it meets is at or before the wanted one, or the log
+no longer holds it (`NotHeld`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import NamedTuple
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.partitioner import murmur2
+
+from worker.errors import ConfigError, KafkaWorkerError
+from worker.gateway.directory import DisplayPointer, RunDirectory
+from worker.gateway.hub import Hub
+from worker.gateway.settings import GatewaySettings
+from worker.kafka.clients import connection_options
+from worker.kafka.startup import until_reachable
+
+__all__ = ["TERMINAL_TYPES", "HistoryEvent", "HistoryReader", "NotHeld", "TopicTail"]
+
+_log = logging.getLogger(__name__)
+TERMINAL_TYPES = frozenset({b"RUN_FINISHED", b"RUN_ERROR"})
+_FIRST_MARGIN_MS = 2_000  # how far before the hint the first look starts; each miss looks four times further back
+_READ_DEADLINE_S = 30.0  # a history read that makes no progress this long fails
+
+
+class HistoryEvent(NamedTuple):
+    """One output record of a run read back: event number, value, record timestamp, terminal."""
+
+    seq: int
+    value: bytes
+    timestamp_ms: int
+    terminal: bool
+
+
+class NotHeld(Exception):
+    """The output topic no longer holds the wanted event (retention removed it)."""
+
+
+def _header(headers: object, name: str) -> bytes | None:
+    for key, value in headers:  # type: ignore[attr-defined]
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        client_id=f"{settings.client_id}-gateway-{role}",
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **options,
+        **connection_options(settings),
+    )
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        await consumer._client.force_metadata_update()
+        parts = consumer.partitions_for_topic(topic)
+    if not parts:  # retried: the worker creates the display topic when it starts
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist yet (or this principal may not see it)")
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+class TopicTail:
+    """The live read of both topics; `read` is set once the display topic was read to its end offsets taken at
+    start, `ready` while that is so and the loop beats."""
+
+    def __init__(self, settings: GatewaySettings, hub: Hub, directory: RunDirectory, *,
+                 on_batch: Callable[[int], None] | None = None) -> None:  # fmt: skip
+        self._settings = settings
+        self._hub = hub
+        self._directory = directory
+        self._on_batch = on_batch
+        self._consumer: AIOKafkaConsumer | None = None
+        self._display_end: dict[TopicPartition, int] = {}
+        self.partitions = 0
+        self.read = asyncio.Event()  # set once the display topic was read to its end offsets taken at start
+        self.last_beat = time.monotonic()
+
+    async def start(self, stop: asyncio.Event) -> bool:
+        """Reach the brokers, assign both topics and take the start positions; False when `stop` came first."""
+        started = await until_reachable(self._start_once, stop, self._beat)
+        return started is not None
+
+    def _beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    async def _start_once(self) -> bool:
+        settings = self._settings
+        consumer = _consumer(settings, "tail", fetch_max_wait_ms=settings.fetch_max_wait_ms,
+                             max_partition_fetch_bytes=4 * 1024 * 1024)  # fmt: skip
+        await consumer.start()
+        try:
+            output = await _partitions(consumer, settings.output_topic)
+            display = await _partitions(consumer, settings.display_topic)
+            if len(output) != len(display):
+                raise ConfigError(
+                    f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
+                    f"{settings.output_topic!r} {len(output)}: the worker writes them co-partitioned, they must match"
+                )
+            consumer.assign([*output, *display])
+            ends = await consumer.end_offsets(output)
+            for tp, end in ends.items():
+                consumer.seek(tp, end)
+                self._hub.passed(tp.partition, end)
+            await consumer.seek_to_beginning(*display)
+            self._display_end = {tp: end for tp, end in (await consumer.end_offsets(display)).items() if end > 0}
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._consumer = consumer
+        self.partitions = len(output)
+        if not self._display_end:
+            self.read.set()
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return self.read.is_set()
+
+    def partition_of(self, run_id: str) -> int:
+        """The partition of a run's records: Kafka's default partitioner (murmur2 of the key), as the worker's."""
+        return int((murmur2(run_id.encode()) & 0x7FFFFFFF) % self.partitions)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read until `stop`; a client error is logged and retried, the consumer keeps its positions."""
+        consumer = self._consumer
+        if consumer is None:
+            raise KafkaWorkerError("the topic tail was not started")
+        output, display = self._settings.output_topic, self._settings.display_topic
+        while not stop.is_set():
+            self._beat()
+            try:
+                batches = await consumer.getmany(timeout_ms=500, max_records=5_000)
+            except KafkaError as exc:
+                _log.warning("reading the output and display topics failed, retrying: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            count = 0
+            for tp, records in batches.items():
+                count += len(records)
+                if tp.topic == output:
+                    self._output(tp.partition, records)
+                elif tp.topic == display:
+                    self._display(tp.partition, records)
+            if not self.read.is_set():
+                await self._check_ready(consumer)
+            if self._on_batch is not None and count:
+                self._on_batch(count)
+
+    def _output(self, partition: int, records: list[object]) -> None:
+        publish = self._hub.publish
+        for record in records:
+            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
+            seq = _header(headers, "agui-seq")
+            if key is None or value is None or seq is None:
+                continue
+            kind = _header(headers, "agui-type")
+            publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
+                    record.timestamp, kind in TERMINAL_TYPES)  # type: ignore[attr-defined]  # fmt: skip
+
+    def _display(self, partition: int, records: list[object]) -> None:
+        directory, hub = self._directory, self._hub
+        for record in records:
+            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
+            if key is None:
+                continue
+            run_id = key.decode()
+            seq = _header(headers, "agui-seq")
+            thread = _header(headers, "thread-id") or b""
+            pointer = DisplayPointer(partition, record.offset, int(seq) if seq else -1,  # type: ignore[attr-defined]
+                                     record.timestamp, thread.decode())  # type: ignore[attr-defined]  # fmt: skip
+            directory.update(run_id, pointer, value)
+            if seq is not None:
+                hub.displayed(run_id, pointer.seq)
+
+    async def _check_ready(self, consumer: AIOKafkaConsumer) -> None:
+        for tp, end in list(self._display_end.items()):
+            if await consumer.position(tp) >= end:
+                del self._display_end[tp]
+        if not self._display_end:
+            self.read.set()
+            _log.info("run directory read: %d runs", len(self._directory))
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+
+class _Reader:
+    """One pooled consumer and the partition it is positioned on (`at`: its next offset there, or -1)."""
+
+    __slots__ = ("at", "consumer", "tp")
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+        self.tp: TopicPartition | None = None
+        self.at = -1
+
+    def place(self, tp: TopicPartition, offset: int) -> None:
+        if self.tp != tp:
+            self.consumer.assign([tp])
+            self.tp = tp
+            self.at = -1
+        if self.at != offset:
+            self.consumer.seek(tp, offset)
+            self.at = offset
+
+
+class HistoryReader:
+    """Reads of older records of the output and display topics, `size` at a time."""
+
+    def __init__(self, settings: GatewaySettings, size: int) -> None:
+        self._settings = settings
+        self._size = size
+        self._idle: asyncio.Queue[_Reader] = asyncio.Queue()
+        self._all: list[_Reader] = []
+
+    async def start(self) -> None:
+        for _ in range(self._size):
+            consumer = _consumer(self._settings, "history", fetch_max_wait_ms=100)
+            await consumer.start()
+            reader = _Reader(consumer)
+            self._all.append(reader)
+            self._idle.put_nowait(reader)
+
+    async def stop(self) -> None:
+        for reader in self._all:
+            with contextlib.suppress(Exception):
+                await reader.consumer.stop()
+        self._all.clear()
+
+    @contextlib.asynccontextmanager
+    async def _reader(self) -> AsyncIterator[_Reader]:
+        reader = await self._idle.get()
+        try:
+            yield reader
+        except BaseException:
+            reader.at = -1  # interrupted mid-read: seek again next time
+            raise
+        finally:
+            self._idle.put_nowait(reader)
+
+    async def display_value(self, pointer: DisplayPointer) -> bytes | None:
+        """The value of the display record `pointer` names, None when compaction removed it since."""
+        tp = TopicPartition(self._settings.display_topic, pointer.partition)
+        async with self._reader() as reader:
+            reader.place(tp, pointer.offset)
+            deadline = time.monotonic() + _READ_DEADLINE_S
+            while time.monotonic() < deadline:
+                records = (await reader.consumer.getmany(tp, timeout_ms=500, max_records=1)).get(tp, [])
+                if records:
+                    record = records[0]
+                    reader.at = record.offset + 1
+                    return record.value if record.offset == pointer.offset else None
+                if await reader.consumer.position(tp) > pointer.offset:
+                    reader.at = -1
+                    return None
+        raise KafkaWorkerError(f"reading display record {tp.topic}[{tp.partition}]@{pointer.offset} timed out")
+
+    async def events(
+        self, partition: int, run_id: str, from_seq: int, until: int, *, hint_ms: int, known_last: int
+    ) -> AsyncIterator[list[HistoryEvent]]:
+        """Batches of run `run_id`'s events from `from_seq` on, in order, among the records of `partition` before
+        offset `until`, stopping after a terminal event. `hint_ms` is a time at or after the wanted event's record;
+        `known_last` the highest event number known to exist (-1: none). NotHeld when the topic no longer holds
+        `from_seq`."""
+        tp = TopicPartition(self._settings.output_topic, partition)
+        key = run_id.encode()
+        start = await self._locate(tp, key, from_seq, until, hint_ms=hint_ms, known_last=known_last)
+        if start is None:
+            return
+        offset, next_seq = start, from_seq
+        while offset < until:
+            batch: list[HistoryEvent] = []
+            async with self._reader() as reader:
+                reader.place(tp, offset)
+                offset, done = await self._read_batch(reader, tp, key, until, batch)
+            kept = [event for event in batch if event.seq >= next_seq]
+            if kept:
+                next_seq = kept[-1].seq + 1
+                yield kept
+                if kept[-1].terminal:
+                    return
+            if done:
+                return
+
+    async def _read_batch(
+        self, reader: _Reader, tp: TopicPartition, key: bytes, until: int, out: list[HistoryEvent]
+    ) -> tuple[int, bool]:
+        """Read one fetch of `tp` from the reader's position, appending `key`'s events before `until`; returns the
+        next offset and whether `until` was reached."""
+        consumer = reader.consumer
+        deadline = time.monotonic() + _READ_DEADLINE_S
+        while True:
+            records = (await consumer.getmany(tp, timeout_ms=200, max_records=2_000)).get(tp, [])
+            if records:
+                for record in records:
+                    if record.offset >= until:
+                        reader.at = -1
+                        return until, True
+                    if record.key == key:
+                        seq = _header(record.headers, "agui-seq")
+                        if seq is not None:
+                            kind = _header(record.headers, "agui-type")
+                            out.append(HistoryEvent(int(seq), record.value, record.timestamp, kind in TERMINAL_TYPES))
+                reader.at = records[-1].offset + 1
+                return reader.at, reader.at >= until
+            position = await consumer.position(tp)
+            if position >= until:
+                reader.at = -1
+                return until, True
+            if time.monotonic() > deadline:
+                raise KafkaWorkerError(f"reading {tp.topic}[{tp.partition}] made no progress at offset {position}")
+
+    async def _locate(
+        self, tp: TopicPartition, key: bytes, from_seq: int, until: int, *, hint_ms: int, known_last: int
+    ) -> int | None:
+        """An offset at or before event `from_seq` of `key` (None: no such event before `until`, it comes live)."""
+        margin = _FIRST_MARGIN_MS
+        async with self._reader() as reader:
+            consumer = reader.consumer
+            if reader.tp != tp:
+                reader.place(tp, 0)
+            log_start = (await consumer.beginning_offsets([tp]))[tp]
+            while True:
+                found = (await consumer.offsets_for_times({tp: max(0, hint_ms - margin)}))[tp]
+                start = until if found is None else min(found.offset, until)
+                if hint_ms - margin <= 0:
+                    start = log_start
+                first = await self._first_of(reader, tp, key, start, until)
+                if first is not None and first <= from_seq:
+                    return start
+                if first is None and from_seq > known_last:
+                    return None  # nothing of the run before `until` from here: the wanted event is yet to come
+                if start <= log_start:
+                    raise NotHeld(f"{tp.topic}[{tp.partition}] starts after event {from_seq} of {key.decode()}")
+                margin *= 4
+
+    async def _first_of(
+        self, reader: _Reader, tp: TopicPartition, key: bytes, start: int, until: int
+    ) -> int | None:
+        """The event number of `key`'s first record at or after `start` and before `until`."""
+        offset = start
+        while offset < until:
+            found: list[HistoryEvent] = []
+            reader.place(tp, offset)
+            offset, done = await self._read_batch(reader, tp, key, until, found)
+            if found:
+                return found[0].seq
+            if done:
+                break
+        return None

@@ -1,0 +1,161 @@
+"""`python -m worker gateway`: settings, logging, the topic tail, the HTTP API, probes and metrics, the drain."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from worker.app import build_parser, settings_from_args
+from worker.errors import ConfigError
+from worker.gateway.api import GatewayApi
+from worker.gateway.directory import RunDirectory
+from worker.gateway.hub import Hub
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.reader import HistoryReader, TopicTail
+from worker.gateway.settings import GatewaySettings
+from worker.gateway.streams import RunStreams
+from worker.gateway.tokens import TokenCheck, mint_token, read_key
+
+__all__ = ["main_gateway"]
+
+_log = logging.getLogger("worker.gateway")
+_LIVENESS_S = 60.0
+_SWEEP_S = 1.0
+
+
+def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi) -> web.Application:
+    async def metrics_page(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def livez(request: web.Request) -> web.Response:
+        alive = time.monotonic() - tail.last_beat < _LIVENESS_S
+        return web.Response(status=200 if alive else 503, text="live\n" if alive else "tail loop stalled\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if api.draining:
+            return web.Response(status=503, text="draining\n")
+        if not tail.ready:
+            return web.Response(status=503, text="reading the display topic\n")
+        return web.Response(text="ready\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_page)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    return runner, (sockets[0].getsockname()[1] if sockets else port)
+
+
+async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        hub.sweep()
+        metrics.tracked_runs.set(len(hub))
+        metrics.indexed_runs.set(len(directory))
+        metrics.cache_bytes.set(directory.cached_bytes)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), _SWEEP_S)
+
+
+async def _serve(settings: GatewaySettings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tokens = None if settings.insecure_no_auth else TokenCheck(read_key(str(settings.auth_key_file)))
+    if tokens is None:
+        _log.warning("INSECURE: --insecure-no-auth serves every run to anyone who can reach port %d; never use it "
+                     "on a shared network", settings.http_port)
+    metrics = GatewayMetrics()
+    directory = RunDirectory(settings.max_indexed_runs, settings.display_cache_bytes)
+    hub = Hub(max_runs=settings.max_tracked_runs, max_recent=settings.recent_events_per_run,
+              window_s=settings.recent_window_ms / 1000, queue_events=settings.connection_queue_events)
+    tail = TopicTail(settings, hub, directory, on_batch=metrics.records.inc)
+    history = HistoryReader(settings, settings.history_readers)
+    streams = RunStreams(tail, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000)
+    api = GatewayApi(settings, streams, metrics, tokens)
+    probes = None
+    if settings.metrics_port:
+        probes, port = await _site(_probes(metrics, tail, api), settings.metrics_host, settings.metrics_port)
+        _log.info("metrics and probes on port %d", port)
+    if not await tail.start(stop):
+        return 0
+    await history.start()
+    tasks = [asyncio.create_task(tail.run(stop)), asyncio.create_task(_sweep(hub, directory, metrics, stop))]
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
+    runner, port = await _site(api.application(), settings.http_host, settings.http_port)
+    _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
+                                                              "display_topic": settings.display_topic})
+    try:
+        await stop.wait()
+        _log.info("draining %d streams", api.connections)
+        await api.drain(settings.drain_timeout_ms / 1000)
+    finally:
+        await runner.cleanup()
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await history.stop()
+        await tail.stop()
+        if probes is not None:
+            await probes.cleanup()
+    _log.info("gateway stopped cleanly")
+    return 0
+
+
+def _mint(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker gateway token",
+                                     description="Print an access token for one run or one thread.")
+    parser.add_argument("--auth-key-file", required=True, help="the file holding the gateway's HMAC key")
+    scope = parser.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--run-id", help="grant this run")
+    scope.add_argument("--thread-id", help="grant every run of this thread")
+    parser.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    args = parser.parse_args(argv)
+    try:
+        key = read_key(args.auth_key_file)
+        token = mint_token(key, "run" if args.run_id else "thread", args.run_id or args.thread_id, args.ttl)
+    except ConfigError as exc:
+        print(f"worker gateway token: {exc}", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
+
+
+def main_gateway(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker gateway` (and `gateway token`); returns the exit status: 2, with one line
+    naming what to fix, for settings that cannot work."""
+    args_list = list(sys.argv[2:] if argv is None else argv)
+    if args_list and args_list[0] == "token":
+        return _mint(args_list[1:])
+    parser = build_parser(argparse.ArgumentParser(prog="python -m worker gateway"), GatewaySettings)
+    args = parser.parse_args(args_list)
+    try:
+        settings = settings_from_args(args, GatewaySettings)
+    except ConfigError as exc:
+        print(f"worker gateway: {exc}", file=sys.stderr)
+        return 2
+    from worker.ops import configure_logging  # noqa: PLC0415
+
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        return asyncio.run(_serve(settings))
+    except ConfigError as exc:
+        print(f"worker gateway: {exc}", file=sys.stderr)
+        return 2

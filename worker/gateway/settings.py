@@ -1,0 +1,106 @@
+"""Every knob of `python -m worker gateway`, read from flags and the same `WORKER_*` variables as `run`."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from worker.errors import ConfigError
+from worker.settings import ConnectionSettings
+
+__all__ = ["GatewaySettings"]
+
+
+class GatewaySettings(ConnectionSettings):
+    """Gateway configuration; the broker connection, the topic names and logging share the worker's variables, so
+    one ConfigMap and Secret serve both commands."""
+
+    model_config = SettingsConfigDict(env_prefix="WORKER_", extra="forbid", frozen=True)
+
+    output_topic: str = Field("agui.events", description="The worker's output topic of AG-UI events, keyed by run.")
+    display_topic: str = Field("", description=(
+        "The worker's display topic (its `display_topic`): the late-join prelude and the run directory come from it; "
+        "required."
+    ))
+    http_host: str = Field("0.0.0.0", description="Address the HTTP API (runs, viewer) listens on.")
+    http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API; 0 picks a free one.")
+    metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
+    metrics_port: int = Field(
+        9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
+    )
+    auth_key_file: str | None = Field(None, description=(
+        "File holding the HMAC key (at least 32 bytes) that signs access tokens; required unless "
+        "insecure_no_auth."
+    ))
+    insecure_no_auth: bool = Field(
+        False, description="Serve every run to anyone, without a token: for a laptop only, never a shared cluster."
+    )
+    cors_origins: str = Field("", description=(
+        "Comma-separated origins a browser may call the API from (`*` for any); empty: same origin only."
+    ))
+    max_connections: int = Field(
+        10_000, ge=1, description="Open event streams at most; beyond, 503 with Retry-After."
+    )
+    retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After of a 503 answer, in seconds.")
+    connection_queue_events: int = Field(1_024, ge=16, le=1_000_000, description=(
+        "Events queued for one connection at most; a client that falls further behind is dropped (and resumes "
+        "with Last-Event-ID)."
+    ))
+    max_tracked_runs: int = Field(100_000, ge=1, description=(
+        "Live runs whose recent events the gateway keeps in memory for late joins and resumes; beyond, the least "
+        "recently active are dropped and read back from the output topic when asked for."
+    ))
+    recent_events_per_run: int = Field(4_096, ge=16, description=(
+        "Recent events kept per tracked run at most (those after its latest display record, and those younger "
+        "than recent_window_ms)."
+    ))
+    recent_window_ms: int = Field(10_000, ge=0, le=600_000, description=(
+        "Events younger than this stay in memory even when a display record covers them, so a client that "
+        "reconnects soon resumes without a read of the output topic."
+    ))
+    max_indexed_runs: int = Field(1_000_000, ge=1, description=(
+        "Runs of the display topic the gateway can find (about 300 bytes each); beyond, the least recently "
+        "updated are forgotten and answered 404."
+    ))
+    display_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
+        "Display records kept in memory for late joins, most recently updated first; others are read back."
+    ))
+    history_readers: int = Field(4, ge=1, le=64, description=(
+        "Consumers that read older events of the output topic (a cursor or a whole run not in memory), each "
+        "serving one request at a time."
+    ))
+    fetch_max_wait_ms: int = Field(
+        50, ge=1, le=10_000, description="Longest a fetch of the topics' tail waits for new records."
+    )
+    keepalive_ms: int = Field(15_000, ge=100, le=60_000, description="A silent stream gets `: keep-alive` this often.")
+    max_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="Largest accepted POST body (a RunAgentInput); larger ones get 413."
+    )
+    drain_timeout_ms: int = Field(10_000, ge=0, description=(
+        "On SIGTERM: streams are closed with a comment (POST streams with RUN_ERROR) and the process waits this "
+        "long for them to finish."
+    ))
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
+    )
+    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+
+    @model_validator(mode="after")
+    def _servable(self) -> Self:
+        if not self.display_topic:
+            raise ConfigError("display_topic is required: the gateway finds runs and builds late joins from it")
+        if self.display_topic == self.output_topic:
+            raise ConfigError(f"display_topic and output_topic must differ, both are {self.output_topic!r}")
+        if self.auth_key_file is None and not self.insecure_no_auth:
+            raise ConfigError(
+                "auth_key_file is required (the HMAC key that signs access tokens); for a local try only, "
+                "--insecure-no-auth serves every run to anyone"
+            )
+        return self
+
+    @property
+    def allowed_origins(self) -> tuple[str, ...]:
+        """The CORS origins, parsed."""
+        return tuple(origin.strip() for origin in self.cors_origins.split(",") if origin.strip())

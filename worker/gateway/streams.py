@@ -1,0 +1,279 @@
+"""One connection's frames: where a run's stream starts (its first event, after a cursor, or the late-join
+prelude), the catch-up from memory or the output topic, then the live tail, ending after the terminal event.
+
+Every durable frame comes from the output topic under its own id, each number once and in order: the catch-up
+stops at the offset where the subscription joined the tail, and the live part skips numbers already sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from worker.errors import GatewayError
+from worker.gateway.directory import DisplayPointer, RunDirectory
+from worker.gateway.frames import KEEP_ALIVE, event_frame, synthetic_frame
+from worker.gateway.hub import Attachment, Hub, Subscription
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.prelude import Prelude, build_prelude
+from worker.gateway.reader import HistoryReader, NotHeld, TopicTail
+
+__all__ = ["RunStream", "RunStreams", "StreamRequest"]
+
+_LIVE_WAIT_S = 1.0  # how long events the display announced may take to follow it through the tail
+_LIVE_WAIT_STEPS = 20
+_HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """What a client asked for: a run, an optional cursor (the last event number it has), and whether it reads as
+    a browser `EventSource` (`sse`: a resume needs only later events) or as `HttpAgent` (`agent`: every answer is
+    a whole verifiable run, and a run in progress starts with the late-join prelude)."""
+
+    run_id: str
+    after: int | None
+    reader: Literal["sse", "agent"]
+    foreign: bool = False  # the client's cursor named another run: it cannot be served exactly
+
+
+@dataclass
+class RunStream:
+    """One open stream: `chunks()` yields what to write; `close()` leaves the fan-out. `on_drop` is called (from
+    the tail loop, so it must not block) when the client fell a whole queue behind."""
+
+    request: StreamRequest
+    pointer: DisplayPointer | None
+    on_drop: Callable[[], None]
+    subscription: Subscription | None = None
+    writing: bool = False  # set by the writer while it waits on the socket
+    sent: int = 0
+    prelude: Prelude | None = field(default=None, repr=False)
+
+
+class RunStreams:
+    """Opens the streams of runs from the directory, the hub and the history reader."""
+
+    def __init__(
+        self, tail: TopicTail, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
+        *, keepalive_s: float = 15.0,
+    ) -> None:  # fmt: skip
+        self._keepalive_s = keepalive_s
+        self._tail = tail
+        self._hub = hub
+        self._directory = directory
+        self._history = history
+        self._metrics = metrics
+
+    def known(self, run_id: str) -> DisplayPointer | None:
+        """The run's display pointer (None when only its events were seen); GatewayError 404 when neither topic
+        has shown the gateway the run."""
+        pointer = self._directory.pointer(run_id)
+        if pointer is None and self._hub.log(run_id) is None:
+            raise GatewayError(404, "unknown-run", f"run {run_id!r} is not in the display topic this gateway reads")
+        return pointer
+
+    async def display(self, run_id: str) -> tuple[DisplayPointer, bytes]:
+        """The run's latest display record (pointer and value); 404 when it has none."""
+        pointer = self.known(run_id)
+        value = None if pointer is None else await self._display_value(run_id, pointer)
+        if pointer is None or value is None:
+            raise GatewayError(404, "no-display", f"run {run_id!r} has no display record yet")
+        return pointer, value
+
+    async def _display_value(self, run_id: str, pointer: DisplayPointer) -> bytes | None:
+        value = self._directory.cached(run_id, pointer)
+        return value if value is not None else await self._history.display_value(pointer)
+
+    async def _prelude(self, run_id: str, pointer: DisplayPointer | None) -> Prelude | None:
+        if pointer is None:
+            return None
+        value = await self._display_value(run_id, pointer)
+        return None if value is None else build_prelude(run_id, pointer, value)
+
+    def start(self, request: StreamRequest, on_drop: Callable[[], None]) -> RunStream:
+        """A stream of `request`'s run; GatewayError 404 for a run the gateway cannot find."""
+        return RunStream(request, self.known(request.run_id), on_drop)
+
+    async def chunks(self, stream: RunStream) -> AsyncGenerator[bytes, None]:
+        """The stream's bytes, frame after frame (several at once where they were ready together). Raises
+        GatewayError before the first chunk when the run cannot be served at all."""
+        request, pointer = stream.request, stream.pointer
+        if request.foreign:
+            try:
+                async for chunk in self._instead(stream):
+                    yield chunk
+            finally:
+                self.close(stream)
+            return
+        first = 0
+        if request.after is not None:
+            first = request.after + 1
+        elif request.reader == "agent":
+            prelude = await self._prelude(request.run_id, pointer)
+            if prelude is not None and not prelude.finished and prelude.exact:
+                stream.prelude = prelude
+                self._metrics.late_joins.labels(exact="true").inc()
+        if stream.prelude is not None:
+            yield b"".join(synthetic_frame(event) for event in stream.prelude.events)
+            first = stream.prelude.seq + 1
+        attachment = self._attach(stream, first)
+        try:
+            caught = self._catch_up(stream, attachment, first)
+            try:
+                async for chunk in caught:
+                    yield chunk
+            except NotHeld:
+                if not await self._arrives_live(stream):
+                    async for chunk in self._instead(stream):
+                        yield chunk
+                    return
+            if stream.sent < 0:
+                return  # the terminal event was sent in the catch-up
+            async for chunk in self._live(stream):
+                yield chunk
+        finally:
+            self.close(stream)
+
+    def _attach(self, stream: RunStream, first: int) -> Attachment:
+        run_id = stream.request.run_id
+        partition = stream.pointer.partition if stream.pointer is not None else self._tail.partition_of(run_id)
+
+        def dropped(subscription: Subscription) -> None:
+            self._metrics.drops.inc()
+            stream.on_drop()
+
+        attachment = self._hub.attach(run_id, partition, first, dropped, lambda: stream.writing)
+        stream.subscription = attachment.subscription
+        return attachment
+
+    async def _catch_up(self, stream: RunStream, attachment: Attachment, first: int) -> AsyncIterator[bytes]:
+        """Events from `first` to where the subscription joined the tail, from memory or the output topic;
+        `stream.sent` ends as the next number, or -1 after a terminal event."""
+        request = stream.request
+        if request.after is not None:
+            self._metrics.resumes.labels(kind="memory" if attachment.backlog is not None else "topic").inc()
+        stream.sent = first
+        if attachment.backlog is not None:
+            if attachment.backlog:
+                backlog = attachment.backlog
+                yield b"".join(d.frame for d in backlog)
+                self._count(stream, backlog[-1].seq, backlog[-1].terminal, len(backlog))
+            return
+        run_id, pointer = request.run_id, stream.pointer
+        partition = pointer.partition if pointer is not None else self._tail.partition_of(run_id)
+        async for batch in self._history.events(
+            partition, run_id, first, attachment.live_from,
+            hint_ms=await self._hint(run_id, pointer, first), known_last=self._known_last(run_id, pointer),
+        ):  # fmt: skip
+            yield b"".join(event_frame(run_id, e.seq, e.value) for e in batch)
+            self._count(stream, batch[-1].seq, batch[-1].terminal, len(batch))
+            if stream.sent < 0:
+                return
+
+    async def _arrives_live(self, stream: RunStream) -> bool:
+        """Whether the events the output topic did not hold before the subscription's offset are in its queue: the
+        display record that named them was read before them (they commit together). Waits a moment for them."""
+        subscription = stream.subscription
+        if subscription is None:
+            return False
+        for _ in range(_LIVE_WAIT_STEPS):
+            if subscription.first_seq is not None:
+                return subscription.first_seq <= stream.sent
+            await asyncio.sleep(_LIVE_WAIT_S / _LIVE_WAIT_STEPS)
+        return False
+
+    def _count(self, stream: RunStream, last_seq: int, terminal: bool, events: int) -> None:
+        self._metrics.events.inc(events)
+        stream.sent = -1 if terminal else last_seq + 1
+
+    async def _instead(self, stream: RunStream) -> AsyncIterator[bytes]:
+        """The wanted events are gone from the output topic: the late-join prelude of the latest display record
+        and the events after it, never a silent jump."""
+        request = stream.request
+        self.close(stream)
+        prelude = await self._prelude(request.run_id, stream.pointer)
+        if prelude is None:
+            raise GatewayError(410, "not-held", f"the topics no longer hold run {request.run_id!r}")
+        if request.after is not None or request.foreign:
+            self._metrics.resumes.labels(kind="prelude").inc()
+        else:
+            self._metrics.late_joins.labels(exact=str(prelude.exact).lower()).inc()
+        stream.prelude = prelude
+        yield b"".join(synthetic_frame(event) for event in prelude.events)
+        if prelude.finished:
+            return
+        attachment = self._attach(stream, prelude.seq + 1)
+        async for chunk in self._catch_up(stream, attachment, prelude.seq + 1):
+            yield chunk
+        if stream.sent >= 0:
+            async for chunk in self._live(stream):
+                yield chunk
+
+    async def _live(self, stream: RunStream) -> AsyncIterator[bytes]:
+        """Events from the subscription's queue, numbers below `stream.sent` skipped, until the terminal one."""
+        assert stream.subscription is not None
+        queue = stream.subscription.queue
+        latency = self._metrics.latency
+        while True:
+            try:
+                async with asyncio.timeout(self._keepalive_s):
+                    delivery = await queue.get()
+            except TimeoutError:
+                yield KEEP_ALIVE
+                continue
+            frames: list[bytes] = []
+            stamps: list[int] = []
+            end = False
+            while True:
+                if delivery.seq >= stream.sent:
+                    frames.append(delivery.frame)
+                    stamps.append(delivery.timestamp_ms)
+                    stream.sent = delivery.seq + 1
+                    if delivery.terminal:
+                        end = True
+                        break
+                try:
+                    delivery = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+            if frames:
+                yield b"".join(frames)
+                now_ms = time.time() * 1000
+                for stamp in stamps:
+                    latency.observe(max(0.0, (now_ms - stamp) / 1000))
+                self._metrics.events.inc(len(frames))
+            if end:
+                stream.sent = -1
+                return
+
+    def close(self, stream: RunStream) -> None:
+        """Leave the fan-out (idempotent)."""
+        if stream.subscription is not None:
+            self._hub.detach(stream.subscription)
+            stream.subscription = None
+
+    def _known_last(self, run_id: str, pointer: DisplayPointer | None) -> int:
+        log = self._hub.log(run_id)
+        return max(pointer.seq if pointer is not None else -1, log.next_seq - 1 if log is not None else -1)
+
+    async def _hint(self, run_id: str, pointer: DisplayPointer | None, first: int) -> int:
+        """A time at or after the record of event `first`: the record's own when the tail read it; for the first
+        event, the RUN_STARTED time in the display when it lies within the hour before the display record (a
+        record is appended after its event happened; older source times are a replay's); else the latest display
+        record's or event's, from where the reader looks back further as needed."""
+        log = self._hub.log(run_id)
+        if log is not None and log.first_seen is not None and log.first_seen[0] <= first:
+            return log.first_seen[1]
+        if first == 0 and pointer is not None:
+            prelude = await self._prelude(run_id, pointer)
+            started = prelude.events[0].get("timestamp") if prelude is not None else None
+            if isinstance(started, int) and pointer.timestamp_ms - _HOUR_MS <= started <= pointer.timestamp_ms:
+                return started
+        stamps = [pointer.timestamp_ms] if pointer is not None else []
+        if log is not None and log.recent:
+            stamps.append(log.recent[-1].timestamp_ms)
+        return max(stamps, default=int(time.time() * 1000))

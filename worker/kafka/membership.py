@@ -1,0 +1,321 @@
+"""One member of the consumer group: its clients, the poll loop, the rebalance callbacks and shutdown, around one
+`PartitionTask` per assigned partition.
+
+The poll loop never waits for anything but the next fetch: it hands records to each partition's task and beats
+the liveness probe. The rebalance callbacks and shutdown take the membership lock, which no partition takes, and
+wait for partition tasks only within the revocation (or shutdown) budget. A revoked live partition commits and is
+parked; when it comes straight back with its committed offset unchanged its state is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import IllegalStateError, KafkaError
+
+from worker.errors import AuthorizationError, ConfigError
+from worker.kafka._aiokafka import force_close
+from worker.kafka.clients import make_admin, make_group_consumer, principal
+from worker.kafka.deadlines import Deadlines, backoff_s
+from worker.kafka.diagnosis import Fault, Names, diagnose
+from worker.kafka.publishing import KeyRouter, Routes
+from worker.kafka.rebuild import Parked, Rebuilder
+from worker.kafka.startup import until_reachable, wait_beating
+from worker.kafka.task import AUTHORISED_WITHIN_S, Member, PartitionTask
+from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
+from worker.ops import Health, Metrics
+from worker.settings import Settings
+from worker.stream import PartitionState, ReplayPool, StreamCore, default_core
+
+__all__ = ["GroupMember", "partition_state"]
+
+_log = logging.getLogger(__name__)
+_POLL_MS = 100  # an idle poll returns this often: the liveness beat and the lag gauges
+
+
+def partition_state(
+    settings: Settings, tp: TopicPartition, limits: TopicLimits | None, core: StreamCore | None = None
+) -> PartitionState:
+    """A fresh state of `tp` with the settings' options and the processor's `core`, and the output and display
+    topics' record limits as last read (`limits`; None before the topics were read)."""
+    s = settings
+    display_bytes = limits.display_record_bytes if limits is not None else None
+    return PartitionState(
+        tp.topic, tp.partition, gap_policy=s.gap_policy, max_open_streams=s.max_open_streams,
+        open_stream_policy=s.open_stream_policy, closed_stream_memory=s.closed_stream_memory, core=core,
+        max_record_bytes=limits.output_record_bytes if limits is not None else None,
+        display_interval_ms=s.display_interval_ms if s.display_topic else None,
+        display_max_bytes=display_bytes if display_bytes is not None else record_limit(),
+    )  # fmt: skip
+
+
+class _GroupFetch:
+    """The group consumer's per-partition controls; a partition no longer assigned needs none of them."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    def pause(self, tp: TopicPartition) -> None:
+        with contextlib.suppress(IllegalStateError, AssertionError):
+            self._consumer.pause(tp)
+
+    def resume(self, tp: TopicPartition) -> None:
+        with contextlib.suppress(IllegalStateError, AssertionError):
+            self._consumer.resume(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        with contextlib.suppress(IllegalStateError, AssertionError):
+            self._consumer.seek(tp, offset)
+
+
+class GroupMember:
+    """A consumer-group member publishing each assigned partition's AG-UI events exactly once."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, health: Health) -> None:
+        self._s = settings
+        self._metrics = metrics
+        self._health = health
+        self._core = default_core(settings.processor) if settings.processor else None
+        self._pool = ReplayPool(settings.replay_processes, settings.processor) if settings.replay_processes else None
+        self._deadlines = Deadlines.from_settings(settings)
+        self._routes: Routes | None = None  # once the topics were checked
+        self._inspector: TopicInspector | None = None  # on the admin client, once started
+        self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
+        self._wire(make_admin(settings), make_group_consumer(settings))
+        self._tasks: dict[TopicPartition, PartitionTask] = {}
+        self._parked: dict[TopicPartition, Parked] = {}
+        self._membership = asyncio.Lock()  # rebalance callbacks and shutdown one at a time; no partition takes it
+        self._closing = False
+
+    def _wire(self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> None:
+        """Use these (not yet started) clients, and build what partitions reach them through."""
+        self._admin, self._consumer = admin, consumer
+        self._rebuilder = Rebuilder(self._s, self._metrics, admin=admin, consumer=consumer, new_state=self._new_state,
+                                    limits=self._limits, pool=self._pool, deadlines=self._deadlines)  # fmt: skip
+        self._member = Member(self._s, self._metrics, self._health, self._deadlines, self._rebuilder,
+                              _GroupFetch(consumer), self._current_routes)  # fmt: skip
+
+    def _limits(self) -> TopicLimits | None:
+        return self._routes.limits if self._routes is not None else None
+
+    def _new_state(self, tp: TopicPartition) -> PartitionState:
+        return partition_state(self._s, tp, self._limits(), self._core)
+
+    def _current_routes(self) -> Routes:
+        assert self._routes is not None, "partitions are assigned only after the topics were checked"
+        return self._routes
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set, then commit open transactions and leave the group.
+
+        Brokers that cannot be reached are retried (not ready meanwhile). Raises ConfigError when the topics or
+        the brokers' settings cannot work: at start, or once a topic check finds the layout changed.
+        """
+        # The helpers start beside the group join; a rebuild that comes first waits for them.
+        pool_start = asyncio.create_task(self._pool.start()) if self._pool is not None else None
+        watch: asyncio.Task[None] | None = None
+        try:
+            if await until_reachable(self._start_clients, stop, self._health.beat) is None:
+                return
+            self._consumer.subscribe([self._s.source_topic], listener=_Listener(self))
+            self._health.set_member(True)
+            watch = asyncio.create_task(self._watch_topics(stop), name="watch-topics")
+            failures = 0  # polls failed in a row
+            while not stop.is_set():
+                self._health.beat()
+                try:
+                    batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
+                except KafkaError as exc:  # the member's own trouble (a missing right): named, retried, not ready
+                    failures += 1
+                    await self._poll_failed(exc, failures, stop)
+                    continue
+                if failures:
+                    failures = 0
+                    self._health.set_blocked("")
+                    _log.info("polling works again")
+                for tp, recs in batches.items():
+                    task = self._tasks.get(tp)
+                    if task is not None:
+                        task.offer(recs)
+                for tp, task in self._tasks.items():
+                    task.observe_lag(self._consumer.last_stable_offset(tp))
+        finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+            self._health.set_member(False)
+            if pool_start is not None:
+                await pool_start
+            await self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _poll_failed(self, exc: KafkaError, failures: int, stop: asyncio.Event) -> None:
+        """One line naming what the broker refused (or what failed), counted; not ready; a capped back-off with
+        liveness beats, then the caller polls again: aiokafka's consumer rejoins by itself once it may."""
+        s = self._s
+        diagnosis = diagnose(None, exc, Names("", s.group_id, s.source_topic, principal(s)), "poll")
+        delay = backoff_s(failures, min(self._deadlines.backoff_max_s, AUTHORISED_WITHIN_S))
+        if diagnosis.fault is Fault.UNAUTHORISED:
+            for denied in diagnosis.denied:
+                self._metrics.authorization_failures_total.labels(*denied.label).inc()
+            said = f"group member {diagnosis.describe(principal(s))}"
+        else:
+            said = f"polling failed: {diagnosis.describe()}"
+        self._health.set_blocked(said)
+        _log.error("%s; polling again in %.1f s", said, delay)
+        await wait_beating(stop, self._health.beat, delay)
+
+    async def _start_clients(self) -> TopicLimits:
+        """Start the admin client, check the brokers' settings and the topics, then the consumer; clients that
+        failed to start are replaced, so the next attempt starts afresh."""
+        try:
+            await self._admin.start()
+            inspector = TopicInspector(self._admin, self._s)
+            await inspector.check_broker()
+            if self._s.display_topic:
+                await inspector.display()
+            limits = await inspector.limits()
+            if self._s.changelog:
+                await inspector.changelog(limits.display_record_bytes)
+            await self._consumer.start()
+        except AuthorizationError as exc:
+            for label in exc.labels:
+                self._metrics.authorization_failures_total.labels(*label).inc()
+            self._health.set_blocked(str(exc))
+            await self._discard_clients()
+            raise
+        except BaseException:
+            await self._discard_clients()
+            raise
+        self._health.set_blocked("")
+        self._inspector = inspector
+        s = self._s
+        self._routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
+                              KeyRouter(limits.output_partitions), limits)  # fmt: skip
+        _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes%s",
+                  limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes,
+                  "" if limits.display_record_bytes is None else
+                  f"; display records up to {limits.display_record_bytes} bytes")  # fmt: skip
+        return limits
+
+    async def _discard_clients(self) -> None:
+        """Close clients that failed to start and wire new ones, so the next attempt starts afresh."""
+        with contextlib.suppress(Exception):
+            await self._admin.close()
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+        self._wire(make_admin(self._s), make_group_consumer(self._s))
+
+    async def _watch_topics(self, stop: asyncio.Event) -> None:
+        """Read the topics' limits again every topic_check_interval_ms; a layout that can no longer work (a topic
+        gone, the output's partition count changed) stops the worker with that error."""
+        while True:
+            await asyncio.sleep(self._s.topic_check_interval_ms / 1000)
+            routes, inspector = self._routes, self._inspector
+            if routes is None or inspector is None:
+                continue
+            try:
+                limits = await inspector.limits()
+                check_output_partitions(self._s, routes.router.partitions, limits)
+            except ConfigError as exc:
+                self._fatal = exc
+                stop.set()
+                return
+            except Exception as exc:
+                _log.warning("topics could not be checked again, keeping the last limits: %r", exc)
+                continue
+            if limits != routes.limits:
+                _log.info("topic limits changed: %s", limits)
+                self._routes = Routes(routes.output_topic, routes.dlq_topic, routes.display_topic,
+                                      routes.changelog_topic, routes.router, limits)  # fmt: skip
+
+    async def _shutdown(self) -> None:
+        try:
+            await asyncio.wait_for(self._drain(), self._deadlines.shutdown_s)
+        except TimeoutError:
+            _log.error("shutdown timed out; open transactions are left to the broker to abort")
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+        with contextlib.suppress(Exception):
+            await self._admin.close()
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def _drain(self) -> None:
+        """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
+        async with self._membership:
+            self._closing = True
+            tasks = list(self._tasks.values())
+            self._tasks.clear()
+            stopped = await asyncio.gather(*(task.stop(self._deadlines.shutdown_s) for task in tasks))
+            kept = [parked for parked in stopped if parked is not None] + list(self._parked.values())
+            self._parked.clear()
+            await asyncio.gather(*(force_close(parked.producer, self._deadlines.call_s) for parked in kept))
+            await self._rebuilder.drain(self._deadlines.call_s)
+
+    # ---- rebalance ---------------------------------------------------------------------------------------
+
+    async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        """Commit what each revoked partition has open, within the revocation budget, and park the live ones in
+        case they come straight back."""
+        async with self._membership:
+            tasks = [self._tasks.pop(tp) for tp in revoked if tp in self._tasks]
+            if not tasks:
+                return
+            _log.info("partitions revoked: %s", sorted(task.tp.partition for task in tasks))
+            stopped = await asyncio.gather(*(task.stop(self._deadlines.revoke_s) for task in tasks))
+            for task, parked in zip(tasks, stopped, strict=True):
+                self._health.drop_partition(task.tp.topic, task.tp.partition)
+                if parked is not None:
+                    self._parked[task.tp] = parked
+                else:
+                    self._metrics.forget_partition(*task.tp)
+            self._metrics.assigned_partitions.set(len(self._tasks))
+
+    async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        """Start a task per assigned partition; a parked one keeps its state if its committed offset did not move."""
+        async with self._membership:
+            if self._closing:
+                return
+            assigned = set(assigned)
+            for tp in [tp for tp in self._parked if tp not in assigned]:
+                self._rebuilder.close_later(self._parked.pop(tp).producer)
+                self._metrics.forget_partition(*tp)
+            for tp in sorted(assigned - set(self._tasks)):
+                self._tasks[tp] = PartitionTask(self._member, tp, self._parked.pop(tp, None))
+            self._metrics.assigned_partitions.set(len(self._tasks))
+
+    def hold(self, tps: Iterable[TopicPartition]) -> None:
+        """Pause partitions whose assignment could not be handled, reported not ready."""
+        for tp in tps:
+            self._member.fetcher.pause(tp)
+            self._health.set_partition(tp.topic, tp.partition, "failed")
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka swallows listener exceptions: each callback logs its own failure and holds the partitions."""
+
+    def __init__(self, member: GroupMember) -> None:
+        self._member = member
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        try:
+            await self._member.on_revoked(revoked)
+        except Exception:
+            _log.exception("on_partitions_revoked failed")
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        try:
+            await self._member.on_assigned(assigned)
+        except Exception:
+            _log.exception("on_partitions_assigned failed; the partitions stay paused and not ready")
+            self._member.hold(assigned)

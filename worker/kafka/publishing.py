@@ -1,0 +1,183 @@
+"""Where each record of an outcome goes and in what form, decided by the record and the routes alone.
+
+An output event and its run's display record go to the output (display) partition of the run's key, as Kafka's
+default partitioner picks it (murmur2), so one run's events stay in order in one partition; a dead letter is cut
+to fit its topic (the same cut for the same record and limit, so a rebuilt worker writes the same one); a
+changelog record goes to the partition of its source partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.partitioner import murmur2
+
+from worker.kafka.topics import TopicLimits
+from worker.stream import Destination, OutboundRecord, Outcome, record_size
+
+__all__ = ["KeyRouter", "Routes", "Sent", "fit_dead_letter", "put_outcome", "put_record"]
+
+_log = logging.getLogger(__name__)
+Header = tuple[str, bytes]
+
+
+class KeyRouter:
+    """Maps a key to `murmur2(key) & 0x7fffffff % partitions`, caching at most `cap` keys (root run ids)."""
+
+    __slots__ = ("_cache", "_cap", "partitions")
+
+    def __init__(self, partitions: int, cap: int = 100_000) -> None:
+        self.partitions = partitions
+        self._cap = cap
+        self._cache: dict[bytes, int] = {}
+
+    def __call__(self, key: bytes) -> int:
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= self._cap:
+                self._cache.clear()
+            hit = self._cache[key] = (murmur2(key) & 0x7FFFFFFF) % self.partitions
+        return hit
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The destinations as last checked: topic names, the output's key router and every topic's record limit
+    (None before the topics were read: dead letters then go uncut)."""
+
+    output_topic: str
+    dlq_topic: str
+    display_topic: str
+    changelog_topic: str
+    router: KeyRouter
+    limits: TopicLimits | None = None
+
+
+@dataclass(slots=True)
+class Sent:
+    """What went into transactions since the last `clear`, for the metrics."""
+
+    events: dict[str, int] = field(default_factory=dict)  # output events by type
+    display_records: int = 0
+    display_bytes: int = 0
+    dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
+    truncated: int = 0  # dead letters cut to fit
+
+    def clear(self) -> None:
+        self.events = {}
+        self.dead_letters = {}
+        self.display_records = self.display_bytes = self.truncated = 0
+
+
+class _Open(Protocol):
+    """An open transaction (`transaction.Transaction`), as far as putting records into it goes."""
+
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header], partition: int
+    ) -> bool: ...
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header], partition: int | None = None
+    ) -> None: ...
+
+
+async def put_record(
+    txn: _Open, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[Header], *,
+    partition: int | None,
+) -> None:
+    """Put one record into the open transaction, into `partition`'s open batch without waiting when it has room."""
+    listed = list(headers)
+    if partition is None or not txn.append(topic, key, value, listed, partition):
+        await txn.send(topic, key, value, listed, partition)
+
+
+async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, source: TopicPartition) -> None:
+    """Put every record of one outcome of a record of `source` into the open transaction, in order."""
+    route = routes.router
+    for out in outcome.records:
+        destination, key = out.destination, out.key
+        if destination is Destination.DEAD_LETTER:
+            await _dead_letter(txn, out, outcome, routes, sent, source=source)
+            continue
+        partition = route(key) if key is not None else None
+        if destination is Destination.OUTPUT:
+            await put_record(txn, routes.output_topic, key, out.value, out.headers, partition=partition)
+            kind = out.event_type or ""
+            sent.events[kind] = sent.events.get(kind, 0) + 1
+        else:
+            await put_record(txn, routes.display_topic, key, out.value, out.headers, partition=partition)
+            sent.display_records += 1
+            sent.display_bytes += len(out.value or b"")
+
+
+async def _dead_letter(
+    txn: _Open, out: OutboundRecord, outcome: Outcome, routes: Routes, sent: Sent, *, source: TopicPartition
+) -> None:
+    limit = routes.limits.dead_letter_record_bytes if routes.limits is not None else None
+    fitted = out if limit is None or record_size(out) <= limit else fit_dead_letter(out, limit)
+    cut = fitted is not out
+    if cut:
+        sent.truncated += 1
+    await txn.send(routes.dlq_topic, fitted.key, fitted.value, list(fitted.headers))
+    reason = out.reason or ""
+    sent.dead_letters[reason] = sent.dead_letters.get(reason, 0) + 1
+    _log.warning("record dead-lettered (%s)%s: %s", out.reason,
+                 f", cut to the dead-letter topic's limit of {limit} bytes" if cut else "",
+                 _header(out.headers, "dlq-message"),
+                 extra={"topic": source.topic, "partition": source.partition,
+                        "offset": _header(out.headers, "dlq-source-offset"), "run_id": outcome.run_id})
+
+
+def _header(headers: Iterable[Header], name: str) -> str:
+    return next((v.decode(errors="replace") for k, v in headers if k == name), "")
+
+
+def _prefix(
+    record: OutboundRecord, key: bytes | None, headers: tuple[Header, ...], limit: int
+) -> OutboundRecord | None:
+    """`record` with `key`, `headers` and the longest prefix of its value that fits `limit`; None if none does."""
+    value = record.value or b""
+
+    def cut(n: int) -> OutboundRecord:
+        return OutboundRecord(record.destination, key, value[:n], headers, record.event_type, record.reason)
+
+    # A value of n bytes takes n plus its varint length (1 to 5 bytes) where an empty one takes 1.
+    n = min(len(value), limit - record_size(cut(0)))
+    while n >= 0:
+        candidate = cut(n)
+        if record_size(candidate) <= limit:
+            return candidate
+        n -= 1
+    return None
+
+
+def fit_dead_letter(record: OutboundRecord, limit: int) -> OutboundRecord:
+    """`record` itself when its `record_size` is within `limit`, else a dead letter that fits, decided by the
+    record and the limit alone (a rebuilt worker writes the same one).
+
+    In order, until it fits: the value is cut to a prefix, with `dlq-truncated` holding its original size in
+    bytes; then the headers are dropped from the first (the source's own come first), `dlq-headers-dropped`
+    counting them; then the key is cut too, `dlq-key-truncated` holding its original size.
+    """
+    if record_size(record) <= limit:
+        return record
+    headers = record.headers
+    size = str(len(record.value or b"")).encode()
+    for dropped in range(len(headers) + 1):
+        kept: tuple[Header, ...] = (*headers[dropped:], ("dlq-truncated", size))
+        if dropped:
+            kept = (*kept, ("dlq-headers-dropped", str(dropped).encode()))
+        fitted = _prefix(record, record.key, kept, limit)
+        if fitted is not None:
+            return fitted
+    bare = (("dlq-truncated", size), ("dlq-headers-dropped", str(len(headers)).encode()),
+            ("dlq-key-truncated", str(len(record.key or b"")).encode()))  # fmt: skip
+    # Only a limit below a dead letter's own headers leaves the key to cut: the worker refuses such a topic.
+    as_value = OutboundRecord(record.destination, None, record.key, bare, record.event_type, record.reason)
+    key = _prefix(as_value, None, bare, limit)
+    return OutboundRecord(record.destination, key.value if key is not None else b"", b"", bare, record.event_type,
+                          record.reason)

@@ -1,0 +1,125 @@
+"""Restore: a partition's state read back from its changelog partition, the checkpoint at source offset K.
+
+The changelog partition is read with `read_committed` until the position reaches the last stable offset taken at
+the start (transaction markers occupy offsets: stopping at a record would wait forever for one that is a marker),
+folding the latest value per key. Its checkpoint is used unless there is none, it is unreadable, or it lies beyond
+the committed offset C (the group's offsets were reset below it); each such case is logged and counted, and the
+partition is replayed instead. A format this release cannot read raises: guessing could publish wrongly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from worker.errors import CheckpointError, RebuildError
+from worker.ops import Metrics
+from worker.stream import PartitionState, read_checkpoint_header
+
+__all__ = ["Changelog", "Restored", "read_changelog", "restore"]
+
+_log = logging.getLogger(__name__)
+
+_FETCH = 10_000  # records per fetch
+
+
+class Changelog(NamedTuple):
+    """A changelog partition's latest value per key, and how many records (and seconds) reading it took."""
+
+    values: dict[bytes, bytes]
+    records: int
+    seconds: float
+
+
+async def read_changelog(
+    consumer: AIOKafkaConsumer, ctp: TopicPartition, *, stall_timeout_s: float = 30.0
+) -> Changelog:
+    """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed.
+
+    `consumer` must be a read_committed consumer assigned `ctp`. RebuildError when the position stops moving
+    before the end.
+    """
+    began = time.monotonic()
+    start = (await consumer.beginning_offsets([ctp]))[ctp]
+    end = (await consumer.end_offsets([ctp]))[ctp]
+    values: dict[bytes, bytes] = {}
+    read = 0
+    if end <= start:
+        return Changelog(values, read, time.monotonic() - began)
+    consumer.seek(ctp, start)
+    consumer.resume(ctp)
+    moved = time.monotonic()
+    position = start
+    try:
+        while position < end:
+            fetched = (await consumer.getmany(ctp, timeout_ms=200, max_records=_FETCH)).get(ctp, [])
+            for rec in fetched:
+                if rec.offset >= end:
+                    break
+                read += 1
+                if rec.key is None:
+                    continue  # not the worker's (a compacted topic refuses keyless records anyway)
+                if rec.value is None:
+                    values.pop(rec.key, None)
+                else:
+                    values[rec.key] = rec.value
+            now = await consumer.position(ctp)
+            if now > position:
+                position, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall_timeout_s:
+                raise RebuildError(f"reading changelog {ctp.topic}[{ctp.partition}] made no progress for "
+                                   f"{stall_timeout_s:.0f}s at offset {position} of {end}")
+    finally:
+        consumer.pause(ctp)
+    return Changelog(values, read, time.monotonic() - began)
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A state restored from the changelog's checkpoint at source offset `offset`: `records` changelog records
+    read in `read_s` seconds, then restored in `restore_s`."""
+
+    state: PartitionState
+    offset: int
+    records: int
+    read_s: float
+    restore_s: float
+
+
+def restore(
+    tp: TopicPartition, changelog: Changelog, committed: int, fresh: Callable[[], PartitionState], metrics: Metrics
+) -> Restored | None:
+    """The checkpoint of `changelog` restored into a state built like `fresh()`, or None (logged and counted in
+    `changelog_fallbacks_total`) when it cannot serve: there is none, it is unreadable, or it lies beyond the
+    committed offset. CheckpointVersionError, a format this release cannot read, is raised."""
+    template = fresh()
+    values = changelog.values
+    reason = ""
+    where = {"topic": tp.topic, "partition": tp.partition}
+    try:
+        header = read_checkpoint_header(values, tp.topic, tp.partition)
+        if header is None:
+            reason = "none"
+        elif header.offset > committed:
+            reason = "ahead"
+            _log.warning("changelog checkpoint at offset %d lies beyond the committed offset %d (the group's offsets "
+                         "were reset): discarded, the partition is rebuilt by replay", header.offset, committed,
+                         extra=where)  # fmt: skip
+        else:
+            began = time.monotonic()
+            state, offset = PartitionState.restore(tp.topic, tp.partition, values, **template.options,
+                                                   core=template.core)  # fmt: skip
+            return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
+    except CheckpointError as exc:
+        reason = exc.reason
+        if reason == "display-off":  # expected once after the display topic is turned on
+            _log.warning("changelog written with the display topic off: the partition is rebuilt by replay, each "
+                         "open run's display from its start: %s", exc, extra=where)
+        else:
+            _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=where)
+    metrics.changelog_fallbacks_total.labels(reason).inc()
+    return None

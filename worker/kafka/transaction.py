@@ -1,0 +1,563 @@
+"""One source partition's Kafka transactions, and when each commits (host contract §5).
+
+The commit protocol, for one source partition and its transactional producer (`<prefix>:<group>:<topic>:<p>`):
+
+1. **Begin.** The first outcome after a commit opens a transaction.
+2. **Send.** Every processed source record's outcome goes in, in offset order: its output events, dead letters and
+   display record (`publishing.put_outcome`). Records of one destination partition fill one open batch, shipped
+   when full; at the end of each fetched batch the batches of partitions new to the transaction are shipped, so
+   those partitions join it off the commit path.
+3. **Join the group early.** Once those first batches are delivered, the partition's offset so far is sent into
+   the transaction, so the broker adds the group to it while records still flow.
+4. **Decide.** The transaction commits once its oldest record has waited `commit_interval_ms` (counted from the
+   record's source timestamp, but from at most half an interval before it was consumed), or once it holds
+   `max_records_per_transaction` records, or when the partition stops (revocation, halt, shutdown).
+5. **Fix the offset.** A commit takes every record processed so far: the offset it commits is the next one to
+   process, with the replay metadata `{"v":1,"replay_from":R}`. Records processed while it runs wait, and go
+   into the next transaction.
+6. **Checkpoint.** When `checkpoint_interval_ms` has passed since the last checkpoint (or the partition stops),
+   the state's changed keys go to the changelog partition in this same transaction, with the offset of step 5.
+7. **Commit.** Ship the open batches, send the final offset (the last offset sent wins), wait for every
+   delivery, then commit: records, changelog and offset become visible together.
+8. **Fail.** Anything failing in 1 to 7 fails the partition: its task contains it (ends the transaction at the
+   broker if it still can, diagnoses, drops the state) and rebuilds from the committed offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from worker.errors import KafkaWorkerError
+from worker.kafka._aiokafka import observe_producer
+from worker.kafka.deadlines import bounded
+from worker.kafka.publishing import Routes, Sent, put_outcome, put_record
+from worker.ops import Metrics
+from worker.settings import Settings
+from worker.stream import Outcome, PartitionState, encode_replay_metadata
+
+__all__ = ["CommitPolicy", "Commits", "Transaction", "TxnPhase"]
+
+_T = TypeVar("_T")
+OnFailure = Callable[[BaseException], None]  # must not wait: the partition's own task contains the failure
+
+
+class TxnPhase(Enum):
+    """Transaction phases; `_NEXT` lists the only legal moves, anything else is a bug."""
+
+    IDLE = "idle"
+    OPEN = "open"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    BROKEN = "broken"
+
+
+_NEXT: dict[TxnPhase, frozenset[TxnPhase]] = {
+    TxnPhase.IDLE: frozenset({TxnPhase.OPEN, TxnPhase.BROKEN}),
+    TxnPhase.OPEN: frozenset({TxnPhase.COMMITTING, TxnPhase.ABORTING, TxnPhase.BROKEN}),
+    TxnPhase.COMMITTING: frozenset({TxnPhase.IDLE, TxnPhase.BROKEN}),
+    TxnPhase.ABORTING: frozenset({TxnPhase.IDLE, TxnPhase.BROKEN}),
+    TxnPhase.BROKEN: frozenset({TxnPhase.ABORTING}),
+}
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a delivery failure as seen; commit() re-raises it, an abort discards it."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class Transaction:
+    """The open transaction of one partition's producer: records since `begin`, made visible with the source offset
+    by `commit` (steps 1 to 3 and 7 of the protocol).
+
+    With `deadline_s`, every call that waits for the broker (begin, send, commit, abort) raises DeadlineError once
+    it has waited that long; the transaction is then broken and its producer must be abandoned.
+    """
+
+    __slots__ = (
+        "_batches", "_begun_at", "_deadline", "_early", "_early_queued", "_futures", "_group_id", "_joined",
+        "_opened_at", "_phase", "_producer", "_timestamps", "_tp", "_where", "records",
+    )
+
+    def __init__(
+        self, producer: AIOKafkaProducer, tp: TopicPartition, group_id: str, deadline_s: float | None = None
+    ) -> None:
+        self._producer = producer
+        self._tp = tp
+        self._group_id = group_id
+        self._deadline = deadline_s
+        self._where = f"{tp.topic}[{tp.partition}]"
+        self._phase = TxnPhase.IDLE
+        self._futures: list[asyncio.Future[object]] = []
+        self._batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
+        self._joined: set[tuple[str, int]] = set()  # partitions a batch of this transaction went to
+        self._timestamps: list[int] = []
+        self._early: asyncio.Future[None] | None = None  # the offsets `join_group` sends
+        self._early_queued = False  # they are in the producer's hands: the commit must send after them
+        self._opened_at = 0.0  # where the commit interval of the open transaction starts
+        self._begun_at = 0.0
+        self.records = 0
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        return self._producer
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The source partition whose offset this transaction commits."""
+        return self._tp
+
+    @property
+    def phase(self) -> TxnPhase:
+        return self._phase
+
+    @property
+    def is_open(self) -> bool:
+        return self._phase is TxnPhase.OPEN
+
+    @property
+    def age_s(self) -> float:
+        """Seconds of the commit interval the open transaction has used: since the earliest interval start its
+        records were noted with, or since `begin` (0 when idle)."""
+        return time.monotonic() - self._opened_at if self.is_open else 0.0
+
+    @property
+    def begun_at(self) -> float:
+        """`time.monotonic()` when the current or last transaction began."""
+        return self._begun_at
+
+    async def _bounded(self, aw: Awaitable[_T], call: str) -> _T:
+        if self._deadline is None:
+            return await aw
+        return await bounded(aw, self._deadline, call, self._where)
+
+    def _move(self, to: TxnPhase) -> None:
+        if to not in _NEXT[self._phase]:
+            raise KafkaWorkerError(f"{self._tp}: illegal transaction move {self._phase.value} -> {to.value}")
+        self._phase = to
+
+    async def begin(self) -> None:
+        """Open a transaction if none is open."""
+        if self._phase is TxnPhase.OPEN:
+            return
+        self._move(TxnPhase.OPEN)
+        try:
+            await self._bounded(self._producer.begin_transaction(), "begin")
+        except BaseException:
+            self._phase = TxnPhase.BROKEN
+            raise
+        self._opened_at = self._begun_at = time.monotonic()
+
+    @property
+    def joins_group(self) -> bool:
+        """Whether `join_group` would send: a transaction is open and has not sent its early offsets."""
+        return self._phase is TxnPhase.OPEN and self._early is None
+
+    def join_group(self, next_offset: int, metadata: str) -> None:
+        """Send the partition's offset into the open transaction once the batches shipped so far are delivered,
+        so adding the group to it (AddOffsetsToTxn) is off the commit path; `commit` sends the final offset,
+        which replaces this one (the last sent wins).
+
+        Waiting for those first batches matters: the broker verifies a transaction's first batch on a partition
+        with the coordinator, which refuses while it records the group: a produce retry, a backoff later.
+        """
+        if self.joins_group:
+            self._early = asyncio.ensure_future(self._join(next_offset, metadata, list(self._futures)))
+            self._early.add_done_callback(_retrieve)
+
+    async def _join(self, next_offset: int, metadata: str, shipped: list[asyncio.Future[Any]]) -> None:
+        if shipped:
+            await asyncio.wait(shipped)  # a failed one fails the commit, not this
+        self._early_queued = True
+        await self._send_offsets(next_offset, metadata)
+
+    async def _send_offsets(self, next_offset: int, metadata: str, after: asyncio.Future[None] | None = None) -> None:
+        if after is not None:
+            await after  # queued after the early offsets are answered: the last offset sent is the one committed
+        await self._producer.send_offsets_to_transaction(
+            {self._tp: OffsetAndMetadata(next_offset, metadata)}, self._group_id
+        )
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+        partition: int | None = None,
+    ) -> None:
+        """Append one record to the open transaction; delivery is checked at commit.
+
+        A record with a partition goes into that partition's open batch (one delivery future per batch, not
+        per record); `ship` hands the batches to the producer. Records of one partition keep their order.
+        """
+        if self._phase is not TxnPhase.OPEN:
+            raise KafkaWorkerError(f"{self._tp}: send outside a transaction (phase {self._phase.value})")
+        if partition is None:
+            await self._send_alone(topic, key, value, headers, None)
+            return
+        if self.append(topic, key, value, headers, partition):
+            return
+        where = (topic, partition)
+        await self._ship_one(where)  # none open, or full: a full one goes now, the record starts the next
+        batch = self._batches[where] = self._producer.create_batch()
+        if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+            del self._batches[where]  # larger than a batch: the producer sends it on its own
+            await self._send_alone(topic, key, value, headers, partition)
+
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], partition: int
+    ) -> bool:
+        """`send` without waiting, when the partition's open batch has room; False: nothing done, use `send`."""
+        batch = self._batches.get((topic, partition))
+        return (
+            batch is not None and self._phase is TxnPhase.OPEN
+            and batch.append(timestamp=None, key=key, value=value, headers=headers) is not None
+        )  # fmt: skip
+
+    async def _send_alone(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+        partition: int | None,
+    ) -> None:
+        self._futures.append(await self._bounded(
+            self._producer.send(topic, value=value, key=key, headers=headers, partition=partition), "send"
+        ))
+
+    async def ship(self) -> None:
+        """Hand every open batch to the producer, closed, so it goes out without lingering."""
+        for where in list(self._batches):
+            await self._ship_one(where)
+
+    async def ship_new(self) -> None:
+        """Hand over the batches of partitions new to this transaction, so they join it now and not on the
+        commit path; other batches wait for the commit or until full (one produce request each, not one a poll).
+        """
+        for where in [w for w in self._batches if w not in self._joined]:
+            await self._ship_one(where)
+
+    async def _ship_one(self, where: tuple[str, int]) -> None:
+        batch = self._batches.pop(where, None)
+        if batch is not None and batch.record_count():
+            batch.close()
+            self._futures.append(await self._bounded(self._producer.send_batch(batch, where[0], partition=where[1]),
+                                                     "send"))
+            self._joined.add(where)
+
+    def note_source(self, timestamp_ms: int, interval_start: float | None = None) -> None:
+        """Remember a consumed record's timestamp; the transaction's age counts from the earliest `interval_start`
+        (a `time.monotonic()` value) of its records."""
+        if interval_start is not None and interval_start < self._opened_at:
+            self._opened_at = interval_start
+        self.records += 1
+        self._timestamps.append(timestamp_ms)
+
+    async def commit(self, next_offset: int, metadata: str) -> list[int]:
+        """Commit records and the source offset `next_offset` atomically; returns the committed source timestamps."""
+        self._move(TxnPhase.COMMITTING)
+        # The offsets join the transaction while its records are still being delivered; the commit waits for
+        # both, because aiokafka would commit a transaction that lost a record batch.
+        early = self._early
+        if early is not None and not self._early_queued:
+            early.cancel()  # still waiting for its batches: the final offsets alone, at once
+            early = None
+        offsets = asyncio.ensure_future(self._send_offsets(next_offset, metadata, early))
+        offsets.add_done_callback(_retrieve)
+        try:
+            try:
+                await self._bounded(self._finish(offsets), "commit")
+            finally:
+                if not offsets.done():  # answered before anyone aborts this transaction (a deadline cancelled it)
+                    await asyncio.wait([offsets], timeout=self._deadline)
+        except BaseException:
+            self._phase = TxnPhase.BROKEN
+            raise
+        stamps = self._timestamps
+        self._reset()
+        self._move(TxnPhase.IDLE)
+        return stamps
+
+    async def _finish(self, offsets: asyncio.Future[None]) -> None:
+        await self.ship()
+        await asyncio.gather(offsets, self._delivered())
+        await self._producer.commit_transaction()
+
+    async def _delivered(self) -> None:
+        """Return when every record is delivered, raising the first failure; most futures are done by now."""
+        for fut in self._futures:
+            await fut  # no suspension for a done future, one per batch still in flight
+
+    async def abort(self) -> None:
+        """End the producer's transaction at the broker, whatever this object's phase (a failed commit leaves the
+        producer inside its transaction), when an abort can still reach it: the producer's sender runs and it is
+        in a transaction (or its state is unknown). Never raises and never waits for the early offsets: what went
+        wrong is read from the producer afterwards (`observe_producer`)."""
+        if self._phase is TxnPhase.IDLE:
+            return  # nothing begun since the last commit
+        if self._early is not None and not self._early_queued:
+            self._early.cancel()  # waiting for its batches could take a timeout; queued offsets precede the abort
+        self._reset()
+        if not observe_producer(self._producer).can_abort:
+            self._phase = TxnPhase.BROKEN
+            return
+        self._phase = TxnPhase.ABORTING
+        try:
+            await self._bounded(self._producer.abort_transaction(), "abort")
+        except Exception:
+            self._phase = TxnPhase.BROKEN
+            return
+        self._move(TxnPhase.IDLE)
+
+    def discard(self) -> None:
+        """Forget the open transaction without a broker call (its producer is abandoned, and the next producer of
+        the transactional id aborts it); delivery failures that come later are marked seen."""
+        if self._early is not None and not self._early_queued:
+            self._early.cancel()
+        self._phase = TxnPhase.BROKEN
+        self._reset()
+
+    def _reset(self) -> None:
+        self._batches = {}
+        self._joined = set()
+        for fut in self._futures:  # mark failures seen: an abort discards them
+            if fut.done():
+                _retrieve(fut)
+            else:
+                fut.add_done_callback(_retrieve)
+        self._futures = []
+        self._early = None  # its failure, if any, is marked seen by its callback
+        self._early_queued = False
+        self._timestamps = []
+        self.records = 0
+
+
+class CommitPolicy:
+    """When a partition's transaction commits and when it checkpoints (steps 4 and 6): decided from the settings,
+    the transaction's age and size, and the state's last checkpoint, never from what the records hold."""
+
+    __slots__ = ("changelog", "checkpoint_s", "interval_s", "max_records")
+
+    def __init__(self, settings: Settings) -> None:
+        self.interval_s = settings.commit_interval_ms / 1000
+        self.max_records = settings.max_records_per_transaction
+        self.checkpoint_s = settings.checkpoint_interval_ms / 1000
+        self.changelog = settings.changelog
+
+    def interval_start(self, consumed_at: float, late_s: float) -> float:
+        """When a record's commit interval starts: at its source timestamp, so the delay before consumption counts,
+        but at most half an interval before it was consumed; a record over an interval late (a partition catching
+        up) starts it on consumption, so catching up keeps full transactions."""
+        if 0.0 < late_s <= self.interval_s:
+            return consumed_at - min(late_s, self.interval_s / 2)
+        return consumed_at
+
+    def due(self, txn: Transaction) -> bool:
+        """Whether the open transaction has used its commit interval."""
+        return txn.is_open and txn.age_s >= self.interval_s
+
+    def due_in(self, txn: Transaction) -> float | None:
+        """Seconds until the open transaction is due; None when nothing is open."""
+        return max(0.0, self.interval_s - txn.age_s) if txn.is_open else None
+
+    def full(self, records: int) -> bool:
+        """Whether a transaction holding `records` source records commits now."""
+        return records >= self.max_records
+
+    def checkpoint_due(self, state: PartitionState, offset: int, *, final: bool, checkpointed_at: float) -> bool:
+        """Whether this commit writes the state to the changelog: when it changed since the last checkpoint and the
+        interval passed, or the changelog does not hold it, or the partition stops being live here."""
+        if not self.changelog or state.checkpointed == offset:
+            return False
+        return final or state.checkpointed < 0 or time.monotonic() - checkpointed_at >= self.checkpoint_s
+
+
+class Commits:
+    """The transactions of one live partition over time: outcomes in, commits out, a commit never stopping
+    consumption (steps 1 to 7). Owned by the partition's task: `on_failure` hears the partition's first failure
+    and `on_end` the end of each commit; neither may wait.
+
+    While a commit runs, processed outcomes wait in `pending` and go into the next transaction; when none runs,
+    `pending` is empty after `flush` and everything below `next_offset` is in the open transaction.
+    """
+
+    def __init__(
+        self, txn: Transaction, state: PartitionState, committed: int, *, policy: CommitPolicy,
+        routes: Callable[[], Routes], metrics: Metrics, on_failure: OnFailure, on_end: Callable[[], None],
+    ) -> None:  # fmt: skip
+        self.txn = txn
+        self.state = state
+        self.next_offset = committed
+        self.committed = committed
+        self.pending: list[tuple[Outcome, int, float]] = []  # (outcome, source timestamp, interval start)
+        self.failed = False
+        self._tp = txn.tp
+        self._label = (self._tp.topic, str(self._tp.partition))
+        self._policy = policy
+        self._routes = routes
+        self._metrics = metrics
+        self._on_failure = on_failure
+        self._on_end = on_end
+        self._task: asyncio.Task[None] | None = None
+        self._checkpointed_at = time.monotonic()
+        self._sent = Sent()
+        self._by_type: dict[str, Any] = {}  # output_events_total children by event type
+
+    @property
+    def committing(self) -> bool:
+        """Whether a commit is in flight (`on_end` is called when it ends)."""
+        return self._task is not None
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.failed:
+            self.failed = True
+            self.pending = []
+            self._on_failure(exc)
+
+    def _position(self) -> tuple[int, str]:
+        """The offset a transaction holding every record processed so far commits, and its replay metadata."""
+        return self.next_offset, encode_replay_metadata(self.state.replay_from(self.next_offset))
+
+    async def add(self, outcome: Outcome, offset: int, timestamp_ms: int, interval_start: float) -> bool:
+        """Take the outcome of source record `offset`; when that fills the transaction and no commit runs, send
+        what waits and start the commit. False once the partition failed."""
+        self.next_offset = offset + 1
+        self.pending.append((outcome, timestamp_ms, interval_start))
+        if self._task is None and self._policy.full(len(self.pending) + self.txn.records):
+            if not await self.flush():
+                return False
+            self._start()
+        return not self.failed
+
+    async def end_of_batch(self) -> None:
+        """After a fetched batch: put what waits into the open transaction, ship the batches of partitions new to
+        it and join the group early (steps 2 and 3); a commit in flight takes them itself."""
+        if self._task is not None or self.failed or not await self.flush():
+            return
+        try:
+            await self.txn.ship_new()
+            if self.txn.joins_group:  # every record below next_offset is in the transaction now
+                self.txn.join_group(*self._position())
+        except Exception as exc:
+            self._fail(exc)
+
+    async def flush(self) -> bool:
+        """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
+        txn, sent, routes = self.txn, self._sent, self._routes()
+        try:
+            while self.pending and not self.failed:
+                batch, self.pending = self.pending, []
+                await txn.begin()
+                for outcome, timestamp, interval_start in batch:
+                    await put_outcome(txn, outcome, routes, sent, self._tp)
+                    txn.note_source(timestamp, interval_start)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        finally:
+            self._count(sent)
+        return not self.failed
+
+    def _count(self, sent: Sent) -> None:
+        """Move what was sent into the metrics, once per flush: a labelled counter's inc() costs more than a small
+        record."""
+        metrics = self._metrics
+        for kind, n in sent.events.items():
+            child = self._by_type.get(kind)
+            if child is None:
+                child = self._by_type[kind] = metrics.output_events_total.labels(kind)
+            child.inc(n)
+        for reason, n in sent.dead_letters.items():
+            metrics.dead_letter_records_total.labels(reason).inc(n)
+        if sent.truncated:
+            metrics.dead_letters_truncated_total.inc(sent.truncated)
+        if sent.display_records:
+            metrics.display_records_total.inc(sent.display_records)
+            metrics.display_bytes_total.inc(sent.display_bytes)
+        sent.clear()
+
+    def commit_if_due(self) -> None:
+        """Start the commit of the open transaction once it has used its interval (step 4)."""
+        if self._task is None and not self.failed and self._policy.due(self.txn):
+            self._start()
+
+    def due_in(self) -> float | None:
+        """Seconds until the open transaction is due; None when no time is awaited (nothing open, or a commit in
+        flight, which calls `on_end` when it ends)."""
+        return None if self._task is not None or self.failed else self._policy.due_in(self.txn)
+
+    def _start(self) -> None:
+        if self._task is None and self.txn.is_open:
+            self._task = asyncio.create_task(self._commit_then_flush(), name=f"commit-{self._tp.partition}")
+
+    async def _commit_then_flush(self) -> None:
+        """Commit, move what queued meanwhile into a new transaction, and commit again at once if that is due."""
+        try:
+            while await self._commit() and await self.flush():
+                if not self._policy.due(self.txn):
+                    break
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+            self._on_end()
+
+    async def commit_ended(self) -> None:
+        """Wait for the commit in flight (and the flush that follows it) to end, however it ends."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait([task])
+
+    def cancel(self) -> asyncio.Task[None] | None:
+        """Cancel the commit in flight without waiting; returns it, for a caller that waits for its end."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        return task
+
+    async def commit_now(self) -> bool:
+        """Wait for the commit in flight, then commit what is open with the state checkpointed (on revocation, halt
+        and shutdown). False when the partition failed."""
+        await self.commit_ended()
+        return not self.failed and await self._commit(final=True)
+
+    async def _commit(self, *, final: bool = False) -> bool:
+        """Commit the open transaction (steps 5 to 7); a final commit opens a transaction for the changelog alone
+        when the state moved past its last checkpoint. False when the partition failed."""
+        txn, policy, state = self.txn, self._policy, self.state
+        try:
+            if final and not txn.is_open and policy.checkpoint_due(state, self.next_offset, final=True,
+                                                                   checkpointed_at=self._checkpointed_at):
+                await txn.begin()
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        if self.pending and not await self.flush():
+            return False
+        if not txn.is_open:
+            return not self.failed
+        # flush returned with nothing pending and no await since, so the state is exactly at next_offset.
+        offset, metadata = self._position()
+        due = policy.checkpoint_due(state, offset, final=final, checkpointed_at=self._checkpointed_at)
+        changes = state.checkpoint(offset) if due else None
+        started = txn.begun_at
+        try:
+            if changes is not None:
+                changelog = self._routes().changelog_topic
+                for key, value in changes:
+                    await put_record(txn, changelog, key, value, (), partition=self._tp.partition)
+            stamps = await txn.commit(offset, metadata)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        self.committed = offset
+        metrics = self._metrics
+        if changes is not None:
+            self._checkpointed_at = time.monotonic()
+            metrics.checkpoints_total.labels(*self._label).inc()
+            metrics.changelog_records_total.labels(*self._label).inc(len(changes))
+        metrics.transactions_total.labels("committed").inc()
+        metrics.transaction_duration_seconds.observe(time.monotonic() - started)
+        now_ms = time.time() * 1000
+        metrics.source_to_commit_delay_seconds.observe_many([max(0.0, now_ms - ts) / 1000 for ts in stamps])
+        return True
