@@ -184,7 +184,7 @@ class Ledger:
         self._last_key: tuple[str, str, str] = ("", "", "")
         # Write a finished item's JSON as it is put, keeping only that: a fold that builds no per-event records
         # then holds few live containers (they cost every garbage collection a traversal).
-        self.settle = False
+        self.finished_as_json = False
 
     @property
     def position(self) -> StreamPosition:
@@ -222,7 +222,7 @@ class Ledger:
         growing: bool = False,
     ) -> str | None:  # fmt: skip
         """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
-        A `growing` item (the next event may change it again) is not settled yet.
+        A `growing` item (the next event may change it again) keeps its content even when finished.
 
         The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change.
         """
@@ -245,7 +245,7 @@ class Ledger:
         entry.last = here
         entry.ended = at if state in FINISHED else None
         entry.content = content
-        if self.settle and state in FINISHED and not growing:
+        if self.finished_as_json and state in FINISHED and not growing:
             self.jsons[entry.index] = entry.to_json()
             self.stale.discard(entry.index)
             entry.content = None
@@ -257,9 +257,9 @@ class Ledger:
     def observe(self, content: dict[str, JsonValue], at: datetime, *, bounded: bool) -> str | None:
         """Store the completed observation the event at the current position makes; with `bounded` (see
         `ContentPolicy.bounds_observation`) its content's `value` is `OMITTED` when over MAX_OBSERVATION_BYTES.
-        A settling ledger writes its JSON at once, the content's text serving the bound as well."""
+        Kept as JSON (`finished_as_json`), its JSON is written at once, the content's text serving the bound as well."""
         key = self.observation_key()
-        if not (self.settle and ORJSON_AGREES) or key in self.entries or key in self.evicted_ids:
+        if not (self.finished_as_json and ORJSON_AGREES) or key in self.entries or key in self.evicted_ids:
             if bounded and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
                 content["value"] = dict(OMITTED)
             return self.put(key, "observation", "completed", content, at)

@@ -69,7 +69,7 @@ def json_size(value: object) -> int:
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:
-    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that settles it.
+    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that decides it.
 
     Per character the escaped text is at most six times orjson's (a DEL escapes to six characters; a number is
     spelled at most two characters longer), and never shorter unless a float is spelled shorter.

@@ -91,10 +91,10 @@ class DisplayFold:
         """Read-only view of the items held, by id, in first-seen order."""
         return ItemsView(self._ledger.entries)
 
-    def settle_finished(self) -> None:
+    def keep_finished_as_json(self) -> None:
         """Keep only the JSON of each item finished from now on (written at once): the same snapshots, fewer live
         objects for a fold that builds no record per event; reading such an item back costs a parse."""
-        self._ledger.settle = True
+        self._ledger.finished_as_json = True
 
     @property
     def evicted(self) -> Eviction | None:

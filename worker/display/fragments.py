@@ -68,11 +68,6 @@ class CustomEventAssembler:
         """How many fragmented events are incomplete."""
         return len(self._pending)
 
-    @property
-    def buffered_bytes(self) -> int:
-        """UTF-8 bytes held by all incomplete assemblies."""
-        return self._buffered
-
     def export(self) -> FragmentState:
         """A detached copy of the pending assemblies and the gap flag."""
         state = FragmentState(

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
@@ -32,12 +32,10 @@ from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStr
 from worker.wire import HarnessEvent, HarnessRunResultEvent
 
 __all__ = [
-    "EVENT_TOO_LARGE_CODE", "MIN_DISPLAY_BYTES", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState",
-    "StateOptions",
+    "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState", "StateOptions",
 ]
 
 MIN_RECORD_BYTES = 1024  # the smallest output-record limit accepted: room for a RUN_ERROR and its headers
-MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accepts
 # Output-record bytes besides the encoded event, per byte of the key and of the thread id (the key appears in
 # the key and the event id; a thread id's character takes at most 6 bytes, `\udc80`), plus a fixed allowance
 # for the framing, the header names and their numbers.
