@@ -39,9 +39,9 @@ _NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
 
 
-def _argument_delta(event: dict[str, Any]) -> tuple[JsonValue, str] | None:
-    """For a streamed tool-call argument observation (a CUSTOM `_PART_DELTA`): the part it continues and the text it
-    appends."""
+def _argument_delta(event: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str] | None:
+    """For a streamed tool-call argument observation (a CUSTOM `_PART_DELTA`): its value, the part delta event in it,
+    that event's delta, and the text it appends."""
     value = event.get("value")
     source = value.get("event") if isinstance(value, dict) else None
     delta = source.get("delta") if isinstance(source, dict) else None
@@ -51,8 +51,42 @@ def _argument_delta(event: dict[str, Any]) -> tuple[JsonValue, str] | None:
     if not isinstance(text, str) or delta.get("tool_name_delta"):
         return None
     assert isinstance(value, dict) and isinstance(source, dict)
+    return value, source, delta, text
+
+
+def _stream_of(value: dict[str, Any], source: dict[str, Any], delta: dict[str, Any]) -> JsonValue:
+    """The part an argument delta continues: the delta event without its text, and the thread and run it came from."""
     identity = {**source, "delta": {**delta, "args_delta": None}}
-    return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity], text
+    return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity]
+
+
+def _same(held: object, given: object) -> bool:
+    return held is given or held == given
+
+
+def _continues(stream: JsonValue, value: dict[str, Any], source: dict[str, Any], delta: dict[str, Any]) -> bool:
+    """`stream == _stream_of(value, source, delta)`, decided without building the right side."""
+    if not isinstance(stream, list) or len(stream) != 4 or stream[0] != _PART_DELTA:
+        return False
+    if not (_same(stream[1], value.get("thread_id")) and _same(stream[2], value.get("run_id"))):
+        return False
+    identity = stream[3]
+    if not isinstance(identity, dict) or len(identity) != len(source):
+        return False
+    for key, item in source.items():
+        if key not in identity:
+            return False
+        if key != "delta" and not _same(identity[key], item):
+            return False
+    held = identity["delta"]
+    if not isinstance(held, dict) or len(held) != len(delta):
+        return False
+    for key, item in delta.items():
+        if key not in held:
+            return False
+        if not _same(held[key], None if key == "args_delta" else item):
+            return False
+    return True
 
 
 def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
@@ -114,7 +148,7 @@ class CustomFolder:
         if name == _PART_DELTA:
             streamed = _argument_delta(event)
             if streamed is not None:
-                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
+                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, streamed)
         whole = event
         if name == FRAGMENT_EVENT_NAME:
             assembled = self.assembler.accept(event)
@@ -234,24 +268,30 @@ class CustomFolder:
             state = _put_outcome(ledger, content, origin)
         return True, ledger.put(key, "tool_call", state, content, event_time(whole))
 
-    def _fold_arguments(self, ledger: Ledger, event: dict[str, Any], stream: JsonValue, text: str) -> str | None:
-        """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
+    def _fold_arguments(
+        self, ledger: Ledger, event: dict[str, Any],
+        streamed: tuple[dict[str, Any], dict[str, Any], dict[str, Any], str],
+    ) -> str | None:  # fmt: skip
+        """Consecutive argument deltas of one part share one observation: the first delta's, growing. The item holds
+        the stream's own value (written anew with each delta, which is the only change it sees)."""
+        value, source, delta, text = streamed
         held = self.arguments
-        if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
+        if held is not None and held.sequence == ledger.sequence - 1 and _continues(held.stream, value, source, delta):
             if held.event is not None:
                 held.event["value"]["event"]["delta"]["args_delta"] += text
                 # Escaping is per character, so the JSON grows by the escaped text without its quotes.
                 held.size += len(encode_basestring_ascii(text)) - 2
         else:
             first = _held_copy(event)
-            held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
-                                 json_size(first["value"]))  # fmt: skip
+            held = HeldArguments(_stream_of(value, source, delta), ledger.observation_key(), event_time(event),
+                                 ledger.sequence, first, json_size(first["value"]))  # fmt: skip
             self.arguments = held
         held.sequence = ledger.sequence
         if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
             held.event = None
-        value: JsonValue = _detached_delta(held.event["value"]) if held.event is not None else dict(OMITTED)
-        content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
+        content: dict[str, JsonValue] = {
+            "name": _PART_DELTA, "value": held.event["value"] if held.event is not None else dict(OMITTED)
+        }
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
         return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
@@ -262,13 +302,6 @@ def _held_copy(event: dict[str, Any]) -> dict[str, Any]:
     value = event["value"]
     source = value["event"]
     return {**event, "value": {**value, "event": {**source, "delta": dict(source["delta"])}}}
-
-
-def _detached_delta(value: dict[str, Any]) -> dict[str, Any]:
-    """`value` with fresh dicts along the path to `event.delta.args_delta`, the only place a held argument stream
-    changes: the item keeps this copy while the stream keeps growing its own."""
-    source = value["event"]
-    return {**value, "event": {**source, "delta": dict(source["delta"])}}
 
 
 def _put_outcome(ledger: Ledger, content: dict[str, JsonValue], part: dict[str, JsonValue]) -> ItemState:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-__all__ = ["item_id"]
+__all__ = ["hashed_id", "item_id"]
 
 
 def _sha256() -> Callable[[bytes], Any]:
@@ -27,5 +27,10 @@ _SHA256: Callable[[bytes], Any] = _sha256()
 
 def item_id(run_id: str, kind: str, source_id: str) -> str:
     """Stable id of an item: the same run, kind and source id always name the same item, across attempts."""
-    digest: str = _SHA256(f"{run_id}\0{kind}\0{source_id}".encode()).hexdigest()
+    return hashed_id(f"{run_id}\0{kind}\0{source_id}")
+
+
+def hashed_id(text: str) -> str:
+    """The item id of `text`, the run, kind and source id joined as `item_id` joins them."""
+    digest: str = _SHA256(text.encode()).hexdigest()
     return "itm_" + digest[:32]

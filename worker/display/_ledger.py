@@ -9,7 +9,7 @@ from typing import Any, Final
 import orjson
 from pydantic import JsonValue, TypeAdapter
 
-from worker.display._ids import item_id
+from worker.display._ids import hashed_id, item_id
 from worker.display._json import ORJSON_AGREES, loads_object
 from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, ContentPolicy, json_size_exceeds
 from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition
@@ -69,8 +69,9 @@ class Entry:
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917  # built per new item
-        self, key: str, ordinal: int, kind: ItemKind, first: str, started: datetime, refs: dict[str, Any]
-    ) -> None:
+        self, key: str, ordinal: int, kind: ItemKind, first: str, started: datetime, refs: dict[str, Any],
+        *, made: bool = False,
+    ) -> None:  # fmt: skip
         self.key = key
         self.ordinal = ordinal
         self.kind: ItemKind = kind
@@ -84,9 +85,9 @@ class Entry:
         self.model: Item | None = None
         self.json: bytes | None = None
         self.index = 0  # its place in the ledger's order
-        # Its id (`itm_` and hex, as `item_id` makes them) and stream ids (`attempt-sequence`, as the ledger makes
-        # them) need no JSON escapes; an item read back from a snapshot has its own.
-        self.made = key.startswith("itm_") and key.isascii() and key[4:].isalnum()
+        # Made by the ledger, its id (`itm_` and hex, as `item_id` makes them) and stream ids (`attempt-sequence`)
+        # need no JSON escapes; an item read back from a snapshot has its own.
+        self.made = made
 
     @classmethod
     def of(cls, item: Item) -> Entry:
@@ -95,7 +96,6 @@ class Entry:
         entry.last = item.last_stream_id
         entry.ended = item.ended_at
         entry.content = item.content
-        entry.made = False
         return entry
 
     def contents(self) -> dict[str, JsonValue]:
@@ -165,6 +165,7 @@ class Ledger:
     ) -> None:  # fmt: skip
         self.run_id = run_id
         self.attempt = attempt
+        self._observations = f"{run_id}\0observation\0{attempt}:"  # what `item_id` hashes, but the sequence
         self.policy = policy
         self.entries: dict[str, Entry] = {item.id: Entry.of(item.model_copy(deep=True)) for item in items}
         self.order: list[Entry] = list(self.entries.values())  # by ordinal, with each item's JSON beside it
@@ -202,7 +203,7 @@ class Ledger:
 
     def observation_key(self) -> str:
         """The id of an observation made by the event at the current position."""
-        return item_id(self.run_id, "observation", f"{self.attempt}:{self.sequence}")
+        return hashed_id(self._observations + str(self.sequence))
 
     def content_of(self, key: str) -> dict[str, JsonValue]:
         """An item's content to change and `put` back (empty for a new item): the ledger's own dict, which no model
@@ -224,7 +225,8 @@ class Ledger:
         """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
         A `growing` item (the next event may change it again) keeps its content even when finished.
 
-        The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change.
+        The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change; a
+        `growing` item's values may change only right before it is put again.
         """
         entry = self.entries.get(key)
         here = f"{self.attempt}-{self.sequence}"
@@ -232,7 +234,8 @@ class Ledger:
             if key in self.evicted_ids:
                 self.refused += 1
                 return None
-            entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {})
+            made = key.startswith("itm_") and key.isascii() and key[4:].isalnum()  # a restored stream may name any key
+            entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {}, made=made)
             self.next_ordinal += 1
             entry.index = len(self.order)
             self.order.append(entry)
@@ -273,7 +276,7 @@ class Ledger:
             content["value"] = dict(OMITTED)
             text = None
         here = f"{self.attempt}-{self.sequence}"
-        entry = self.entries[key] = Entry(key, self.next_ordinal, "observation", here, at, {})
+        entry = self.entries[key] = Entry(key, self.next_ordinal, "observation", here, at, {}, made=True)  # its own id
         self.next_ordinal += 1
         entry.index = len(self.order)
         self.order.append(entry)
