@@ -32,7 +32,7 @@ __all__ = [
     "record_overhead",
 ]
 
-DEFAULT_DISPLAY_INTERVAL_MS = 1000
+DEFAULT_DISPLAY_INTERVAL_MS = 5000  # as the worker's --display-interval-ms
 # Kafka's default max.message.bytes of a topic.
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
 MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accepts
