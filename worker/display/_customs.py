@@ -260,8 +260,7 @@ class CustomFolder:
             content["mcp_apps"] = origin.get("apps", [])
         elif origin.get("part_kind") == "builtin-tool-call":
             args = origin.get("args")
-            compact = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-            text = args if isinstance(args, str) else compact
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
             ledger.policy.put_text(content, "arguments", text)
             content["arguments_complete"] = True
         else:

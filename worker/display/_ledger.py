@@ -33,7 +33,7 @@ def event_time(event: dict[str, Any]) -> datetime:
     if at is None:
         if len(_AT) >= 4096:
             _AT.clear()
-        at = _AT[stamp] = _EPOCH + timedelta(milliseconds=stamp)
+        at = _AT[stamp] = _EPOCH + timedelta(0, 0, 0, stamp)  # milliseconds, given by position (no keyword parsing)
     return at
 
 

@@ -32,8 +32,8 @@ _APPENDS: Final = {
 }
 # Events that complete their item.
 _COMPLETES: Final = frozenset({"TEXT_MESSAGE_END", "REASONING_MESSAGE_END", "TOOL_CALL_RESULT"})
-# Event fields an item's content mirrors.
-_MIRRORED: Final = (
+# Event fields an item's content mirrors (a variable-length tuple type: compiled, it is read by index).
+_MIRRORED: Final[tuple[str, ...]] = (
     "messageId",
     "role",
     "toolCallId",
