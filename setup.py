@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parent
 # stay interpreted (mypyc cannot compile their classes); so does everything that talks to Kafka.
 # One path per line; a listed file that does not exist stops every build, compiled or not, naming it.
 COMPILED = [
+    "worker/_framing.py",
     "worker/_value.py",
     "worker/display/_customs.py",
     "worker/display/_failures.py",
+    "worker/display/_ids.py",
     "worker/display/_json.py",
     "worker/display/_ledger.py",
     "worker/display/_standard.py",

@@ -1,6 +1,8 @@
 """CPU per source item of the worker's conversion (decode + stream observer + encode_event) alone and with the
-display projection of issue 17 fed every event (DisplayProjection.offer, cadence on the items' own timestamps),
-side by side in one run, on the golden corpus.
+display projection fed every event as the worker feeds it (DisplayProjection.offer with each event's encoding and
+JSON object, cadence on the items' own timestamps), side by side in one run, on the golden corpus; the display
+records' bytes per source item, and how many events of the output topic's tail a late joiner reads after the
+snapshot it starts from.
 
 Usage: .venv/bin/python bench/display.py [--corpus DIR] [--repeat N] [--interval-ms MS] [--max-bytes B]
                                          [--source-time occurred|burst]
@@ -26,7 +28,7 @@ sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the install
 from bench.convert import load_runs, memory_per_stream  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.display import DisplayProjection  # noqa: E402
-from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
+from worker.observe import HarnessAguiStreamObserver, encode_event, encode_event_data  # noqa: E402
 from worker.wire import decode_item, is_terminal, timestamp_ms  # noqa: E402
 
 
@@ -37,6 +39,8 @@ class Totals:
         self.records = 0
         self.bytes = 0
         self.evicted = 0
+        self.tail = 0  # summed over source items: events published after the last display record
+        self.tail_max = 0
 
 
 def convert_only(runs: list[list[bytes]]) -> None:
@@ -65,19 +69,23 @@ def convert_and_project(
                 events = observer.observe(item)
             except (ValueError, TypeError):
                 continue
-            encoded = [encode_event(event) for event in events]
+            pairs = [encode_event_data(event, plain=True) for event in events]
+            encoded, data = [value for value, _ in pairs], [value for _, value in pairs]
             if projection is None:
                 projection = DisplayProjection(item.run_id, item.thread_id, interval_ms=interval_ms,
                                                max_bytes=max_bytes)  # fmt: skip
             ended = is_terminal(item) and item.run_id == projection.run_id
             stamp = 0 if burst else timestamp_ms(item)
             record = projection.offer(events, n, timestamp_ms=stamp, ended=ended, source=item, encoded=encoded,
-                                      observer=observer)  # fmt: skip
+                                      data=data, observer=observer)  # fmt: skip
             n += len(events)
             if record is not None:
                 totals.records += 1
                 totals.bytes += len(record.value)
                 totals.evicted += record.evicted
+            tail = n - 1 - projection.published_seq  # a joiner arriving now reads these from the output topic
+            totals.tail += tail
+            totals.tail_max = max(totals.tail_max, tail)
 
 
 def memory_per_projection(runs: list[list[bytes]], streams: int, interval_ms: int) -> tuple[float, float]:
@@ -150,7 +158,9 @@ def main() -> None:
           f"{base / with_display:.2f}x the time of conversion + display")
     print(f"records:    {totals.records} display records ({totals.records / items:.2f} per source item, "
           f"{totals.records / len(runs):.1f} per run), {totals.bytes / max(totals.records, 1):,.0f} bytes each "
-          f"on average, {totals.evicted} items evicted")
+          f"on average, {totals.bytes / items:,.0f} bytes per source item, {totals.evicted} items evicted")
+    print(f"late join:  {totals.tail / items:.1f} events of the output topic's tail read after the snapshot on "
+          f"average (joining after a random source item), {totals.tail_max} at most")
     held, shown = memory_per_projection(runs, args.streams, args.interval_ms)
     observer = memory_per_stream(runs, args.streams)
     print(f"memory:     {held:,.0f} bytes per open projection ({args.streams} streams, mid-run; its snapshot JSON "

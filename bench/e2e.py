@@ -1,5 +1,6 @@
 """End-to-end figures of the worker on a real broker, from one run: exactly-once throughput against a plain
-aiokafka passthrough, source-to-visible delay at half the measured maximum, and rebuild (replay) speed.
+aiokafka passthrough, source-to-visible delay at half the measured maximum, rebuild (replay) speed, and what the
+display topic costs in CPU per item.
 
     .venv/bin/python bench/e2e.py [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
         [--parts abcdefghi] [--history 1000000] [--history-streams 10000]
@@ -43,7 +44,8 @@ from devtools.kafka_tools import GroupLag  # noqa: E402
 from devtools.sample_runs import SampleRun, interleave, load_samples, produce  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.kafka.source import to_source_record  # noqa: E402
-from worker.stream import PartitionState, SourceRecord  # noqa: E402
+from worker.settings import Settings  # noqa: E402
+from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E402
 
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 
@@ -157,7 +159,7 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
     await worker.wait_ready(partitions=partitions)
     assert worker.proc is not None
     cpu_before = _cpu_counters(worker.proc.pid)
-    children_before = _children_cpu(worker.proc.pid)
+    children_before = _descendants_cpu(worker.proc.pid)
     began = time.monotonic()
     async with GroupLag(worker.bootstrap, worker.group, worker.source) as probe:
         deadline = began + 600
@@ -171,7 +173,7 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
             await asyncio.sleep(0.02)
     cpu_after = _cpu_counters(worker.proc.pid)
     cpu_s = cpu_after[2] - cpu_before[2]
-    children_s = _children_cpu(worker.proc.pid) - children_before
+    children_s = _descendants_cpu(worker.proc.pid) - children_before
     machine = (cpu_after[1] - cpu_before[1]) / max(cpu_after[0] - cpu_before[0], 1e-6)
     status = worker.stop()
     if status != 0:
@@ -217,6 +219,19 @@ async def conversion_cost(bootstrap: str, source: str, total: int, *, publish: b
     """CPU microseconds per item of the conversion alone (decode, verdicts, observe and, with `publish`, encode
     and output records) on the source's records, read into memory first (best of 3 passes): the worker's work
     beyond the client's, or with `publish=False` what replay does for each record."""
+    recs = await _source_records(bootstrap, source, total)
+    best = float("inf")
+    for _ in range(3):  # fresh states each pass; the best pass, as for the rounds of (a) and (b)
+        states = {p: PartitionState(source, p) for p in {r.partition for r in recs}}
+        began = time.process_time()
+        for rec in recs:
+            states[rec.partition].process(rec, publish=publish)
+        best = min(best, time.process_time() - began)
+    return best / len(recs) * 1e6
+
+
+async def _source_records(bootstrap: str, source: str, total: int) -> list[SourceRecord]:
+    """The first `total` records of `source`, every partition's in offset order."""
     consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                                 enable_auto_commit=False)  # fmt: skip
     await consumer.start()
@@ -227,14 +242,7 @@ async def conversion_cost(bootstrap: str, source: str, total: int, *, publish: b
                 recs.extend(map(to_source_record, part))
     finally:
         await consumer.stop()
-    best = float("inf")
-    for _ in range(3):  # fresh states each pass; the best pass, as for the rounds of (a) and (b)
-        states = {p: PartitionState(source, p) for p in {r.partition for r in recs}}
-        began = time.process_time()
-        for rec in recs:
-            states[rec.partition].process(rec, publish=publish)
-        best = min(best, time.process_time() - began)
-    return best / len(recs) * 1e6
+    return recs
 
 
 @dataclass(frozen=True)
@@ -261,15 +269,19 @@ def _cpu_counters(pid: int) -> tuple[float, float, float, float]:
     return time.monotonic(), busy, (int(stat[11]) + int(stat[12])) / tick, time.process_time()
 
 
-def _children_cpu(pid: int) -> float:
-    """CPU seconds of `pid`'s live child processes, now."""
+def _descendants_cpu(pid: int) -> float:
+    """CPU seconds of every process `pid` started, now: the live ones (and theirs) and those it has waited for."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     with contextlib.suppress(OSError):
-        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        waited = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(waited[13]) + int(waited[14])) / tick  # cutime, cstime
+        for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(stat[11]) + int(stat[12])) / tick
+                for child in (task / "children").read_text().split():
+                    with contextlib.suppress(OSError):
+                        stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+                        total += (int(stat[11]) + int(stat[12])) / tick + _descendants_cpu(int(child))
     return total
 
 
@@ -605,7 +617,6 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     eos_runs: list[Rate] = []
     plain_runs: list[Rate] = []
     bare_runs: list[Rate] = []  # (g): the worker without the changelog
-    shown_runs: list[Rate] = []  # (h): the worker with the display topic
     for round_ in range(args.rounds):
         worker_a = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-a{round_}", logdir, f"a{round_}")
         eos_runs.append(await worker_throughput(worker_a, filled.items, 3))
@@ -617,11 +628,6 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
                               extra=("--no-changelog",))
             bare_runs.append(await worker_throughput(worker_g, filled.items, 3))
             said += f"; (g) without the changelog {bare_runs[-1].items_per_s:,.0f} items/s"
-        if "h" in args.parts:  # a display topic of its own each round, created by the worker
-            worker_h = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-h{round_}", logdir, f"h{round_}",
-                              extra=("--display-topic", f"bench.{tag}.display.{next(names)}"))
-            shown_runs.append(await worker_throughput(worker_h, filled.items, 3))
-            said += f"; (h) with the display topic {shown_runs[-1].items_per_s:,.0f} items/s"
         print(said, file=sys.stderr)
     best_eos, best_plain = max(eos_runs), max(plain_runs)
     eos, plain = best_eos.items_per_s, best_plain.items_per_s
@@ -656,25 +662,8 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
              f"(a) against the (g) of its round; CPU per item {best_eos.cpu_us_per_item:.0f} against "
              f"{bare.cpu_us_per_item:.0f} µs"),
         ]
-    if shown_runs:
-        shown = max(shown_runs)
-        # Each (h) against the (a) that ran just before it, on the machine as it was then; the median of those is
-        # the verdict (best against best can pair an (h) from a fast phase with an (a) from a slow one).
-        rounds = [h.items_per_s / a.items_per_s for a, h in zip(eos_runs, shown_runs, strict=True)]
-        ratio = statistics.median(rounds)
-        rows += [
-            ("(h) worker with the display topic", f"{shown.items_per_s:,.0f} items/s",
-             f"--display-topic, a display record per run at most every 1000 ms, best of "
-             f"{_rates([r.items_per_s for r in shown_runs])}"),
-            ("    display / (a)", f"{ratio:.2f}", "median of the rounds' ratios; goal >= 0.8 "
-             + ("OK" if ratio >= 0.8 else "MISSED") + f"; best against best {shown.items_per_s / eos:.2f}"),
-            ("    ratio of each round", " / ".join(f"{r:.2f}" for r in rounds), "(h) against the (a) of its round"),
-            ("    CPU per item", f"{shown.cpu_us_per_item:.0f} / {best_eos.cpu_us_per_item:.0f} µs",
-             f"worker with / without the display topic, best rounds; its child processes "
-             f"{shown.children_cpu_us_per_item:.0f} µs"),
-            ("    cores busy", f"{shown.machine_cores:.2f} / {best_eos.machine_cores:.2f}",
-             f"of {os.cpu_count()}, (h) / (a), best rounds: (h) {shown.cores()}; (a) {best_eos.cores()}"),
-        ]
+    if "h" in args.parts:
+        rows += await _display_rows(bootstrap, args, logdir, tag, topic, src, dlq, filled.items)
     if "f" in args.parts:
         rows += await _history_rows(bootstrap, args, logdir, tag, topic, dlq)
     if not set(args.parts) & set("cde"):
@@ -758,6 +747,61 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     ]
 
 
+async def _display_rows(
+    bootstrap: str, args: argparse.Namespace, logdir: Path, tag: str, topic: Callable[..., str], src: str, dlq: str,
+    total: int,
+) -> list[tuple[str, str, str]]:
+    """(h): CPU per item of the worker process and every process it starts, with the display topic on and off,
+    rounds alternating which goes first over the same records, each worker with a fresh output and display topic
+    and group; and the bytes per source item of the display records against the output records."""
+    shown: list[Rate] = []
+    plain: list[Rate] = []
+    for round_ in range(args.rounds):
+        for on in (True, False) if round_ % 2 == 0 else (False, True):
+            side = "on" if on else "off"
+            extra = ("--display-topic", f"bench.{tag}.display.{round_}") if on else ()  # the worker creates it
+            worker = Worker(bootstrap, src, topic("agui"), dlq, f"bench-{tag}-h{side}{round_}", logdir,
+                            f"h-{side}{round_}", extra=extra)  # fmt: skip
+            (shown if on else plain).append(await worker_throughput(worker, total, 3))
+        print(f"round {round_}: (h) display on {_tree_us(shown[-1]):.0f} us CPU per item, off "
+              f"{_tree_us(plain[-1]):.0f} us ({_tree_us(shown[-1]) / _tree_us(plain[-1]):.2f}x)", file=sys.stderr)
+    ratios = [_tree_us(on) / _tree_us(off) for on, off in zip(shown, plain, strict=True)]
+    ratio = statistics.median(ratios)
+    best_on, best_off = min(map(_tree_us, shown)), min(map(_tree_us, plain))
+    interval = Settings.model_fields["display_interval_ms"].default
+    output_bytes, display_bytes = await display_bytes_per_item(bootstrap, src, total, interval)
+    return [
+        ("(h) CPU per item, display on / off", f"{best_on:.0f} / {best_off:.0f} µs",
+         f"the worker process and every process it starts, best of {args.rounds} rounds each; "
+         f"throughput {max(r.items_per_s for r in shown):,.0f} / {max(r.items_per_s for r in plain):,.0f} items/s"),
+        ("    on / off", f"{ratio:.2f}", "median of the rounds' ratios; goal <= 1.2 "
+         + ("OK" if ratio <= 1.2 else "MISSED") + f"; best against best {best_on / best_off:.2f}"),
+        ("    ratio of each round", " / ".join(f"{r:.2f}" for r in ratios), "on against off, same round"),
+        ("    bytes per item, display / output", f"{display_bytes:,.0f} / {output_bytes:,.0f} B",
+         f"record values, display interval {interval} ms (the default), the same records without Kafka"),
+    ]
+
+
+def _tree_us(rate: Rate) -> float:
+    return rate.cpu_us_per_item + rate.children_cpu_us_per_item
+
+
+async def display_bytes_per_item(bootstrap: str, source: str, total: int, interval_ms: int) -> tuple[float, float]:
+    """Bytes of the output and of the display record values per source record, as the worker publishes them for
+    `source` with the display on (a function of the source records: computed here without Kafka)."""
+    records = await _source_records(bootstrap, source, total)
+    states = {p: PartitionState(source, p, display_interval_ms=interval_ms) for p in {r.partition for r in records}}
+    output = display = 0
+    for record in records:
+        for out in states[record.partition].process(record).records:
+            size = len(out.value or b"")
+            if out.destination is Destination.DISPLAY:
+                display += size
+            elif out.destination is Destination.OUTPUT:
+                output += size
+    return output / len(records), display / len(records)
+
+
 async def _history_rows(
     bootstrap: str, args: argparse.Namespace, logdir: Path, tag: str, topic: Callable[[str, int], str], dlq: str
 ) -> list[tuple[str, str, str]]:
@@ -809,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
     parser.add_argument("--parts", default="abcdefghi",
                         help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost, "
-                             "h display topic cost")
+                             "h display topic cost (CPU per item on against off)")
     parser.add_argument("--history", type=int, default=1_000_000,
                         help="records after the oldest open run's start in (f); it runs this and twice this")
     parser.add_argument("--history-streams", type=int, default=10_000, help="open runs of the partition in (f)")

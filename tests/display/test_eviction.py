@@ -8,8 +8,9 @@ from ag_ui.core import TextMessageContentEvent, TextMessageEndEvent, TextMessage
 
 from tests.display._events import BASE_TS, args_delta
 from tests.display._flows import lines_of, project, reference_at_items
-from worker.display import DisplayFold, DisplayProjection, DisplaySnapshot, record_overhead
+from worker.display import DisplayFold, DisplayProjection, DisplaySnapshot
 from worker.errors import ConfigError
+from worker.stream import Destination, OutboundRecord, record_size
 
 LIMIT = 16_384
 
@@ -21,7 +22,8 @@ def test_records_fit_and_state_what_was_evicted(run: str) -> None:
     records = project(lines, interval_ms=1000, max_bytes=LIMIT)
     before = 0
     for record in records:
-        assert len(record.value) + record_overhead(record.key, record.headers) <= LIMIT
+        sent = OutboundRecord(Destination.DISPLAY, record.key, record.value, record.headers, None, None)
+        assert record_size(sent) <= LIMIT, "the bytes the producer counts for the record alone"
         snapshot = DisplaySnapshot.model_validate_json(record.value)
         whole = DisplaySnapshot.model_validate_json(reference[record.agui_seq])
         assert snapshot.continuation.next_ordinal == whole.continuation.next_ordinal, "ordinals go on"

@@ -70,7 +70,7 @@ def test_index_zero_restarts_an_assembly() -> None:
     results = _feed(assembler, frames)  # starts again at index 0
     assert results[-1] == inner
     assert not assembler.gap
-    assert assembler.buffered_bytes == 0
+    assert assembler.export().pending == {}
 
 
 def test_byte_bound_overflow_sets_gap() -> None:
@@ -79,7 +79,7 @@ def test_byte_bound_overflow_sets_gap() -> None:
     results = _feed(assembler, frames)
     assert all(result is None for result in results)
     assert assembler.gap
-    assert assembler.buffered_bytes <= 300
+    assert sum(assembly.size for assembly in assembler.export().pending.values()) <= 300
 
 
 def test_pending_bound_evicts_the_oldest_assembly_with_a_gap() -> None:
@@ -131,10 +131,21 @@ def test_export_restore_mid_assembly_continues_exactly() -> None:
     assert state.pending["t:r:3:0"].count == len(frames)
     restored = CustomEventAssembler.restore(state)
     assert restored.max_pending == 3
-    assert restored.buffered_bytes == assembler.buffered_bytes > 0
+    assert restored.export() == assembler.export()
     assert _feed(restored, frames[2:])[-1] == inner
     # The exported state is detached: the original still holds its own partial assembly.
     assert _feed(assembler, frames[2:])[-1] == inner
+
+
+def test_a_restored_assembler_counts_the_bytes_it_holds() -> None:
+    frames = _frames(_inner())
+    sizes = [len(frame["value"]["data"].encode()) for frame in frames]
+    # Room for every frame of the assembly but the last: the bound is reached only by what was held before.
+    assembler = CustomEventAssembler(max_bytes=sum(sizes) - 1)
+    _feed(assembler, frames[:2])
+    restored = CustomEventAssembler.restore(assembler.export())
+    assert _feed(restored, frames[2:]) == [None] * (len(frames) - 2)
+    assert restored.gap and restored.export().pending == {}
 
 
 @pytest.mark.parametrize("bounds", [{"max_bytes": 0}, {"max_pending": 0}])

@@ -117,18 +117,6 @@ def test_authored_input_becomes_a_completed_user_message() -> None:
     }
 
 
-def test_capture_delta_returns_changed_items_once() -> None:
-    fold = DisplayFold("run-t")
-    fold.fold([text("START", "a", BASE_TS), text("START", "b", BASE_TS)])
-    first = fold.capture_delta()
-    assert [item.content["messageId"] for item in first.items] == ["a", "b"]
-    assert fold.capture_delta().items == []
-    fold.fold([text("END", "b", BASE_TS + 1)])
-    delta = fold.capture_delta()
-    assert [(item.content["messageId"], item.state) for item in delta.items] == [("b", "completed")]
-    assert delta.continuation == fold.export().continuation
-
-
 def test_restore_refuses_a_continuation_of_another_policy() -> None:
     fold = DisplayFold("run-t", retain_content=True)
     fold.fold([text("START", "a", BASE_TS)])

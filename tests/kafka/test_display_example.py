@@ -83,7 +83,7 @@ def test_a_late_joining_ui_gets_convert_displays_items_from_a_workers_topics(
     display = topic_factory("display", PARTITIONS, {"cleanup.policy": "compact",
                                                     "max.message.bytes": str(DISPLAY_MAX_MESSAGE_BYTES)})  # fmt: skip
     worker = WorkerProcess(tmp_path, "worker", kafka_bootstrap, source, output, dlq, f"group-{source}",
-                           "--display-topic", display).start()  # fmt: skip
+                           "--display-topic", display, "--display-interval-ms", "1000").start()  # fmt: skip
     used = {(murmur2(_run_id(run).encode()) & 0x7FFFFFFF) % PARTITIONS for run in RUNS}  # the producer's choice
 
     async def _check(run: str, events: int, when: str) -> DisplayReader:
@@ -97,7 +97,7 @@ def test_a_late_joining_ui_gets_convert_displays_items_from_a_workers_topics(
         done = dict.fromkeys(RUNS, 0)
         for stage, share in enumerate(STAGES):
             if stage:
-                await asyncio.sleep(1.2)  # past the display interval: the next items bring new display records
+                await asyncio.sleep(1.2)  # past the display interval (1 s): the next items bring new display records
             batch = []
             for run in RUNS:
                 cut = _cut(run, share)

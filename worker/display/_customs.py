@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Mapping
 from datetime import datetime
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from pydantic import JsonValue
@@ -19,28 +17,31 @@ from worker.display.fragments import CustomEventAssembler
 from worker.display.items import ItemState
 from worker.display.memory import memory_sources
 from worker.display.snapshot import ArgumentStream
+from worker.observe import FRAGMENT_EVENT_NAME
 
 __all__ = ["AUTHORED_INPUT_EVENT_NAMES", "CustomFolder"]
 
-AUTHORED_INPUT_EVENT_NAMES = frozenset({"a13n.input.user", "a13n.input.steering"})
-_MEDIA_INPUT = "a13n.input.media"
-_AUTHORED_SOURCES = frozenset({"user", "steering"})
-_PART_DELTA = "a13n.pydantic_ai.part_delta"
-_PART_EVENTS = frozenset({"a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", _PART_DELTA})
-_TOOL_RESULTS = frozenset({"a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"})
-_EDIT_APPLIED = "a13n.filesystem.edit_applied"
-_TOOL_IMAGES = frozenset({"a13n.tool_images", "a13n.harness-ui.tool_images"})
-_MCP_APPS = frozenset({"a13n.harness-ui.mcp_apps", "a13n.mcp_apps"})
-_SUPPLEMENTS = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
-_SUMMARIES = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
-_NATIVE_PARTS = frozenset({"builtin-tool-call", "builtin-tool-return"})
-_FAILED_OUTCOMES = frozenset({"failed", "denied", "interrupted"})
+# Constants are Final: compiled, a Final name is read directly instead of looked up in the module's globals.
+AUTHORED_INPUT_EVENT_NAMES: Final = frozenset({"a13n.input.user", "a13n.input.steering"})
+_MEDIA_INPUT: Final = "a13n.input.media"
+_AUTHORED_SOURCES: Final = frozenset({"user", "steering"})
+_LIFECYCLE: Final = "a13n.harness.lifecycle"
+_CONTEXT: Final = "a13n.harness.context"
+_PART_DELTA: Final = "a13n.pydantic_ai.part_delta"
+_PART_EVENTS: Final = frozenset({"a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", _PART_DELTA})
+_TOOL_RESULTS: Final = frozenset({"a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"})
+_EDIT_APPLIED: Final = "a13n.filesystem.edit_applied"
+_TOOL_IMAGES: Final = frozenset({"a13n.tool_images", "a13n.harness-ui.tool_images"})
+_MCP_APPS: Final = frozenset({"a13n.harness-ui.mcp_apps", "a13n.mcp_apps"})
+_SUPPLEMENTS: Final = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
+_SUMMARIES: Final = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
+_NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
+_FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
 
 
-def _argument_delta(event: Mapping[str, Any]) -> tuple[JsonValue, str] | None:
-    """For a streamed tool-call argument observation: the part it continues and the text it appends."""
-    if event.get("type") != "CUSTOM" or event.get("name") != _PART_DELTA:
-        return None
+def _argument_delta(event: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str] | None:
+    """For a streamed tool-call argument observation (a CUSTOM `_PART_DELTA`): its value, the part delta event in it,
+    that event's delta, and the text it appends."""
     value = event.get("value")
     source = value.get("event") if isinstance(value, dict) else None
     delta = source.get("delta") if isinstance(source, dict) else None
@@ -50,8 +51,42 @@ def _argument_delta(event: Mapping[str, Any]) -> tuple[JsonValue, str] | None:
     if not isinstance(text, str) or delta.get("tool_name_delta"):
         return None
     assert isinstance(value, dict) and isinstance(source, dict)
+    return value, source, delta, text
+
+
+def _stream_of(value: dict[str, Any], source: dict[str, Any], delta: dict[str, Any]) -> JsonValue:
+    """The part an argument delta continues: the delta event without its text, and the thread and run it came from."""
     identity = {**source, "delta": {**delta, "args_delta": None}}
-    return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity], text
+    return [_PART_DELTA, value.get("thread_id"), value.get("run_id"), identity]
+
+
+def _same(held: object, given: object) -> bool:
+    return held is given or held == given
+
+
+def _continues(stream: JsonValue, value: dict[str, Any], source: dict[str, Any], delta: dict[str, Any]) -> bool:
+    """`stream == _stream_of(value, source, delta)`, decided without building the right side."""
+    if not isinstance(stream, list) or len(stream) != 4 or stream[0] != _PART_DELTA:
+        return False
+    if not (_same(stream[1], value.get("thread_id")) and _same(stream[2], value.get("run_id"))):
+        return False
+    identity = stream[3]
+    if not isinstance(identity, dict) or len(identity) != len(source):
+        return False
+    for key, item in source.items():
+        if key not in identity:
+            return False
+        if key != "delta" and not _same(identity[key], item):
+            return False
+    held = identity["delta"]
+    if not isinstance(held, dict) or len(held) != len(delta):
+        return False
+    for key, item in delta.items():
+        if key not in held:
+            return False
+        if not _same(held[key], None if key == "args_delta" else item):
+            return False
+    return True
 
 
 def _nested(value: JsonValue, field: str) -> dict[str, JsonValue] | None:
@@ -84,8 +119,10 @@ class HeldArguments:
         if ORJSON_AGREES:
             fields = {"stream": self.stream, "key": self.key, "at": self.at, "sequence": self.sequence,
                       "event": self.event, "size": self.size}  # fmt: skip
-            with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+            try:  # a plain try: a suppress() context costs a call in and out
                 return orjson.dumps(fields, option=orjson.OPT_UTC_Z)
+            except (TypeError, orjson.JSONEncodeError):
+                pass  # written through the model below
         exported = self.export()
         return exported.__pydantic_serializer__.to_json(exported)
 
@@ -102,45 +139,56 @@ class CustomFolder:
     def __init__(self, assembler: CustomEventAssembler, arguments: ArgumentStream | None) -> None:
         self.assembler = assembler
         self.arguments = None if arguments is None else HeldArguments.of(arguments)
-        self.completed: Mapping[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
+        self.completed: dict[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
 
-    def fold(self, ledger: Ledger, event: Mapping[str, Any]) -> str | None:
+    def fold(self, ledger: Ledger, event: dict[str, Any]) -> str | None:
         self.completed = None
-        streamed = _argument_delta(event)
-        if streamed is not None:
-            return None if ledger.policy.full_content else self._fold_arguments(ledger, event, *streamed)
-        whole = self.assembler.accept(event)
-        if whole is None:
-            return None
+        found = event.get("name")
+        name = found if isinstance(found, str) else None  # any other name is no name the fold knows
+        if name == _PART_DELTA:
+            streamed = _argument_delta(event)
+            if streamed is not None:
+                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, streamed)
+        whole = event
+        if name == FRAGMENT_EVENT_NAME:
+            assembled = self.assembler.accept(event)
+            if assembled is None:
+                return None
+            whole = assembled
+            found = whole.get("name")
+            name = found if isinstance(found, str) else None
         self.completed = whole
-        name = whole.get("name")
         value: JsonValue = whole.get("value")
         source = _nested(value, "event")
-        payload = _nested(source, "payload")
-        scope = scope_of(whole.get("subagentRunId"))
-        request_started = payload is not None and payload.get("type") == "model_request_started"
-        if name == "a13n.harness.lifecycle" and request_started:
-            ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
-        if name == "a13n.harness.context" and payload is not None:
-            self._note_memory(ledger, scope, payload)
-        media = name == _MEDIA_INPUT and source is not None and source.get("source") in _AUTHORED_SOURCES
-        authored = name in AUTHORED_INPUT_EVENT_NAMES or media
-        if authored and source is not None and "message_id" in source and "content" in source:
-            return self._fold_input(ledger, whole, source, media=media)
         if source is not None:
-            handled, key = self._fold_tool(ledger, whole, source)
+            media = name == _MEDIA_INPUT and source.get("source") in _AUTHORED_SOURCES
+            if name in (_LIFECYCLE, _CONTEXT):
+                self._note_context(ledger, name, whole, source)
+            elif (media or name in AUTHORED_INPUT_EVENT_NAMES) and "message_id" in source and "content" in source:
+                return self._fold_input(ledger, whole, source, media=media)
+            handled, key = self._fold_tool(ledger, name, whole, source)
             if handled:
                 return key
         if ledger.policy.full_content and name in _PART_EVENTS:
             return None
-        content: dict[str, JsonValue] = {
-            "name": str(name),
-            "value": ledger.policy.observation_value(value, summary=name in _SUMMARIES),
-        }
+        content: dict[str, JsonValue] = {"name": name if name is not None else str(found), "value": value}
         for field in ("metadata", "subagentRunId"):
             if field in whole:
                 content[field] = whole[field]
-        return ledger.put(ledger.observation_key(), "observation", "completed", content, event_time(event))
+        bounded = ledger.policy.bounds_observation(summary=name in _SUMMARIES)
+        return ledger.observe(content, event_time(event), bounded=bounded)
+
+    @staticmethod
+    def _note_context(ledger: Ledger, name: str, whole: dict[str, Any], source: dict[str, JsonValue]) -> None:
+        """A model request's start opens a response group in its scope; a context observation notes memory."""
+        payload = _nested(source, "payload")
+        if payload is None:
+            return
+        scope = scope_of(whole.get("subagentRunId"))
+        if name == _CONTEXT:
+            CustomFolder._note_memory(ledger, scope, payload)
+        elif payload.get("type") == "model_request_started":
+            ledger.response_groups[scope] = f"{ledger.run_id}:{ledger.attempt}:{ledger.sequence}"
 
     @staticmethod
     def _note_memory(ledger: Ledger, scope: str, payload: dict[str, JsonValue]) -> None:
@@ -154,7 +202,7 @@ class CustomFolder:
 
     @staticmethod
     def _fold_input(
-        ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue], *, media: bool
+        ledger: Ledger, whole: dict[str, Any], source: dict[str, JsonValue], *, media: bool
     ) -> str | None:
         message_id = str(source["message_id"])
         content: dict[str, JsonValue] = {"messageId": message_id, "role": "user"}
@@ -171,10 +219,11 @@ class CustomFolder:
         return ledger.put(key, "text_message", "completed", content, event_time(whole))
 
     @staticmethod
-    def _fold_tool(ledger: Ledger, whole: Mapping[str, Any], source: dict[str, JsonValue]) -> tuple[bool, str | None]:
+    def _fold_tool(
+        ledger: Ledger, name: str | None, whole: dict[str, Any], source: dict[str, JsonValue]
+    ) -> tuple[bool, str | None]:
         """Native tool parts, unpresented tool results and tool supplements update their tool-call item: (True, its
         id, or None when it was evicted); (False, None) for any other event."""
-        name = whole.get("name")
         part = _nested(source, "part")
         kind = part.get("part_kind") if part is not None else None
         native = isinstance(kind, str) and kind in _NATIVE_PARTS
@@ -211,49 +260,47 @@ class CustomFolder:
             content["mcp_apps"] = origin.get("apps", [])
         elif origin.get("part_kind") == "builtin-tool-call":
             args = origin.get("args")
-            compact = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-            text = args if isinstance(args, str) else compact
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
             ledger.policy.put_text(content, "arguments", text)
             content["arguments_complete"] = True
         else:
             state = _put_outcome(ledger, content, origin)
         return True, ledger.put(key, "tool_call", state, content, event_time(whole))
 
-    def _fold_arguments(self, ledger: Ledger, event: Mapping[str, Any], stream: JsonValue, text: str) -> str | None:
-        """Consecutive argument deltas of one part share one observation: the first delta's, growing."""
+    def _fold_arguments(
+        self, ledger: Ledger, event: dict[str, Any],
+        streamed: tuple[dict[str, Any], dict[str, Any], dict[str, Any], str],
+    ) -> str | None:  # fmt: skip
+        """Consecutive argument deltas of one part share one observation: the first delta's, growing. The item holds
+        the stream's own value (written anew with each delta, which is the only change it sees)."""
+        value, source, delta, text = streamed
         held = self.arguments
-        if held is not None and held.stream == stream and held.sequence == ledger.sequence - 1:
+        if held is not None and held.sequence == ledger.sequence - 1 and _continues(held.stream, value, source, delta):
             if held.event is not None:
                 held.event["value"]["event"]["delta"]["args_delta"] += text
                 # Escaping is per character, so the JSON grows by the escaped text without its quotes.
                 held.size += len(encode_basestring_ascii(text)) - 2
         else:
             first = _held_copy(event)
-            held = HeldArguments(stream, ledger.observation_key(), event_time(event), ledger.sequence, first,
-                                 json_size(first["value"]))  # fmt: skip
+            held = HeldArguments(_stream_of(value, source, delta), ledger.observation_key(), event_time(event),
+                                 ledger.sequence, first, json_size(first["value"]))  # fmt: skip
             self.arguments = held
         held.sequence = ledger.sequence
         if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
             held.event = None
-        value: JsonValue = _detached_delta(held.event["value"]) if held.event is not None else dict(OMITTED)
-        content: dict[str, JsonValue] = {"name": _PART_DELTA, "value": value}
+        content: dict[str, JsonValue] = {
+            "name": _PART_DELTA, "value": held.event["value"] if held.event is not None else dict(OMITTED)
+        }
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
         return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
 
 
-def _held_copy(event: Mapping[str, Any]) -> dict[str, Any]:
+def _held_copy(event: dict[str, Any]) -> dict[str, Any]:
     """The event with fresh dicts along the path to `value.event.delta`, where the stream grows it in place."""
     value = event["value"]
     source = value["event"]
     return {**event, "value": {**value, "event": {**source, "delta": dict(source["delta"])}}}
-
-
-def _detached_delta(value: dict[str, Any]) -> dict[str, Any]:
-    """`value` with fresh dicts along the path to `event.delta.args_delta`, the only place a held argument stream
-    changes: the item keeps this copy while the stream keeps growing its own."""
-    source = value["event"]
-    return {**value, "event": {**source, "delta": dict(source["delta"])}}
 
 
 def _put_outcome(ledger: Ledger, content: dict[str, JsonValue], part: dict[str, JsonValue]) -> ItemState:

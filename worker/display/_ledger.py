@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import orjson
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
 
+from worker.display._ids import hashed_id, item_id
 from worker.display._json import ORJSON_AGREES, loads_object
-from worker.display.bounding import ContentPolicy
-from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition, item_id
+from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, ContentPolicy, json_size_exceeds
+from worker.display.items import Item, ItemKind, ItemRef, ItemState, StreamPosition
 from worker.display.memory import MemorySource
 from worker.display.snapshot import Eviction
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-FINISHED: frozenset[ItemState] = frozenset({"completed", "failed"})
-ROOT_SCOPE = "root"
-_AT: dict[int, datetime] = {}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+FINISHED: Final[frozenset[ItemState]] = frozenset({"completed", "failed"})
+ROOT_SCOPE: Final = "root"
+_MEMORY: Final = TypeAdapter(dict[str, tuple[MemorySource, ...]])  # the continuation's `memory_sources`
+_AT: Final[dict[int, datetime]] = {}
+_AT_JSON: Final[dict[datetime, str]] = {}  # JSON of the UTC datetimes `event_time` makes
 
 
-def event_time(event: Mapping[str, Any]) -> datetime:
+def event_time(event: dict[str, Any]) -> datetime:
     """The event's own epoch-millisecond `timestamp` as a UTC datetime; the epoch when it carries none."""
     stamp = event.get("timestamp")
     if not isinstance(stamp, int):
@@ -30,8 +33,25 @@ def event_time(event: Mapping[str, Any]) -> datetime:
     if at is None:
         if len(_AT) >= 4096:
             _AT.clear()
-        at = _AT[stamp] = _EPOCH + timedelta(milliseconds=stamp)
+        at = _AT[stamp] = _EPOCH + timedelta(0, 0, 0, stamp)  # milliseconds, given by position (no keyword parsing)
     return at
+
+
+def _time_json(at: datetime) -> str:
+    """`at` as orjson writes it in an item (UTC as `Z`); remembered for the datetimes `event_time` makes (the same
+    instant in another zone writes differently, so only those are looked up)."""
+    if at.tzinfo is not UTC:
+        return orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
+    text = _AT_JSON.get(at)
+    if text is None:
+        if len(_AT_JSON) >= 4096:
+            _AT_JSON.clear()
+        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
+    return text
+
+
+def _text_json(text: str) -> str:
+    return orjson.dumps(text).decode()
 
 
 def scope_of(subagent_run_id: object) -> str:
@@ -44,13 +64,14 @@ class Entry:
     until the next change."""
 
     __slots__ = (
-        "content", "ended", "first", "index", "json", "key", "kind", "last", "model", "ordinal", "refs", "started",
-        "state",
+        "content", "ended", "first", "index", "json", "key", "kind", "last", "made", "model", "ordinal", "refs",
+        "started", "state",
     )  # fmt: skip
 
     def __init__(  # noqa: PLR0917  # built per new item
-        self, key: str, ordinal: int, kind: ItemKind, first: str, started: datetime, refs: dict[str, Any]
-    ) -> None:
+        self, key: str, ordinal: int, kind: ItemKind, first: str, started: datetime, refs: dict[str, Any],
+        *, made: bool = False,
+    ) -> None:  # fmt: skip
         self.key = key
         self.ordinal = ordinal
         self.kind: ItemKind = kind
@@ -64,6 +85,9 @@ class Entry:
         self.model: Item | None = None
         self.json: bytes | None = None
         self.index = 0  # its place in the ledger's order
+        # Made by the ledger, its id (`itm_` and hex, as `item_id` makes them) and stream ids (`attempt-sequence`)
+        # need no JSON escapes; an item read back from a snapshot has its own.
+        self.made = made
 
     @classmethod
     def of(cls, item: Item) -> Entry:
@@ -99,25 +123,34 @@ class Entry:
             )
         return self.model
 
-    def to_json(self) -> bytes:
+    def to_json(self, content_json: bytes | None = None) -> bytes:
         """The item's JSON, byte for byte as `Item.model_dump_json()` writes it (orjson writes the same text for
-        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model)."""
+        these fields when `ORJSON_AGREES`; anything it cannot write goes through the model). `content_json` is
+        the content's JSON when the caller has it already."""
         if self.json is None:
             if ORJSON_AGREES and not self.refs:
-                fields = {
-                    "id": self.key, "ordinal": self.ordinal, "kind": self.kind, "state": self.state,
-                    "first_stream_id": self.first, "last_stream_id": self.last, "started_at": self.started,
-                    "ended_at": self.ended, "content": self.content,
-                }  # fmt: skip
                 try:  # a plain try: a suppress() context costs a call in and out on every item written
-                    # A copy: orjson's own bytes keep the capacity of its working buffer, kilobytes for any text.
-                    self.json = bytes(memoryview(orjson.dumps(fields, option=orjson.OPT_UTC_Z)))
+                    self.json = self._joined(orjson.dumps(self.content) if content_json is None else content_json)
                 except (TypeError, orjson.JSONEncodeError):
                     self.json = None  # written through the model below
             if self.json is None:
                 item = self.item()
                 self.json = item.__pydantic_serializer__.to_json(item)
         return self.json
+
+    def _joined(self, content_json: bytes) -> bytes:
+        """The item's JSON around its content's, the fields in the model's order."""
+        ended = "null" if self.ended is None else _time_json(self.ended)
+        if self.made:
+            head = (f'{{"id":"{self.key}","ordinal":{self.ordinal},"kind":"{self.kind}","state":"{self.state}",'
+                    f'"first_stream_id":"{self.first}","last_stream_id":"{self.last}",'
+                    f'"started_at":{_time_json(self.started)},"ended_at":{ended},"content":')  # fmt: skip
+        else:
+            head = (f'{{"id":{_text_json(self.key)},"ordinal":{self.ordinal},"kind":"{self.kind}",'
+                    f'"state":"{self.state}","first_stream_id":{_text_json(self.first)},'
+                    f'"last_stream_id":{_text_json(self.last)},"started_at":{_time_json(self.started)},'
+                    f'"ended_at":{ended},"content":')  # fmt: skip
+        return b"".join((head.encode(), content_json, b"}"))
 
 
 class Ledger:
@@ -132,6 +165,7 @@ class Ledger:
     ) -> None:  # fmt: skip
         self.run_id = run_id
         self.attempt = attempt
+        self._observations = f"{run_id}\0observation\0{attempt}:"  # what `item_id` hashes, but the sequence
         self.policy = policy
         self.entries: dict[str, Entry] = {item.id: Entry.of(item.model_copy(deep=True)) for item in items}
         self.order: list[Entry] = list(self.entries.values())  # by ordinal, with each item's JSON beside it
@@ -143,7 +177,7 @@ class Ledger:
         self.sequence = 0
         self.response_groups: dict[str, str] = {}
         self.memory_sources: dict[str, tuple[MemorySource, ...]] = {}
-        self.changed: set[str] = set(self.entries)
+        self._memory_json: tuple[tuple[tuple[str, tuple[MemorySource, ...]], ...], bytes] = ((), b"{}")
         self.evicted_count = 0 if evicted is None else evicted.count
         self.evicted_ordinals: list[list[int]] = [] if evicted is None else [list(r) for r in evicted.ordinals]
         self.evicted_ids: dict[str, None] = {} if evicted is None else dict.fromkeys(evicted.ids)
@@ -151,7 +185,7 @@ class Ledger:
         self._last_key: tuple[str, str, str] = ("", "", "")
         # Write a finished item's JSON as it is put, keeping only that: a fold that builds no per-event records
         # then holds few live containers (they cost every garbage collection a traversal).
-        self.settle = False
+        self.finished_as_json = False
 
     @property
     def position(self) -> StreamPosition:
@@ -169,12 +203,13 @@ class Ledger:
 
     def observation_key(self) -> str:
         """The id of an observation made by the event at the current position."""
-        return item_id(self.run_id, "observation", f"{self.attempt}:{self.sequence}")
+        return hashed_id(self._observations + str(self.sequence))
 
     def content_of(self, key: str) -> dict[str, JsonValue]:
-        """A shallow copy of an item's content (empty for a new item)."""
+        """An item's content to change and `put` back (empty for a new item): the ledger's own dict, which no model
+        or JSON of the item shares (the item's JSON is written anew when it is put)."""
         found = self.entries.get(key)
-        return dict(found.contents()) if found is not None else {}
+        return found.contents() if found is not None else {}
 
     def state_of(self, key: str) -> ItemState:
         found = self.entries.get(key)
@@ -188,9 +223,10 @@ class Ledger:
         growing: bool = False,
     ) -> str | None:  # fmt: skip
         """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
-        A `growing` item (the next event may change it again) is not settled yet.
+        A `growing` item (the next event may change it again) keeps its content even when finished.
 
-        The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change.
+        The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change; a
+        `growing` item's values may change only right before it is put again.
         """
         entry = self.entries.get(key)
         here = f"{self.attempt}-{self.sequence}"
@@ -198,7 +234,8 @@ class Ledger:
             if key in self.evicted_ids:
                 self.refused += 1
                 return None
-            entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {})
+            made = key.startswith("itm_") and key.isascii() and key[4:].isalnum()  # a restored stream may name any key
+            entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {}, made=made)
             self.next_ordinal += 1
             entry.index = len(self.order)
             self.order.append(entry)
@@ -211,8 +248,7 @@ class Ledger:
         entry.last = here
         entry.ended = at if state in FINISHED else None
         entry.content = content
-        self.changed.add(key)
-        if self.settle and state in FINISHED and not growing:
+        if self.finished_as_json and state in FINISHED and not growing:
             self.jsons[entry.index] = entry.to_json()
             self.stale.discard(entry.index)
             entry.content = None
@@ -220,6 +256,43 @@ class Ledger:
         else:
             self.stale.add(entry.index)
         return key
+
+    def observe(self, content: dict[str, JsonValue], at: datetime, *, bounded: bool) -> str | None:
+        """Store the completed observation the event at the current position makes; with `bounded` (see
+        `ContentPolicy.bounds_observation`) its content's `value` is `OMITTED` when over MAX_OBSERVATION_BYTES.
+        Kept as JSON (`finished_as_json`), its JSON is written at once, the content's text serving the bound as well."""
+        key = self.observation_key()
+        if not (self.finished_as_json and ORJSON_AGREES) or key in self.entries or key in self.evicted_ids:
+            if bounded and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
+                content["value"] = dict(OMITTED)
+            return self.put(key, "observation", "completed", content, at)
+        try:
+            text = orjson.dumps(content)
+        except (TypeError, orjson.JSONEncodeError):
+            text = None
+        # The value's own text is shorter than the content's: within a sixth of the bound, it is within the bound.
+        oversize = text is None or 6 * len(text) > MAX_OBSERVATION_BYTES
+        if bounded and oversize and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
+            content["value"] = dict(OMITTED)
+            text = None
+        here = f"{self.attempt}-{self.sequence}"
+        entry = self.entries[key] = Entry(key, self.next_ordinal, "observation", here, at, {}, made=True)  # its own id
+        self.next_ordinal += 1
+        entry.index = len(self.order)
+        self.order.append(entry)
+        entry.state = "completed"
+        entry.ended = at
+        entry.content = content
+        self.jsons.append(entry.to_json(text))
+        entry.content = None
+        return key
+
+    def memory_json(self) -> bytes:
+        """`memory_sources` as the continuation's model writes it, written anew only when it changed."""
+        current = tuple(self.memory_sources.items())
+        if current != self._memory_json[0]:  # the same source objects stay: compared by identity
+            self._memory_json = (current, _MEMORY.dump_json(self.memory_sources))
+        return self._memory_json[1]
 
     def ref(self, key: str) -> ItemRef:
         """The reference to item `key` as it stands."""
@@ -246,7 +319,6 @@ class Ledger:
         removed = 0
         for key in keys:
             entry = self.entries.pop(key)
-            self.changed.discard(key)
             if entry.kind != "observation":
                 self.evicted_ids[key] = None
             ranges = self.evicted_ordinals

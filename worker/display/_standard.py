@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from pydantic import JsonValue
 
@@ -12,7 +11,7 @@ from worker.display.items import ItemKind, ItemState
 from worker.errors import AguiObservationError
 
 # Event type -> (item kind, field naming the item's source id).
-_SOURCES: dict[str, tuple[ItemKind, str]] = {
+_SOURCES: Final[dict[str, tuple[ItemKind, str]]] = {
     "TEXT_MESSAGE_START": ("text_message", "messageId"),
     "TEXT_MESSAGE_CONTENT": ("text_message", "messageId"),
     "TEXT_MESSAGE_END": ("text_message", "messageId"),
@@ -26,15 +25,15 @@ _SOURCES: dict[str, tuple[ItemKind, str]] = {
     "TOOL_CALL_RESULT": ("tool_call", "toolCallId"),
 }
 # Events whose `delta` appends to an accumulated content field.
-_APPENDS = {
+_APPENDS: Final = {
     "TEXT_MESSAGE_CONTENT": "text",
     "REASONING_MESSAGE_CONTENT": "text",
     "TOOL_CALL_ARGS": "arguments",
 }
 # Events that complete their item.
-_COMPLETES = frozenset({"TEXT_MESSAGE_END", "REASONING_MESSAGE_END", "TOOL_CALL_RESULT"})
-# Event fields an item's content mirrors.
-_MIRRORED = (
+_COMPLETES: Final = frozenset({"TEXT_MESSAGE_END", "REASONING_MESSAGE_END", "TOOL_CALL_RESULT"})
+# Event fields an item's content mirrors (a variable-length tuple type: compiled, it is read by index).
+_MIRRORED: Final[tuple[str, ...]] = (
     "messageId",
     "role",
     "toolCallId",
@@ -45,12 +44,12 @@ _MIRRORED = (
     "responseGroup",
 )
 # Events that each become one completed observation holding the whole event.
-LIFECYCLE_EVENTS = frozenset(
+LIFECYCLE_EVENTS: Final = frozenset(
     {"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"}
 )
 
 
-def check_event(event: Mapping[str, Any]) -> None:
+def check_event(event: dict[str, Any]) -> None:
     """Refuse, before anything is folded, an event lacking a field the fold reads."""
     kind_name = event.get("type")
     if not isinstance(kind_name, str):
@@ -62,20 +61,22 @@ def check_event(event: Mapping[str, Any]) -> None:
         raise AguiObservationError(f"display fold got a {kind_name} event whose delta is not a string")
 
 
-def fold_standard(ledger: Ledger, event: Mapping[str, Any]) -> str | None:
+def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
     """Fold one non-CUSTOM event into its item and return the item's id; None for an event type the display does
     not track or an item that was evicted."""
     kind_name = event["type"]
     if kind_name in LIFECYCLE_EVENTS:
         whole: dict[str, JsonValue] = dict(event)
-        return ledger.put(ledger.observation_key(), "observation", "completed", whole, event_time(event))
+        return ledger.observe(whole, event_time(event), bounded=False)
     source = _SOURCES.get(kind_name)
     if source is None:
         return None
     kind, id_field = source
     key = ledger.key(kind, str(event[id_field]), event.get("subagentRunId"))
     content = ledger.content_of(key)
-    content.update({name: event[name] for name in _MIRRORED if name in event})
+    for name in _MIRRORED:
+        if name in event:
+            content[name] = event[name]
     scope = scope_of(content.get("subagentRunId"))
     group = ledger.group(scope)
     if group is not None and "responseGroup" not in content:

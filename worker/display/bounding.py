@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from ag_ui.core import BaseEvent, TextPart, ToolCallArgsEvent, ToolCallResultEvent
@@ -25,18 +25,18 @@ __all__ = [
 ]
 
 # Characters an item keeps of a message text, tool arguments or a tool result.
-MAX_FIELD_CHARS = 262144
+MAX_FIELD_CHARS: Final = 262144
 # JSON size above which an observation keeps only its name.
-MAX_OBSERVATION_BYTES = 32768
+MAX_OBSERVATION_BYTES: Final = 32768
 # The value an over-large observation keeps.
-OMITTED: dict[str, JsonValue] = {"omitted": True}
-_PARTS_OMITTED = "Result parts omitted: display size limit exceeded."
+OMITTED: Final[dict[str, JsonValue]] = {"omitted": True}
+_PARTS_OMITTED: Final = "Result parts omitted: display size limit exceeded."
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 # Each byte of UTF-8 text mapped to what escaping adds for the character it starts: a two-byte sequence becomes
 # six characters (+4), a three-byte one six (+3), a four-byte one a surrogate pair of twelve (+8), DEL six (+5).
-_GROWTH = bytes(
+_GROWTH: Final = bytes(
     ord("2") if 0xC0 <= code <= 0xDF else ord("3") if 0xE0 <= code <= 0xEF else ord("4") if 0xF0 <= code <= 0xF7
     else ord("d") if code == 0x7F else ord(".")
     for code in range(256)
@@ -69,7 +69,7 @@ def json_size(value: object) -> int:
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:
-    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that settles it.
+    """`json_size(value) > limit`, answered from orjson's UTF-8 text when that decides it.
 
     Per character the escaped text is at most six times orjson's (a DEL escapes to six characters; a number is
     spelled at most two characters longer), and never shorter unless a float is spelled shorter.
@@ -86,7 +86,7 @@ def json_size_exceeds(value: object, limit: int) -> bool:
 
 # Per event class: whether its instances may need a bound (TOOL_CALL_RESULT or TOOL_CALL_ARGS events); looked up by
 # class, since a pydantic model's isinstance check costs a call into its metaclass.
-_BOUNDED: dict[type, bool] = {}
+_BOUNDED: Final[dict[type, bool]] = {}
 
 
 def bound_event(event: BaseEvent) -> BaseEvent:
@@ -168,8 +168,6 @@ class ContentPolicy:
         """Whether a tool result value or part list fits (or need not fit) the field bound."""
         return self.unbounded or not json_size_exceeds(value, MAX_FIELD_CHARS)
 
-    def observation_value(self, value: JsonValue, *, summary: bool) -> JsonValue:
-        """The value an observation keeps: OMITTED when it is over MAX_OBSERVATION_BYTES and not retained."""
-        if self.retain_content or (self.full_content and summary):
-            return value
-        return dict(OMITTED) if json_size_exceeds(value, MAX_OBSERVATION_BYTES) else value
+    def bounds_observation(self, *, summary: bool) -> bool:
+        """Whether an observation's value is bounded: it keeps OMITTED instead when over MAX_OBSERVATION_BYTES."""
+        return not (self.retain_content or (self.full_content and summary))

@@ -91,10 +91,10 @@ class DisplayFold:
         """Read-only view of the items held, by id, in first-seen order."""
         return ItemsView(self._ledger.entries)
 
-    def settle_finished(self) -> None:
+    def keep_finished_as_json(self) -> None:
         """Keep only the JSON of each item finished from now on (written at once): the same snapshots, fewer live
         objects for a fold that builds no record per event; reading such an item back costs a parse."""
-        self._ledger.settle = True
+        self._ledger.finished_as_json = True
 
     @property
     def evicted(self) -> Eviction | None:
@@ -109,7 +109,7 @@ class DisplayFold:
         """Give each event the next sequence and fold it; when `source` is a tool result the observer did not
         present, that call's item fails and the last record reports it. A malformed event refuses the batch."""
         ledger = self._ledger
-        batch = list(events)
+        batch = _dicts(events)
         for event in batch:
             check_event(event)
         records: list[Observed] = []
@@ -137,7 +137,7 @@ class DisplayFold:
 
         The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
         ledger = self._ledger
-        batch = events if isinstance(events, list | tuple) else list(events)
+        batch = _dicts(events)
         for event in batch:
             check_event(event)
         customs = self._customs
@@ -151,13 +151,13 @@ class DisplayFold:
         if batch and failed is not None:
             self._fail_tool_call(failed, batch[-1])
 
-    def _fold_one(self, event: Mapping[str, Any]) -> str | None:
+    def _fold_one(self, event: dict[str, Any]) -> str | None:
         if event["type"] == "CUSTOM":
             return self._customs.fold(self._ledger, event)
         self._customs.completed = None
         return fold_standard(self._ledger, event)
 
-    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: Mapping[str, Any]) -> str | None:
+    def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: dict[str, Any]) -> str | None:
         if failed is None:
             return None
         call_id, message, run_id = failed
@@ -214,10 +214,10 @@ class DisplayFold:
 
     def _continuation_json(self, observer: ObserverContinuation | None, observer_json: bytes | None) -> bytes:
         """The continuation's JSON as its model writes it: by hand for the usual parts, through the model when
-        memory sources, retained content or pending fragments are in it."""
+        retained content or pending fragments are in it."""
         ledger = self._ledger
         assembler = self._customs.assembler
-        if ledger.memory_sources or self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
+        if self._policy.retain_content or assembler.pending or not ORJSON_AGREES:
             if observer is None and observer_json is not None:
                 observer = ObserverContinuation.model_validate_json(observer_json)
             continuation = self._continuation(observer)
@@ -233,6 +233,7 @@ class DisplayFold:
             % (ledger.attempt, ledger.sequence, ledger.next_ordinal),
             b"true" if self._policy.full_content else b"false",
             b',"response_groups":', orjson.dumps(ledger.response_groups),
+            b',"memory_sources":' + ledger.memory_json() if ledger.memory_sources else b"",
             b',"arguments":',
             b"null" if held is None else held.to_json(),
             b',"fragments":{"pending":{},"gap":%s,"max_bytes":%d,"max_pending":%d}'
@@ -247,16 +248,6 @@ class DisplayFold:
     def item_kind(self, item_id: str) -> ItemKind:
         """The kind of one held item."""
         return self._ledger.entries[item_id].kind
-
-    def capture_delta(self) -> DisplaySnapshot:
-        """The items changed since the previous capture (by ordinal) with the current continuation."""
-        ledger = self._ledger
-        entries = sorted((ledger.entries[key] for key in ledger.changed), key=lambda entry: entry.ordinal)
-        snapshot = DisplaySnapshot(
-            items=[entry.item() for entry in entries], continuation=self.export_continuation(), evicted=self.evicted
-        )
-        ledger.changed.clear()
-        return snapshot.model_copy(deep=True)
 
     def export_continuation(self) -> DisplayContinuation:
         """A detached copy of the parser state alone, without the items."""
@@ -276,6 +267,18 @@ class DisplayFold:
             fragments=self._customs.assembler.export(),
             observer=self._observer.export() if observer is None else observer,
         )
+
+
+def _dicts(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The events as dicts (a compiled fold reads a dict's fields directly, any other mapping through its methods);
+    a list of dicts is itself (read, never changed), without the generic iteration an `Iterable` costs compiled."""
+    if isinstance(events, list):
+        given: list[Any] = events
+        for event in given:
+            if type(event) is not dict:
+                return [item if type(item) is dict else dict(item) for item in given]
+        return given
+    return [event if type(event) is dict else dict(event) for event in events]
 
 
 def _with_memory(ref: ItemRef, content: Mapping[str, Any]) -> ItemRef:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ag_ui.core import CustomEvent
@@ -69,11 +68,6 @@ class CustomEventAssembler:
         """How many fragmented events are incomplete."""
         return len(self._pending)
 
-    @property
-    def buffered_bytes(self) -> int:
-        """UTF-8 bytes held by all incomplete assemblies."""
-        return self._buffered
-
     def export(self) -> FragmentState:
         """A detached copy of the pending assemblies and the gap flag."""
         state = FragmentState(
@@ -101,7 +95,7 @@ class CustomEventAssembler:
             self._drop(identity)
         self.gap = True
 
-    def accept(self, event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def accept(self, event: dict[str, Any]) -> dict[str, Any] | None:
         """The event itself if it is not a frame; the reassembled event dict on a final frame; else None."""
         if event.get("name") != FRAGMENT_EVENT_NAME:
             return event

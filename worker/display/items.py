@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from worker.display._ids import item_id
 from worker.display.memory import MemorySource
 
 __all__ = [
@@ -23,16 +23,6 @@ __all__ = [
 
 ItemKind = Literal["text_message", "reasoning_message", "tool_call", "observation"]
 ItemState = Literal["in_progress", "completed", "interrupted", "failed"]
-
-
-_SHA256 = hashlib.sha256()  # copied per id: cheaper than looking the digest up by name each time
-
-
-def item_id(run_id: str, kind: ItemKind, source_id: str) -> str:
-    """Stable id of an item: the same run, kind and source id always name the same item, across attempts."""
-    digest = _SHA256.copy()
-    digest.update(f"{run_id}\0{kind}\0{source_id}".encode())
-    return f"itm_{digest.hexdigest()[:32]}"
 
 
 class StreamPosition(BaseModel):

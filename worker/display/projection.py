@@ -10,6 +10,7 @@ import orjson
 from ag_ui.core import BaseEvent
 from pydantic import ValidationError
 
+from worker._framing import Headers, framed_size, varint_size
 from worker._value import FrozenValue
 from worker.display._failures import failed_tool_call
 from worker.display._json import loads_object
@@ -24,31 +25,26 @@ from worker.wire import HarnessItem
 __all__ = [
     "DEFAULT_DISPLAY_INTERVAL_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "MIN_DISPLAY_BYTES",
     "DisplayProjection",
     "DisplayRecord",
     "ExportsContinuation",
     "record_overhead",
 ]
 
-DEFAULT_DISPLAY_INTERVAL_MS = 1000
+DEFAULT_DISPLAY_INTERVAL_MS = 5000  # as the worker's --display-interval-ms
 # Kafka's default max.message.bytes of a topic.
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
+MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accepts
 _STATE_FORMAT = 1
-# Record batch header of the v2 format; per record: length, attributes, timestamp and offset deltas, key and value
-# lengths, header count (varints at their widest).
-_BATCH_OVERHEAD = 61
-_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 # Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
 _NOTE_SLACK = 256
 
-Headers = tuple[tuple[str, bytes], ...]
 
-def record_overhead(key: bytes, headers: Headers) -> int:
-    """Bytes a record of `key` and `headers` adds to its value in a one-record batch, at most."""
-    return (
-        _BATCH_OVERHEAD + _RECORD_OVERHEAD + len(key)
-        + sum(10 + len(name.encode()) + len(value) for name, value in headers)
-    )  # fmt: skip
+def record_overhead(key: bytes, headers: Headers, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    """Bytes a record of `key` and `headers` adds to a value of at most `max_bytes` in a one-record batch, at most:
+    its `framed_size` with an empty value, the value's length written at the widest it can be."""
+    return framed_size(key, b"", headers) - 1 + varint_size(max_bytes)
 
 
 class ExportsContinuation(Protocol):
@@ -75,6 +71,14 @@ class DisplayRecord(FrozenValue):
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return DisplayRecord, (self.key, self.value, self.headers, self.agui_seq, self.evicted)
+
+
+def _published(event: BaseEvent, value: bytes | None, data: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON object of the event's record value, bounded as `convert --display` bounds it: `data` when given,
+    else `value` (or the event's encoding when None) parsed."""
+    if data is None:
+        data = loads_object(value if value is not None else encode_event(event))
+    return bound_event_json(data)
 
 
 def _utf8(text: str) -> bytes:
@@ -120,10 +124,12 @@ class DisplayProjection:
         max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:  # fmt: skip
         self._cadence = DisplayCadence(run_id, interval_ms)
-        if max_bytes < 1024:
-            raise ConfigError(f"display max_bytes must be >= 1024 (the topic's max.message.bytes), got {max_bytes}")
+        if max_bytes < MIN_DISPLAY_BYTES:
+            raise ConfigError(
+                f"display max_bytes must be >= {MIN_DISPLAY_BYTES} (the topic's max.message.bytes), got {max_bytes}"
+            )
         self._fold = DisplayFold(run_id)
-        self._fold.settle_finished()
+        self._fold.keep_finished_as_json()
         self._thread_id = thread_id
         self._thread_bytes = _utf8(thread_id)
         self._headers_key = _utf8(run_id)
@@ -175,6 +181,7 @@ class DisplayProjection:
         ended: bool,
         source: HarnessItem | None = None,
         encoded: Sequence[bytes] | None = None,
+        data: Sequence[dict[str, Any] | None] | None = None,
         observer: ExportsContinuation | None = None,
     ) -> DisplayRecord | None:
         """Fold the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...) and
@@ -182,18 +189,21 @@ class DisplayProjection:
 
         `source` is the item they came from (None for an event the worker made itself, such as a gap's RUN_ERROR),
         `timestamp_ms` the source record's timestamp, `ended` whether nothing more will be published for the run,
-        `encoded` the events' output record values when at hand, `observer` the run's observer, whose
+        `encoded` the events' output record values when at hand, `data` their JSON objects when at hand (each equal
+        to what parsing its value gives; None for one to be parsed), `observer` the run's observer, whose
         continuation the record then carries (as `convert --display` prints it).
         """
         cadence = self._cadence
         cadence.expect(first_seq)
         if encoded is not None and len(encoded) != len(events):
             raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
+        if data is not None and len(data) != len(events):
+            raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
         if events:
-            values = encoded if encoded is not None else [encode_event(event) for event in events]
             try:
-                self._fold.apply([bound_event_json(loads_object(value)) for value in values],
-                                 failed=failed_tool_call(source) if source is not None else None)
+                published = [_published(event, None if encoded is None else encoded[index],
+                                        None if data is None else data[index]) for index, event in enumerate(events)]
+                self._fold.apply(published, failed=failed_tool_call(source) if source is not None else None)
             except AguiObservationError:
                 self._skipped += 1
         cadence.advance(first_seq, len(events))
@@ -202,7 +212,7 @@ class DisplayProjection:
             return None
         continuation = None if observer is None else orjson.dumps(observer.export_data())
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
-        budget = self._max_bytes - record_overhead(self._headers_key, headers)
+        budget = self._max_bytes - record_overhead(self._headers_key, headers, self._max_bytes)
         value = self._fold.export_json(observer_json=continuation)
         evicted = 0
         if len(value) > budget:
@@ -269,7 +279,7 @@ class DisplayProjection:
                 max_bytes=int(state["max_bytes"]),
             )  # fmt: skip
             projection._fold = DisplayFold.restore(snapshot)
-            projection._fold.settle_finished()
+            projection._fold.keep_finished_as_json()
             projection._published = int(state["published_seq"])
             # States written before `attempted_seq` existed: the last due record was the last one published.
             projection._cadence = DisplayCadence(

@@ -3,7 +3,7 @@
 from worker.errors import AguiObservationError
 from worker.observe._content import execution_value, public_tool_result_content, public_value, tool_result_content
 from worker.observe._continuation import CursorModel, ObserverContinuation, StateModel
-from worker.observe._encode import ORJSON_AGREES, encode_event
+from worker.observe._encode import ORJSON_AGREES, encode_event, encode_event_data
 from worker.observe._fragments import FRAGMENT_EVENT_NAME, fragment_custom_event
 from worker.observe._json import has_float, loads_exact
 from worker.observe._observer import HarnessAguiObserver
@@ -22,6 +22,7 @@ __all__ = [
     "StateModel",
     "announced_child",
     "encode_event",
+    "encode_event_data",
     "execution_value",
     "fragment_custom_event",
     "has_float",

@@ -1,15 +1,17 @@
-"""`encode_event`: the exact output record bytes of an AG-UI event (spec §1e.3, §1e.4)."""
+"""`encode_event`: the exact output record bytes of an AG-UI event (spec §1e.3, §1e.4); `encode_event_data`: those
+bytes and the JSON object they parse back into, taken from the event without parsing any text."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
 import pydantic_core
-from ag_ui.core import BaseEvent
+from ag_ui.core import BaseEvent, EventType
 from pydantic import BaseModel
 
-__all__ = ["ORJSON_AGREES", "encode_event"]
+__all__ = ["ORJSON_AGREES", "encode_event", "encode_event_data"]
 
 # Floats are the only values whose spelling could differ between the two encoders; use orjson (several times
 # faster) only when this installation spells every probe exactly as pydantic does.
@@ -18,6 +20,7 @@ _FLOAT_PROBES = [
     123456789012.0, 9007199254740993.0, 1.2345678901234567e19, 0.30000000000000004, 3.0e-310,
 ]
 ORJSON_AGREES = orjson.dumps(_FLOAT_PROBES) == pydantic_core.to_json(_FLOAT_PROBES)
+_TYPE_NAMES: dict[object, str] = {member: member.value for member in EventType}
 _Layout = tuple[tuple[str, str, bool, bool], ...]
 _LAYOUTS: dict[type[BaseModel], _Layout] = {}
 
@@ -67,7 +70,29 @@ def _fields(model: BaseModel) -> dict[str, Any] | None:
 
 def encode_event(event: BaseEvent) -> bytes:
     """Bytes equal to `event.model_dump_json(by_alias=True, exclude_none=True)`, without the wrap serializer."""
+    return _encoded(event, _fields(event))
+
+
+def encode_event_data(event: BaseEvent, *, plain: bool = False) -> tuple[bytes, dict[str, Any] | None]:
+    """`encode_event(event)` and the JSON object those bytes parse back into, the event's fields read once; the
+    object is None when only parsing tells (a value other than plain JSON data: a tuple, a non-finite float, a
+    datetime, ...).
+
+    With `plain` the caller vouches that every value the event holds is plain JSON data (as the observer's events
+    hold, built from decoded JSON), and that is not checked. The object shares the event's values: a reader must
+    not change them.
+    """
     out = _fields(event)
+    value = _encoded(event, out)
+    if out is None:
+        return value, None
+    kind = out.get("type")
+    if type(kind) is not str:
+        out["type"] = _TYPE_NAMES.get(kind, kind)  # an EventType is written as its value
+    return value, out if plain or _plain(out) else None
+
+
+def _encoded(event: BaseEvent, out: dict[str, Any] | None) -> bytes:
     if out is None:
         return _slow(event)
     if ORJSON_AGREES:
@@ -80,3 +105,18 @@ def encode_event(event: BaseEvent) -> bytes:
 
 def _slow(event: BaseEvent) -> bytes:
     return type(event).__pydantic_serializer__.to_json(event, by_alias=True, exclude_none=True)
+
+
+def _plain(value: object) -> bool:
+    """Whether `value` is JSON data that writing and parsing give back unchanged: dicts with string keys, lists,
+    strings, integers, booleans, None and finite floats, each of exactly that type (a string with a lone surrogate
+    cannot be encoded at all)."""
+    if isinstance(value, str):
+        return type(value) is str
+    if isinstance(value, dict):
+        return type(value) is dict and all(type(key) is str and _plain(item) for key, item in value.items())
+    if isinstance(value, list):
+        return type(value) is list and all(_plain(item) for item in value)
+    if value is None or type(value) is bool or type(value) is int:
+        return True
+    return type(value) is float and math.isfinite(value)

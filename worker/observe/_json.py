@@ -19,10 +19,20 @@ def has_float(value: Any) -> bool:
     """Whether a float is anywhere in `value` (the only JSON values orjson and the stdlib may spell differently)."""
     if isinstance(value, float):
         return True
+    # Plain loops over a narrowed dict or list, scalars told apart inline: compiled, a call per value costs more than
+    # the test, and so does `isinstance(x, A | B)`, which builds the union each time (a tuple of builtins is a check).
     if isinstance(value, dict):
-        return any(has_float(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(has_float(item) for item in value)
+        for item in value.values():
+            if isinstance(item, float) or (isinstance(item, (dict, list, tuple)) and has_float(item)):
+                return True
+        return False
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, float) or (isinstance(item, (dict, list, tuple)) and has_float(item)):
+                return True
+        return False
+    if isinstance(value, tuple):
+        return has_float(list(value))
     return False
 
 

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from ag_ui.core import BaseEvent
 
+from worker._framing import framed_size
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
 
-__all__ = [
-    "MAX_DLQ_MESSAGE_CHARS", "RECORD_OVERHEAD_BYTES", "dead_letter_record", "exception_type", "output_record",
-    "record_size",
-]
+__all__ = ["MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "output_record", "record_size"]
 
 MAX_DLQ_MESSAGE_CHARS = 1000
-# A record sent alone: the v2 batch header (61 bytes) and the most framing one record can take (21 bytes).
-RECORD_OVERHEAD_BYTES = 61 + 21
 
 
 def output_record(
@@ -84,28 +80,8 @@ def dead_letter_record(
 
 
 def record_size(record: OutboundRecord) -> int:
-    """The bytes Kafka's producers count for `record` sent alone, the figure `max.request.size` and a topic's
-    `max.message.bytes` are compared with: batch header, record framing, and key, value and each header's
-    name and value, each behind its varint length (a null counts one byte)."""
-    headers = record.headers
-    size = RECORD_OVERHEAD_BYTES + _field_size(record.key) + _field_size(record.value) + _varint_size(len(headers))
-    for name, value in headers:
-        size += _field_size(name.encode()) + _field_size(value)
-    return size
-
-
-def _field_size(data: bytes | None) -> int:
-    return 1 if data is None else _varint_size(len(data)) + len(data)
-
-
-def _varint_size(n: int) -> int:
-    """Bytes of the zig-zag varint Kafka writes for the length `n` >= 0."""
-    z = n << 1
-    size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
+    """The bytes Kafka's producers count for `record` sent alone (`worker._framing.framed_size`)."""
+    return framed_size(record.key, record.value, record.headers)
 
 
 def exception_type(error: BaseException) -> str:

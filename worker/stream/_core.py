@@ -14,6 +14,7 @@ from worker.observe import (
     ObserverContinuation,
     announced_child,
     encode_event,
+    encode_event_data,
 )
 from worker.stream._hook import encodable
 from worker.wire import decode_item, is_terminal, timestamp_ms
@@ -54,7 +55,9 @@ class StreamCore:
     """Decode, classify, observe and encode; every function must be deterministic.
 
     `export_observer` returns an observer's continuation as JSON data and `restore_observer` builds an
-    observer from such data (raising ValueError or TypeError when it cannot); `announced_run` names the child
+    observer from such data (raising ValueError or TypeError when it cannot); `encode_data` gives what
+    `encode_event` gives and the JSON object those bytes parse back into (None when only parsing them tells), for
+    the display (None: the display parses what `encode_event` gives); `announced_run` names the child
     run an accepted item announces in its stream, or None; `event_bound(item, widest)` bounds the encoded size
     of every event the item yields in a stream whose earlier accepted values were at most `widest` bytes, or is
     None when only encoding the events tells.
@@ -69,10 +72,17 @@ class StreamCore:
     restore_observer: Callable[[Any], StreamObserver]
     announced_run: Callable[[Any], str | None]
     event_bound: Callable[[Any, int], int | None]
+    encode_data: Callable[[BaseEvent], tuple[bytes, dict[str, Any] | None]] | None = None
 
 
 def _export_observer(observer: StreamObserver) -> object:
     return cast(HarnessAguiStreamObserver, observer).export_data()
+
+
+def _observed_encoding(event: BaseEvent) -> tuple[bytes, dict[str, Any] | None]:
+    """The observer's events hold plain JSON data only: every value comes from a decoded source item (`worker.wire`
+    parses with orjson, which refuses non-finite numbers and lone surrogates) or is built from such values."""
+    return encode_event_data(event, plain=True)
 
 
 def _event_bound(item: Any, widest: int) -> int | None:
@@ -109,4 +119,5 @@ def default_core(processor: AguiEventProcessor | str | None = None) -> StreamCor
         restore_observer=restore_observer,
         announced_run=announced_child,
         event_bound=_event_bound if processor is None else _unbounded,
+        encode_data=_observed_encoding if processor is None else encode_event_data,  # a processor's are checked
     )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, DisplayProjection
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
@@ -32,12 +32,10 @@ from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStr
 from worker.wire import HarnessEvent, HarnessRunResultEvent
 
 __all__ = [
-    "EVENT_TOO_LARGE_CODE", "MIN_DISPLAY_BYTES", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState",
-    "StateOptions",
+    "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState", "StateOptions",
 ]
 
 MIN_RECORD_BYTES = 1024  # the smallest output-record limit accepted: room for a RUN_ERROR and its headers
-MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accepts
 # Output-record bytes besides the encoded event, per byte of the key and of the thread id (the key appears in
 # the key and the event id; a thread id's character takes at most 6 bytes, `\udc80`), plus a fixed allowance
 # for the framing, the header names and their numbers.
@@ -328,13 +326,13 @@ class PartitionState:
             stream.last[announced] = -1
         records: tuple[OutboundRecord, ...] = ()
         values: list[bytes] = []
+        data: list[dict[str, Any] | None] | None = None
         failed: Exception | None = None
         display = stream.display
         measure = self._max_record is not None and bool(events) and not self._surely_fit(step, item, stream)
         if step.publish or measure or (display is not None and events):
             try:
-                encode = self._core.encode_event
-                values = [encode(event) for event in events]
+                values, data = self._encode(events, display=display is not None)
                 if step.publish or measure:
                     records = self._outputs(step, item, stream.n, events, values)
             except Exception as exc:  # see process(): the stream moves on as if they were published
@@ -354,7 +352,7 @@ class PartitionState:
         shown: OutboundRecord | None = None
         if display is not None:
             shown = self._show(step, stream, display, events, n, values=values if failed is None else None,
-                               ended=ended, source=item, observer=observer)  # fmt: skip
+                               data=data, ended=ended, source=item, observer=observer)  # fmt: skip
         if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
@@ -366,14 +364,26 @@ class PartitionState:
             return Outcome(outcome.verdict, (*outcome.records, shown), outcome.run_id, outcome.reason, failed)
         return Outcome(Verdict.PROCESSED, records if shown is None else (*records, shown), step.key, None)
 
+    def _encode(
+        self, events: tuple[BaseEvent, ...], *, display: bool
+    ) -> tuple[list[bytes], list[dict[str, Any] | None] | None]:
+        """The events' record values and, for the display when the core gives them, their JSON objects."""
+        both = self._core.encode_data if display else None
+        if both is None:
+            encode = self._core.encode_event
+            return [encode(event) for event in events], None
+        pairs = [both(event) for event in events]
+        return [value for value, _ in pairs], [data for _, data in pairs]
+
     def _show(
         self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...],
-        first: int, *, values: list[bytes] | None, ended: bool, source: WireItem | None, observer: StreamObserver,
+        first: int, *, values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool,
+        source: WireItem | None, observer: StreamObserver,
     ) -> OutboundRecord | None:  # fmt: skip
         """Offer the events numbered n = `first`, ... to the stream's display projection: published, with their
-        record values `values`, or passed over when `values` is None (never published: their encoding failed, or a
-        RUN_ERROR was too large); the display record due after them, when publishing. A projection that `ended` is
-        let go."""
+        record values `values` (and JSON objects `data`, when known), or passed over when `values` is None (never
+        published: their encoding failed, or a RUN_ERROR was too large); the display record due after them, when
+        publishing. A projection that `ended` is let go."""
         if values is None:
             display.skip(first, len(events))
             first, events = first + len(events), ()
@@ -381,7 +391,7 @@ class PartitionState:
         record = display.offer(
             events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
             source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
-            encoded=values if events else None,
+            encoded=values if events else None, data=data if events else None,
             observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
         )  # fmt: skip
         if ended:
@@ -429,7 +439,7 @@ class PartitionState:
         and the stream's last display record; the RUN_ERROR is left out when it would itself exceed the record
         limit. Nothing when not publishing, but the display projection ends either way."""
         event = RunErrorEvent(message=message, code=code, timestamp=self._core.timestamp_ms(item))
-        value = self._core.encode_event(event)
+        (value,), data = self._encode((event,), display=stream.display is not None)
         error = output_record(event, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
                               source=step.record, source_sequence=item.sequence)  # fmt: skip
         fits = self._max_record is None or record_size(error) <= self._max_record
@@ -437,7 +447,7 @@ class PartitionState:
         display, observer = stream.display, stream.observer
         if display is not None and observer is not None:
             shown = self._show(step, stream, display, (event,), stream.n, values=[value] if fits else None,
-                               ended=True, source=None, observer=observer)  # fmt: skip
+                               data=data, ended=True, source=None, observer=observer)  # fmt: skip
         stream.display = None
         if not step.publish:
             return ()
