@@ -188,7 +188,10 @@ def test_a_client_that_never_reads_is_dropped_and_counted_while_a_reader_gets_th
             reader = await _open(session, f"{gateway.url}/runs/{run.key}/events")
             await asyncio.sleep(0.5)
             assert gateway.metric("harness_agui_gateway_connections") == 2
-            await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines[1:]])
+            # Paced, so events keep coming while the writer of the client that never reads waits on its socket (a
+            # burst read in one fetch is not slowness).
+            await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines[1:]],
+                          pace_s=0.02)  # fmt: skip
             await asyncio.wait_for(reader.task, 120)
             assert reader.ids() == [f"{run.key}:{n}" for n in range(len(run.events))]
             assert [f.data.encode() for f in parse_frames(reader.data)[0] if f.id] == run.events

@@ -12,6 +12,7 @@ import time
 
 from aiohttp import web
 
+from worker._heap import freeze_heap
 from worker.app import build_parser, settings_from_args
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
@@ -109,6 +110,9 @@ async def _serve(settings: GatewaySettings) -> int:
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
+    # What is loaded by now (the modules, the run directory) is frozen and collections are rare: a default-tuned
+    # collector scans the whole heap every few seconds, and every stream waits for it.
+    freeze_heap()
     runner, port = await _site(api.application(), settings.http_host, settings.http_port)
     _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
                                                               "display_topic": settings.display_topic})
