@@ -57,6 +57,46 @@ def test_the_gateway_deploys_beside_the_worker(render: Render, monkeypatch: pyte
     assert {p["name"] for p in service["spec"]["ports"]} == {"http", "metrics"}
 
 
+def test_the_gateway_connects_as_the_worker_does_each_variable_once(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mount = {"name": "kafka-login", "mountPath": "/etc/kafka-login", "readOnly": True}
+    values = {
+        "config": {"display_topic": "agui.display", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                   "sasl_username": "streams", "sasl_password_file": "/etc/kafka-login/password"},
+        "kafka": {"ssl": {"existingSecret": "kafka-ca", "caKey": "ca.pem"}},
+        "extraVolumes": [{"name": "kafka-login", "secret": {"secretName": "login-files"}}],
+        "extraVolumeMounts": [mount],
+        "gateway": {"enabled": True, "auth": {"existingSecret": "gw-key"},
+                    "config": {"max_connections": 20_000_000, "log_level": "DEBUG"}},
+    }  # fmt: skip
+    objs = render(values)
+    pods = {o["metadata"]["name"].endswith("-gateway"): o["spec"]["template"]["spec"]
+            for o in objs if o["kind"] == "Deployment"}  # fmt: skip
+    (gateway,), (worker,) = pods[True]["containers"], pods[False]["containers"]
+    names = [e["name"] for e in gateway["env"]]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    env = {e["name"]: e for e in gateway["env"]}
+    worker_env = {e["name"]: e for e in worker["env"]}
+    for name in ("WORKER_BOOTSTRAP_SERVERS", "WORKER_SECURITY_PROTOCOL", "WORKER_SASL_MECHANISM",
+                 "WORKER_SASL_USERNAME", "WORKER_SASL_PASSWORD_FILE", "WORKER_SSL_CAFILE", "WORKER_CLIENT_ID"):
+        assert env[name] == worker_env[name], name
+    assert env["WORKER_DISPLAY_TOPIC"]["value"] == "agui.display"  # the worker's, as gateway.config leaves it empty
+    assert env["WORKER_LOG_LEVEL"]["value"] == "DEBUG"  # gateway.config wins over config
+    for volume in ("kafka-login", "kafka-tls"):  # the password file and the CA reach the gateway as the worker
+        (worker_mount,) = [m for m in worker["volumeMounts"] if m["name"] == volume]
+        assert worker_mount in gateway["volumeMounts"]
+        (worker_volume,) = [v for v in pods[False]["volumes"] if v["name"] == volume]
+        assert worker_volume in pods[True]["volumes"]
+    assert "WORKER_GROUP_INSTANCE_ID" not in names
+    for name, entry in env.items():
+        if "value" in entry:
+            monkeypatch.setenv(name, entry["value"])
+    settings = GatewaySettings()
+    assert settings.max_connections == 20_000_000 and settings.sasl_username == "streams"
+    assert settings.fetch_max_wait_ms == 50  # the gateway's own, not the worker's fetch wait
+
+
 def test_the_gateway_ingress_routes_runs_and_the_viewer(render: Render) -> None:
     values = {**ON, "gateway": {**ON["gateway"], "ingress": {"enabled": True, "host": "runs.example",
                                                              "className": "nginx"}}}  # fmt: skip
@@ -69,7 +109,8 @@ def test_the_gateway_ingress_routes_runs_and_the_viewer(render: Render) -> None:
 
 @pytest.mark.parametrize("values", [
     {"gateway": {"enabled": True, "config": {"display_topic": "d"}}},
-    {"gateway": {"enabled": True, "auth": {"existingSecret": "k"}, "config": {"display_topic": ""}}},
+    {"gateway": {"enabled": True, "auth": {"existingSecret": "k"}, "config": {"display_topic": ""}},
+     "config": {"display_topic": None}},
 ])  # fmt: skip
 def test_the_gateway_needs_a_key_and_the_display_topic(render_error: Any, values: dict[str, Any]) -> None:
     assert "gateway" in render_error(values)

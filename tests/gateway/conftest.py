@@ -4,6 +4,9 @@ from tests.kafka.conftest import (  # noqa: F401 - fixtures, registered by being
     _collect_orphaned_futures,
     kafka_bootstrap,
     kafka_broker,
+    secure_kafka,
+    secure_logs,
+    secure_names,
     topic_factory,
     unique_names,
 )

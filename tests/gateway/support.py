@@ -85,7 +85,8 @@ class GatewayProcess:
     def log_path(self) -> Path:
         return self.log_dir / f"{self.name}.log"
 
-    def start(self, *, ready_timeout_s: float = 60) -> GatewayProcess:
+    def start(self, *, ready_timeout_s: float | None = 60) -> GatewayProcess:
+        """Start the process and wait until `/readyz` answers 200 (not at all when `ready_timeout_s` is None)."""
         args = [sys.executable, "-m", "worker", "gateway", "--bootstrap-servers", self.bootstrap,
                 "--output-topic", self.topics.output, "--display-topic", self.topics.display,
                 "--http-port", str(self.port), "--metrics-port", str(self.metrics_port), "--log-format", "json",
@@ -93,8 +94,10 @@ class GatewayProcess:
         if not any(a in self.extra for a in ("--auth-key-file", "--insecure-no-auth")):
             args.append("--insecure-no-auth")
         log = self.log_path.open("ab")
+        (self.log_dir / f"{self.name}.argv").write_text("\0".join(args))
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        self.wait_ready(ready_timeout_s)
+        if ready_timeout_s is not None:
+            self.wait_ready(ready_timeout_s)
         return self
 
     def probe(self, path: str) -> tuple[int, str]:
@@ -130,6 +133,16 @@ class GatewayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The JSON lines of the log (`--log-format json`)."""
+        out = []
+        for line in self.log().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
 
     def metric(self, name: str, **labels: str) -> float:
         from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415

@@ -23,22 +23,22 @@ async def test_a_client_whose_writer_waits_on_its_socket_is_dropped_at_its_bound
     slow = hub.attach("run", 0, 0, dropped.append, lambda: True)
     fast = hub.attach("run", 0, 0, dropped.append, lambda: False)
     for seq in range(10):
-        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
     assert dropped == [slow.subscription] and slow.subscription.dropped
-    assert fast.subscription.queue.qsize() == 10  # a burst read in one fetch is not slowness
+    assert len(fast.subscription) == 10  # a burst read in one fetch is not slowness
     for seq in range(10, 4 * 64 + 1):
-        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
     assert dropped == [slow.subscription, fast.subscription]  # the hard limit holds for everyone
 
 
 async def test_a_subscription_joins_with_the_recent_events_it_missed_and_nothing_twice() -> None:
     hub = _hub()
     for seq in range(5):
-        hub.publish(1, 100 + seq, "run", seq, b'{"n":%d}' % seq, 0, False)
+        hub.publish(1, 100 + seq, "run", seq, b'{"n":%d}' % seq, 0, False, 0.0)
     joined = hub.attach("run", 1, 2, lambda s: None, lambda: False)
     assert joined.backlog is not None and [d.seq for d in joined.backlog] == [2, 3, 4]
-    hub.publish(1, 105, "run", 5, b"{}", 0, True)
-    assert joined.subscription.queue.get_nowait().seq == 5
+    hub.publish(1, 105, "run", 5, b"{}", 0, True, 0.0)
+    assert [d.seq for d in joined.subscription.take()] == [5] and not joined.subscription.take()
     unknown = hub.attach("other", 1, 0, lambda s: None, lambda: False)
     assert unknown.backlog is None and unknown.live_from == 106  # read the topic up to where the tail is
 
@@ -46,7 +46,7 @@ async def test_a_subscription_joins_with_the_recent_events_it_missed_and_nothing
 async def test_recent_events_covered_by_a_display_record_go_after_the_window() -> None:
     hub = _hub(window_s=0.0)
     for seq in range(6):
-        hub.publish(0, seq, "run", seq, b"{}", 0, False)
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
     hub.displayed("run", 3)
     log = hub.log("run")
     assert log is not None and [e.seq for e in log.recent] == [4, 5] and log.recent_from == 4
@@ -66,3 +66,39 @@ def test_tokens_grant_their_run_or_thread_until_they_expire() -> None:
     with pytest.raises(GatewayError) as forged:
         check.verify(mint_token(b"x" * 32, "run", "run-1", 60))
     assert forged.value.code == "bad-token"
+
+
+async def test_a_waiting_writer_wakes_on_a_delivery_or_after_its_keep_alive_interval() -> None:
+    hub = _hub()
+    joined = hub.attach("run", 0, 0, lambda s: None, lambda: False)
+    assert await joined.subscription.wait(0.01) is False
+    waiting = asyncio.create_task(joined.subscription.wait(10))
+    await asyncio.sleep(0)
+    hub.publish(0, 0, "run", 0, b"{}", 0, False, 0.0)
+    assert await asyncio.wait_for(waiting, 1) is True
+    assert await joined.subscription.wait(10) is True  # still queued: no wait
+
+
+async def test_a_followed_run_keeps_its_events_and_takes_back_what_was_read_from_the_topic() -> None:
+    now = [100.0]
+    hub = _hub(window_s=5.0, clock=lambda: now[0])
+    for seq in range(4, 8):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 90.0)
+    joined = hub.attach("run", 0, 0, lambda s: None, lambda: False)
+    assert joined.backlog is None  # events 0..3 are not held: read from the topic
+    hub.displayed("run", 7)
+    log = hub.log("run")
+    assert log is not None and log.recent_from == 4  # followed: nothing trimmed
+    assert not hub.restore("run", [(0, b"{}", 0, False), (1, b"{}", 0, False)])  # 2 and 3 missing: a gap
+    assert hub.restore("run", [(n, b"{}", 0, False) for n in range(6)])  # 4 and 5 are held already
+    assert log.recent_from == 0 and [e.seq for e in log.recent] == list(range(8))
+    again = hub.attach("run", 0, 0, lambda s: None, lambda: False)
+    assert again.backlog is not None and [d.seq for d in again.backlog] == list(range(8))
+    hub.detach(joined.subscription)
+    hub.detach(again.subscription)
+    now[0] += 4.0
+    hub.displayed("run", 7)
+    assert log.recent_from == 0  # left 4 s ago: still within the window
+    now[0] += 2.0
+    hub.displayed("run", 7)
+    assert not log.recent and log.recent_from == 8  # nobody follows it and the window is over: trimmed

@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiokafka.errors import KafkaError
 
-from worker.errors import GatewayError
+from worker.errors import GatewayError, KafkaWorkerError
 from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.settings import GatewaySettings
@@ -44,8 +45,8 @@ def _error(exc: GatewayError, metrics: GatewayMetrics) -> web.Response:
 
 
 class _Busy(GatewayError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(503, "busy", message)
+    def __init__(self, message: str, retry_after: int, code: str = "busy") -> None:
+        super().__init__(503, code, message)
         self.retry_after = retry_after
 
 
@@ -101,6 +102,10 @@ class GatewayApi:
         except web.HTTPRequestEntityTooLarge:
             response = _error(GatewayError(413, "body-too-large", (
                 f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")), self._metrics)
+        except (KafkaError, KafkaWorkerError) as exc:  # a read of older records failed: the client may retry
+            _log.warning("request %s %s failed reading Kafka: %s", request.method, request.path, exc)
+            response = _error(_Busy(f"reading the topics failed, retry: {exc}", self._settings.retry_after_s,
+                                    code="kafka-unavailable"), self._metrics)  # fmt: skip
         self._cors(request, response)
         return response
 
@@ -223,7 +228,7 @@ class GatewayApi:
                 raise
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away
-        except GatewayError as exc:  # after the first frame: say so in the stream, never a silent clean end
+        except (GatewayError, KafkaError, KafkaWorkerError) as exc:  # after the first frame: never a clean end
             _log.warning("stream of run %s failed: %s", asked.run_id, exc)
             self._abort(request)
         finally:

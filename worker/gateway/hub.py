@@ -1,7 +1,7 @@
 """Fan-out of the output topic's tail: per run, its recent events and its subscribers' bounded queues.
 
 The tail loop calls `Hub.publish` synchronously and never awaits a connection: a frame goes into each subscriber's
-queue with `put_nowait`, and a subscriber whose queue is full is dropped (its connection closed by its own task).
+queue without waiting, and a subscriber whose queue is full is dropped (its connection closed by its own task).
 """
 
 from __future__ import annotations
@@ -9,21 +9,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from worker.gateway.frames import event_frame
 
-__all__ = ["Delivery", "Hub", "RecentEvent", "RunLog", "Subscription"]
+__all__ = ["Delivery", "FirstSeen", "Hub", "RecentEvent", "RunLog", "Subscription"]
 
 
 class Delivery(NamedTuple):
-    """One event as queued for connections: its number, its frame, whether it ends the run, its record timestamp."""
+    """One event as queued for connections: its number, its frame, whether it ends the run, and when the tail read
+    it (`time.monotonic()`; 0.0 for one read back from the topic)."""
 
     seq: int
     frame: bytes
     terminal: bool
-    timestamp_ms: int
+    read_at: float
 
 
 class RecentEvent(NamedTuple):
@@ -39,22 +40,31 @@ class RecentEvent(NamedTuple):
 _HARD_LIMIT = 64  # times the bound: a queue this long is dropped even if its writer is not waiting on its socket
 
 
-class Subscription:
-    """One connection's place in the fan-out: a queue its own task drains, bounded by `bound` events while its
-    writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in any
-    case. `dropped` once it overflowed."""
+def _wake(waiter: asyncio.Future[bool], value: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(value)
 
-    __slots__ = ("_blocked", "_bound", "_on_drop", "dropped", "first_seq", "queue", "run_id")
+
+class Subscription:
+    """One connection's place in the fan-out: the deliveries its own task has yet to take, bounded by `bound` while
+    its writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in
+    any case. `dropped` once it overflowed. A list and at most one waiting future: an idle connection holds no more."""
+
+    __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_waiter", "dropped", "first_seq", "run_id")
 
     def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
                  blocked: Callable[[], bool]) -> None:  # fmt: skip
         self.run_id = run_id
-        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self._pending: list[Delivery] = []
+        self._waiter: asyncio.Future[bool] | None = None
         self.dropped = False
         self.first_seq: int | None = None  # the number of the first event offered
         self._bound = bound
         self._on_drop = on_drop
         self._blocked = blocked
+
+    def __len__(self) -> int:
+        return len(self._pending)
 
     def offer(self, delivery: Delivery) -> None:
         """Queue `delivery`, or drop this subscription when its queue is over its bound."""
@@ -62,20 +72,55 @@ class Subscription:
             return
         if self.first_seq is None:
             self.first_seq = delivery.seq
-        waiting = self.queue.qsize()
+        pending = self._pending
+        waiting = len(pending)
         if waiting >= self._bound and (waiting >= _HARD_LIMIT * self._bound or self._blocked()):
             self.dropped = True
             self._on_drop(self)
             return
-        self.queue.put_nowait(delivery)
+        pending.append(delivery)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    def take(self) -> list[Delivery]:
+        """Every delivery queued so far, oldest first; the queue is empty afterwards."""
+        pending = self._pending
+        if pending:
+            self._pending = []
+        return pending
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a delivery is queued (True) or `timeout_s` passed without one (False)."""
+        if self._pending:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout_s, _wake, waiter, False)
+        try:
+            woken: bool = await waiter
+            return woken
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+class FirstSeen(NamedTuple):
+    """The first event of a run the tail read: its number, record timestamp and offset."""
+
+    seq: int
+    timestamp_ms: int
+    offset: int
 
 
 class RunLog:
     """What the hub holds of one run: its events from `recent_from` to `next_seq - 1` (every one, in order, unless
-    `recent_from` is None: then none is known to be complete), its subscribers, its latest display number."""
+    `recent_from` is None: then none is known to be complete), its subscribers, its latest display number, and
+    when a connection last joined or left it (`served_at`): while it has subscribers, and for the window after,
+    no event is trimmed, so the run's later readers find what its first one read back."""
 
     __slots__ = ("display_seq", "finished", "first_seen", "next_seq", "recent", "recent_from", "run_id",
-                 "subscribers")
+                 "served_at", "subscribers")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -84,8 +129,9 @@ class RunLog:
         self.next_seq = 0
         self.display_seq = -1
         self.finished = False
-        self.first_seen: tuple[int, int] | None = None  # (number, record timestamp) of the first event read
+        self.first_seen: FirstSeen | None = None
         self.subscribers: list[Subscription] = []
+        self.served_at = float("-inf")
 
     def covers(self, seq: int) -> bool:
         """Whether every event of the run from `seq` on that the tail has read is held here."""
@@ -143,9 +189,11 @@ class Hub:
             del self._logs[run_id]
 
     def publish(  # noqa: PLR0917 - the tail's hot path: one call per record, no record object
-        self, partition: int, offset: int, run_id: str, seq: int, value: bytes, timestamp_ms: int, terminal: bool
+        self, partition: int, offset: int, run_id: str, seq: int, value: bytes, timestamp_ms: int, terminal: bool,
+        read_at: float,
     ) -> None:
-        """One committed output record, in partition order."""
+        """One committed output record, in partition order; `read_at` is when the tail's fetch returned it, on
+        the hub's clock."""
         self.positions[partition] = offset + 1
         log = self._tracked(run_id)
         if seq < log.next_seq and log.recent_from is not None:
@@ -154,16 +202,16 @@ class Hub:
             log.recent.clear()
             log.recent_from = seq  # complete from here: the tail reads every later record of the partition
         if log.first_seen is None:
-            log.first_seen = (seq, timestamp_ms)
+            log.first_seen = FirstSeen(seq, timestamp_ms, offset)
         recent = log.recent
-        recent.append(RecentEvent(seq, value, timestamp_ms, self._clock(), terminal))
+        recent.append(RecentEvent(seq, value, timestamp_ms, read_at, terminal))
         if len(recent) > self._max_recent:
             recent.popleft()
             log.recent_from = recent[0].seq
         log.next_seq = seq + 1
         log.finished = log.finished or terminal
         if log.subscribers:
-            delivery = Delivery(seq, event_frame(run_id, seq, value), terminal, timestamp_ms)
+            delivery = Delivery(seq, event_frame(run_id, seq, value), terminal, read_at)
             for subscription in list(log.subscribers):
                 subscription.offer(delivery)
 
@@ -183,6 +231,8 @@ class Hub:
     def _trim(self, log: RunLog) -> None:
         recent = log.recent
         horizon = self._clock() - self._window_s
+        if log.subscribers or log.served_at >= horizon:
+            return
         while recent and recent[0].seq <= log.display_seq and recent[0].read_at < horizon:
             recent.popleft()
         if log.recent_from is not None:
@@ -206,10 +256,11 @@ class Hub:
         log = self._tracked(run_id)
         subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
         log.subscribers.append(subscription)
+        log.served_at = self._clock()
         self.subscriptions += 1
         backlog = None
         if log.covers(from_seq):
-            backlog = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.timestamp_ms)
+            backlog = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.read_at)
                        for e in log.recent if e.seq >= from_seq]  # fmt: skip
         return Attachment(subscription, backlog, self.positions.get(partition, 0))
 
@@ -218,4 +269,21 @@ class Hub:
         log = self._logs.get(subscription.run_id)
         if log is not None and subscription in log.subscribers:
             log.subscribers.remove(subscription)
+            log.served_at = self._clock()
             self.subscriptions -= 1
+
+    def restore(self, run_id: str, events: Sequence[tuple[int, bytes, int, bool]]) -> bool:
+        """Hold `events` (number, value, record timestamp, terminal; consecutive, read back from the topic) where
+        they reach the run's held events and fit within `max_recent`: the run's later readers then find them in
+        memory. Whether they were taken."""
+        log = self._logs.get(run_id)
+        if log is None or log.recent_from is None:
+            return False
+        before = [event for event in events if event[0] < log.recent_from]
+        if not before or before[-1][0] + 1 != log.recent_from or len(log.recent) + len(before) > self._max_recent:
+            return False
+        now = self._clock()
+        log.recent.extendleft(RecentEvent(seq, value, stamp, now, terminal)
+                              for seq, value, stamp, terminal in reversed(before))  # fmt: skip
+        log.recent_from = before[0][0]
+        return True

@@ -30,14 +30,19 @@ class GatewayMetrics:
         self.drops = Counter("harness_agui_gateway_slow_client_drops_total",
                              "Connections dropped because their queue overflowed.", registry=registry)
         self.latency = Histogram("harness_agui_gateway_delivery_latency_seconds",
-                                 "From an output record's timestamp (appended, then committed) to the write of its "
-                                 "frame, for live events.", buckets=_LATENCY_BUCKETS, registry=registry)
+                                 "From the read that returned a live event (read_committed: after its transaction's "
+                                 "commit) to the write of its frame.", buckets=_LATENCY_BUCKETS,
+                                 registry=registry)  # fmt: skip
         self.tracked_runs = Gauge("harness_agui_gateway_tracked_runs",
                                   "Runs whose recent events are held in memory.", registry=registry)
         self.indexed_runs = Gauge("harness_agui_gateway_indexed_runs",
                                   "Runs of the display topic the gateway can find.", registry=registry)
         self.cache_bytes = Gauge("harness_agui_gateway_display_cache_bytes",
                                  "Bytes of display records held in memory.", registry=registry)
+        self.authentication_failures = Counter(
+            "harness_agui_gateway_authentication_failures_total",
+            "Connection attempts the brokers refused in the TLS or SASL handshake, by cause.", ["cause"],
+            registry=registry)  # fmt: skip
         self.records = Counter("harness_agui_gateway_records_read_total",
                                "Records read from the tail of the output and display topics.", registry=registry)
 

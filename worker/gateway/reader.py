@@ -21,15 +21,23 @@ from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from aiokafka.partitioner import murmur2
+from aiokafka.protocol.metadata import MetadataRequest
 
 from worker.errors import ConfigError, KafkaWorkerError
 from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.hub import Hub
 from worker.gateway.settings import GatewaySettings
-from worker.kafka.clients import connection_options
-from worker.kafka.startup import until_reachable
+from worker.kafka.clients import connection_options, principal
+from worker.kafka.diagnosis import Denied, authorization_error
+from worker.kafka.startup import until_reachable, wait_beating
 
 __all__ = ["TERMINAL_TYPES", "HistoryEvent", "HistoryReader", "NotHeld", "TopicTail"]
 
@@ -37,6 +45,10 @@ _log = logging.getLogger(__name__)
 TERMINAL_TYPES = frozenset({b"RUN_FINISHED", b"RUN_ERROR"})
 _FIRST_MARGIN_MS = 2_000  # how far before the hint the first look starts; each miss looks four times further back
 _READ_DEADLINE_S = 30.0  # a history read that makes no progress this long fails
+_BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
+_DENIED_MAX_S = 10.0  # a refused read of the tail is tried again at most this far apart
+_UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
+_FETCH_DENIED = "Not authorized to read from topic"  # aiokafka's own warning, which the tail names itself
 
 
 class HistoryEvent(NamedTuple):
@@ -71,14 +83,40 @@ def _consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKaf
     )
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        await consumer._client.force_metadata_update()
-        parts = consumer.partitions_for_topic(topic)
-    if not parts:  # retried: the worker creates the display topic when it starts
-        raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist yet (or this principal may not see it)")
-    return [TopicPartition(topic, p) for p in sorted(parts)]
+class _NamedByTheTail(logging.Filter):
+    """Drops aiokafka's warning of a refused fetch: the tail names the topic, the right and the principal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_FETCH_DENIED)
+
+
+_FETCH_LOG = logging.getLogger("aiokafka.consumer.fetcher")
+_FETCH_FILTER = _NamedByTheTail()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, role: str, who: str) -> list[TopicPartition]:
+    """The topic's partitions, asked of a broker by name without creating the topic (a broker that auto-creates
+    topics would make a display topic that is not compacted); AuthorizationError without Describe on it,
+    UnknownTopicOrPartitionError (retried) while it does not exist."""
+    client = consumer._client
+    node = client.get_random_node()
+    if node is None:
+        raise KafkaConnectionError("no broker is known after the bootstrap")
+    answer = await client.send(node, MetadataRequest([topic], allow_auto_topic_creation=False))
+    for entry in answer.topics:
+        code, name, parts = (entry[0], entry[1], entry[2]) if answer.API_VERSION == 0 else \
+            (entry[0], entry[1], entry[3])  # fmt: skip
+        if name != topic:
+            continue
+        if code == _TOPIC_DENIED:
+            raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role} {topic!r}")
+        if code == _UNKNOWN_TOPIC:  # retried: the worker creates the display topic when it starts
+            raise UnknownTopicOrPartitionError(f"{role} {topic!r} does not exist yet")
+        if code:
+            raise for_code(code)(f"describing {role} {topic!r}")
+        if parts:
+            return [TopicPartition(topic, part[1]) for part in sorted(parts, key=lambda part: part[1])]
+    raise UnknownTopicOrPartitionError(f"{role} {topic!r} has no partitions yet")
 
 
 class TopicTail:
@@ -93,16 +131,21 @@ class TopicTail:
         self._on_batch = on_batch
         self._consumer: AIOKafkaConsumer | None = None
         self._display_end: dict[TopicPartition, int] = {}
+        self._who = principal(settings)
         self.partitions = 0
         self.read = asyncio.Event()  # set once the display topic was read to its end offsets taken at start
         self.last_beat = time.monotonic()
 
     async def start(self, stop: asyncio.Event) -> bool:
-        """Reach the brokers, assign both topics and take the start positions; False when `stop` came first."""
-        started = await until_reachable(self._start_once, stop, self._beat)
+        """Assign both topics and take the start positions, retrying (one log line per attempt) until both exist
+        and this principal may describe them; False when `stop` came first."""
+        if _FETCH_FILTER not in _FETCH_LOG.filters:
+            _FETCH_LOG.addFilter(_FETCH_FILTER)
+        started = await until_reachable(self._start_once, stop, self.beat)
         return started is not None
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
+        """Mark the tail's loop alive (for `/livez`)."""
         self.last_beat = time.monotonic()
 
     async def _start_once(self) -> bool:
@@ -111,8 +154,8 @@ class TopicTail:
                              max_partition_fetch_bytes=4 * 1024 * 1024)  # fmt: skip
         await consumer.start()
         try:
-            output = await _partitions(consumer, settings.output_topic)
-            display = await _partitions(consumer, settings.display_topic)
+            output = await _partitions(consumer, settings.output_topic, "output_topic", self._who)
+            display = await _partitions(consumer, settings.display_topic, "display_topic", self._who)
             if len(output) != len(display):
                 raise ConfigError(
                     f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
@@ -148,14 +191,24 @@ class TopicTail:
         if consumer is None:
             raise KafkaWorkerError("the topic tail was not started")
         output, display = self._settings.output_topic, self._settings.display_topic
+        denied_wait = 1.0
         while not stop.is_set():
-            self._beat()
+            self.beat()
             try:
-                batches = await consumer.getmany(timeout_ms=500, max_records=5_000)
+                batches = await consumer.getmany(timeout_ms=500, max_records=_BATCH_RECORDS)
+            except TopicAuthorizationFailedError as exc:  # named once per attempt; a grant heals it
+                topic = str(exc.args[0]) if exc.args else output
+                role = "display_topic" if topic == display else "output_topic"
+                refusal = authorization_error((Denied("Topic", topic, ("READ",)),), self._who, f"read {role} {topic!r}")
+                _log.error("%s; retrying in %.1f s", refusal, denied_wait)
+                await wait_beating(stop, self.beat, denied_wait)
+                denied_wait = min(denied_wait * 2, _DENIED_MAX_S)
+                continue
             except KafkaError as exc:
                 _log.warning("reading the output and display topics failed, retrying: %s", exc)
-                await asyncio.sleep(1.0)
+                await wait_beating(stop, self.beat, 1.0)
                 continue
+            denied_wait = 1.0
             count = 0
             for tp, records in batches.items():
                 count += len(records)
@@ -167,9 +220,11 @@ class TopicTail:
                 await self._check_ready(consumer)
             if self._on_batch is not None and count:
                 self._on_batch(count)
+            await asyncio.sleep(0)  # the writers of what was just queued go before the next batch
 
     def _output(self, partition: int, records: list[object]) -> None:
         publish = self._hub.publish
+        read_at = time.monotonic()
         for record in records:
             key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
             seq = _header(headers, "agui-seq")
@@ -177,7 +232,7 @@ class TopicTail:
                 continue
             kind = _header(headers, "agui-type")
             publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
-                    record.timestamp, kind in TERMINAL_TYPES)  # type: ignore[attr-defined]  # fmt: skip
+                    record.timestamp, kind in TERMINAL_TYPES, read_at)  # type: ignore[attr-defined]  # fmt: skip
 
     def _display(self, partition: int, records: list[object]) -> None:
         directory, hub = self._directory, self._hub
@@ -280,15 +335,19 @@ class HistoryReader:
         raise KafkaWorkerError(f"reading display record {tp.topic}[{tp.partition}]@{pointer.offset} timed out")
 
     async def events(
-        self, partition: int, run_id: str, from_seq: int, until: int, *, hint_ms: int, known_last: int
+        self, partition: int, run_id: str, from_seq: int, until: int, *, hint_ms: int, known_last: int,
+        start_at: int | None = None,
     ) -> AsyncIterator[list[HistoryEvent]]:
         """Batches of run `run_id`'s events from `from_seq` on, in order, among the records of `partition` before
-        offset `until`, stopping after a terminal event. `hint_ms` is a time at or after the wanted event's record;
-        `known_last` the highest event number known to exist (-1: none). NotHeld when the topic no longer holds
-        `from_seq`."""
+        offset `until`, stopping after a terminal event. `start_at` is an offset at or before the wanted event's
+        record when the caller knows one (the tail saw an earlier event there), else it is found from `hint_ms`,
+        a time at or after the wanted event's record; `known_last` is the highest event number known to exist
+        (-1: none). NotHeld when the topic no longer holds `from_seq`."""
         tp = TopicPartition(self._settings.output_topic, partition)
         key = run_id.encode()
-        start = await self._locate(tp, key, from_seq, until, hint_ms=hint_ms, known_last=known_last)
+        start = start_at
+        if start is None:
+            start = await self._locate(tp, key, from_seq, until, hint_ms=hint_ms, known_last=known_last)
         if start is None:
             return
         offset, next_seq = start, from_seq
@@ -299,6 +358,8 @@ class HistoryReader:
                 offset, done = await self._read_batch(reader, tp, key, until, batch)
             kept = [event for event in batch if event.seq >= next_seq]
             if kept:
+                if kept[0].seq != next_seq:  # the log no longer starts where it was expected to
+                    raise NotHeld(f"{tp.topic}[{tp.partition}] lacks event {next_seq} of {run_id}")
                 next_seq = kept[-1].seq + 1
                 yield kept
                 if kept[-1].terminal:

@@ -12,6 +12,7 @@ import time
 
 from aiohttp import web
 
+from worker._heap import freeze_heap
 from worker.app import build_parser, settings_from_args
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
@@ -22,6 +23,7 @@ from worker.gateway.reader import HistoryReader, TopicTail
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_token, read_key
+from worker.kafka.startup import reach_brokers
 
 __all__ = ["main_gateway"]
 
@@ -87,19 +89,30 @@ async def _serve(settings: GatewaySettings) -> int:
               window_s=settings.recent_window_ms / 1000, queue_events=settings.connection_queue_events)
     tail = TopicTail(settings, hub, directory, on_batch=metrics.records.inc)
     history = HistoryReader(settings, settings.history_readers)
-    streams = RunStreams(tail, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000)
+    streams = RunStreams(tail, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
+                         hold_events=settings.recent_events_per_run)  # fmt: skip
     api = GatewayApi(settings, streams, metrics, tokens)
     probes = None
     if settings.metrics_port:
         probes, port = await _site(_probes(metrics, tail, api), settings.metrics_host, settings.metrics_port)
         _log.info("metrics and probes on port %d", port)
-    if not await tail.start(stop):
-        return 0
-    await history.start()
+    try:
+        refused = metrics.authentication_failures
+        if await reach_brokers(settings, stop, tail.beat, on_refusal=lambda cause: refused.labels(cause).inc()) \
+                is None or not await tail.start(stop):  # fmt: skip
+            return 0
+        await history.start()
+    except BaseException:
+        if probes is not None:
+            await probes.cleanup()
+        raise
     tasks = [asyncio.create_task(tail.run(stop)), asyncio.create_task(_sweep(hub, directory, metrics, stop))]
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
+    # What is loaded by now (the modules, the run directory) is frozen and collections are rare: a default-tuned
+    # collector scans the whole heap every few seconds, and every stream waits for it.
+    freeze_heap()
     runner, port = await _site(api.application(), settings.http_host, settings.http_port)
     _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
                                                               "display_topic": settings.display_topic})
@@ -155,6 +168,7 @@ def main_gateway(argv: list[str] | None = None) -> int:
 
     configure_logging(settings.log_format, settings.log_level)
     try:
+        settings.check_files()
         return asyncio.run(_serve(settings))
     except ConfigError as exc:
         print(f"worker gateway: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from worker.gateway.frames import KEEP_ALIVE, event_frame, synthetic_frame
 from worker.gateway.hub import Attachment, Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.prelude import Prelude, build_prelude
-from worker.gateway.reader import HistoryReader, NotHeld, TopicTail
+from worker.gateway.reader import HistoryEvent, HistoryReader, NotHeld, TopicTail
 
 __all__ = ["RunStream", "RunStreams", "StreamRequest"]
 
@@ -59,9 +59,11 @@ class RunStreams:
 
     def __init__(
         self, tail: TopicTail, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
-        *, keepalive_s: float = 15.0,
+        *, keepalive_s: float = 15.0, hold_events: int = 4_096,
     ) -> None:  # fmt: skip
         self._keepalive_s = keepalive_s
+        self._hold_events = hold_events
+        self._reading: dict[str, asyncio.Future[None]] = {}  # runs being read back from the topic
         self._tail = tail
         self._hub = hub
         self._directory = directory
@@ -117,20 +119,27 @@ class RunStreams:
             if prelude is not None and not prelude.finished and prelude.exact:
                 stream.prelude = prelude
                 self._metrics.late_joins.labels(exact="true").inc()
+        head = b""  # the prelude goes out in one write with the first events after it (a late join's whole answer)
         if stream.prelude is not None:
-            yield b"".join(synthetic_frame(event) for event in stream.prelude.events)
+            head = b"".join(synthetic_frame(event) for event in stream.prelude.events)
             first = stream.prelude.seq + 1
+        pending = self._reading.get(request.run_id)
+        if pending is not None:  # another connection reads this run back from the topic: from memory after it
+            await asyncio.shield(pending)
         attachment = self._attach(stream, first)
         try:
             caught = self._catch_up(stream, attachment, first)
             try:
                 async for chunk in caught:
-                    yield chunk
+                    yield head + chunk if head else chunk
+                    head = b""
             except NotHeld:
                 if not await self._arrives_live(stream):
-                    async for chunk in self._instead(stream):
+                    async for chunk in self._instead(stream):  # a prelude of its own, `head` never sent
                         yield chunk
                     return
+            if head:
+                yield head
             if stream.sent < 0:
                 return  # the terminal event was sent in the catch-up
             async for chunk in self._live(stream):
@@ -165,14 +174,32 @@ class RunStreams:
             return
         run_id, pointer = request.run_id, stream.pointer
         partition = pointer.partition if pointer is not None else self._tail.partition_of(run_id)
-        async for batch in self._history.events(
-            partition, run_id, first, attachment.live_from,
-            hint_ms=await self._hint(run_id, pointer, first), known_last=self._known_last(run_id, pointer),
-        ):  # fmt: skip
-            yield b"".join(event_frame(run_id, e.seq, e.value) for e in batch)
-            self._count(stream, batch[-1].seq, batch[-1].terminal, len(batch))
-            if stream.sent < 0:
-                return
+        log = self._hub.log(run_id)
+        seen = log.first_seen if log is not None else None
+        reading = None if run_id in self._reading else asyncio.get_running_loop().create_future()
+        if reading is not None:
+            self._reading[run_id] = reading
+        read: list[HistoryEvent] | None = []  # kept for the hub, so the run's next readers find it in memory
+        try:
+            async for batch in self._history.events(
+                partition, run_id, first, attachment.live_from,
+                hint_ms=await self._hint(run_id, pointer, first), known_last=self._known_last(run_id, pointer),
+                start_at=seen.offset if seen is not None and seen.seq <= first else None,
+            ):  # fmt: skip
+                if read is not None:
+                    read.extend(batch)
+                    if len(read) > self._hold_events:
+                        read = None
+                yield b"".join(event_frame(run_id, e.seq, e.value) for e in batch)
+                self._count(stream, batch[-1].seq, batch[-1].terminal, len(batch))
+                if stream.sent < 0:
+                    break
+            if read:
+                self._hub.restore(run_id, read)
+        finally:
+            if reading is not None:
+                del self._reading[run_id]
+                reading.set_result(None)
 
     async def _arrives_live(self, stream: RunStream) -> bool:
         """Whether the events the output topic did not hold before the subscription's offset are in its queue: the
@@ -214,38 +241,32 @@ class RunStreams:
                 yield chunk
 
     async def _live(self, stream: RunStream) -> AsyncIterator[bytes]:
-        """Events from the subscription's queue, numbers below `stream.sent` skipped, until the terminal one."""
-        assert stream.subscription is not None
-        queue = stream.subscription.queue
-        latency = self._metrics.latency
+        """Events from the subscription's queue, numbers below `stream.sent` skipped, until the terminal one; all
+        that is queued when the writer comes back goes out in one write."""
+        subscription = stream.subscription
+        assert subscription is not None
+        latency, sent_total = self._metrics.latency, self._metrics.events
         while True:
-            try:
-                async with asyncio.timeout(self._keepalive_s):
-                    delivery = await queue.get()
-            except TimeoutError:
+            if not await subscription.wait(self._keepalive_s):
                 yield KEEP_ALIVE
                 continue
             frames: list[bytes] = []
-            stamps: list[int] = []
+            stamps: list[float] = []
             end = False
-            while True:
+            for delivery in subscription.take():
                 if delivery.seq >= stream.sent:
                     frames.append(delivery.frame)
-                    stamps.append(delivery.timestamp_ms)
+                    stamps.append(delivery.read_at)
                     stream.sent = delivery.seq + 1
                     if delivery.terminal:
                         end = True
                         break
-                try:
-                    delivery = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
             if frames:
-                yield b"".join(frames)
-                now_ms = time.time() * 1000
+                yield frames[0] if len(frames) == 1 else b"".join(frames)  # resumed once handed to the socket
+                now = time.monotonic()
                 for stamp in stamps:
-                    latency.observe(max(0.0, (now_ms - stamp) / 1000))
-                self._metrics.events.inc(len(frames))
+                    latency.observe(now - stamp)
+                sent_total.inc(len(frames))
             if end:
                 stream.sent = -1
                 return
@@ -266,8 +287,8 @@ class RunStreams:
         record is appended after its event happened; older source times are a replay's); else the latest display
         record's or event's, from where the reader looks back further as needed."""
         log = self._hub.log(run_id)
-        if log is not None and log.first_seen is not None and log.first_seen[0] <= first:
-            return log.first_seen[1]
+        if log is not None and log.first_seen is not None and log.first_seen.seq <= first:
+            return log.first_seen.timestamp_ms
         if first == 0 and pointer is not None:
             prelude = await self._prelude(run_id, pointer)
             started = prelude.events[0].get("timestamp") if prelude is not None else None

@@ -1,6 +1,6 @@
-{{/* Environment: config keys as WORKER_<FIELD>, then the secret-backed and computed settings. */}}
-{{- define "haw.env" -}}
-{{- range $key, $value := .Values.config }}
+{{/* A dict of settings as WORKER_<FIELD> variables, one per key (null values left out, whole numbers kept whole). */}}
+{{- define "haw.configEnv" -}}
+{{- range $key, $value := . }}
 {{- if not (kindIs "invalid" $value) }}
 {{- $text := toString $value }}
 {{- if and (kindIs "float64" $value) (eq (float64 (int64 $value)) $value) }}
@@ -10,6 +10,11 @@
   value: {{ $text | quote }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* Environment of the worker: config keys as WORKER_<FIELD>, then the secret-backed and computed settings. */}}
+{{- define "haw.env" -}}
+{{ include "haw.configEnv" .Values.config }}
 - name: WORKER_METRICS_PORT
   value: {{ .Values.metrics.port | toString | quote }}
 {{- if include "haw.static" . }}
@@ -18,6 +23,11 @@
     fieldRef:
       fieldPath: metadata.name
 {{- end }}
+{{ include "haw.connectionEnv" . }}
+{{- end -}}
+
+{{/* The broker credentials and TLS files every command shares (from Secrets, never values), then extraEnv. */}}
+{{- define "haw.connectionEnv" -}}
 {{- with .Values.kafka.sasl }}
 {{- if .existingSecret }}
 {{- if .usernameKey }}
