@@ -3,7 +3,7 @@ aiokafka passthrough, source-to-visible delay at half the measured maximum, rebu
 display topic costs in CPU per item.
 
     .venv/bin/python bench/e2e.py [--items 50000] [--open-streams 1000] [--replay-streams 4500] [--replay-processes 2]
-        [--parts abcdefghi] [--history 1000000] [--history-streams 10000]
+        [--parts abcdefgh] [--history 1000000] [--history-streams 10000]
 
 Starts a single-node Kafka from the Maven jars unless KAFKA_BOOTSTRAP_SERVERS is set. Workers run as
 `python -P -m worker run` subprocesses (the installed package, not the checkout), one at a time; their logs go to a
@@ -851,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--replay-processes", type=int, default=min(2, os.cpu_count() or 1),
                         help="replay helper processes of the rebuilt workers in (d) and (e); 0 replays in the worker")
-    parser.add_argument("--parts", default="abcdefghi",
+    parser.add_argument("--parts", default="abcdefgh",
                         help="which figures: a/b always, c delay, d/e replay, f history rebuild, g changelog cost, "
                              "h display topic cost (CPU per item on against off)")
     parser.add_argument("--history", type=int, default=1_000_000,
