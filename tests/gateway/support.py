@@ -13,15 +13,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiokafka.partitioner import murmur2
 
 from tests.kafka.conftest import TopicFactory
-from tests.kafka.support import ROOT, WorkerProcess, wait_caught_up
+from tests.kafka.support import ROOT, WorkerProcess, json_log_records, wait_caught_up
 
 PARTITIONS = 2
 
@@ -136,13 +137,7 @@ class GatewayProcess:
 
     def log_records(self) -> list[dict[str, Any]]:
         """The JSON lines of the log (`--log-format json`)."""
-        out = []
-        for line in self.log().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return json_log_records(self.log())
 
     def metric(self, name: str, **labels: str) -> float:
         from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
@@ -151,6 +146,22 @@ class GatewayProcess:
         assert status == 200, body
         return sum(s.value for fam in text_string_to_metric_families(body) for s in fam.samples
                    if s.name == name and labels.items() <= s.labels.items())
+
+
+_T = TypeVar("_T")
+
+
+def run_scenario(scenario: Coroutine[Any, Any, _T], gateway: GatewayProcess, worker: WorkerProcess) -> _T:
+    """`scenario`'s result; on any failure the gateway's log tail is printed first; both processes are killed
+    whatever happens."""
+    try:
+        return asyncio.run(scenario)
+    except BaseException:
+        print(gateway.log()[-4000:])
+        raise
+    finally:
+        gateway.kill()
+        worker.kill()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from tests.gateway.support import (
     GatewayProcess,
     Topics,
     node_results,
+    run_scenario,
     start_node,
     start_worker,
     wait_converted,
@@ -102,11 +103,4 @@ def test_http_agent_live_and_late_ends_with_the_reference_messages(
         exact = gateway.metric("harness_agui_gateway_late_joins_total", exact="true")
         assert exact >= len(runs), f"only {exact} late joins began with an exact prelude"
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)

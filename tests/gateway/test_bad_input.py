@@ -10,7 +10,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, read_stream, start_worker, wait_converted, wait_known
+from tests.gateway.support import (
+    GatewayProcess,
+    Topics,
+    read_stream,
+    run_scenario,
+    start_worker,
+    wait_converted,
+    wait_known,
+)
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, interleave, produce
 from worker.gateway import mint_token
@@ -111,11 +119,4 @@ def test_bad_requests_get_clear_answers_and_a_client_that_never_reads_is_dropped
             assert status == 200 and ended and len(frames) == len(run.events)
             assert gateway.metric("harness_agui_gateway_failed_requests_total", code="bad-token") >= 1
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)

@@ -8,7 +8,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, read_stream, start_worker, wait_converted, wait_known
+from tests.gateway.support import (
+    GatewayProcess,
+    Topics,
+    read_stream,
+    run_scenario,
+    start_worker,
+    wait_converted,
+    wait_known,
+)
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, interleave, produce
 
@@ -54,12 +62,5 @@ def test_whole_runs_finished_and_live_are_the_output_topics_events(
                 assert status == 200 and ended
                 _expect(frames, run)
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)
 

@@ -14,7 +14,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, parse_frames, start_worker, wait_converted, wait_known
+from tests.gateway.support import (
+    GatewayProcess,
+    Topics,
+    parse_frames,
+    run_scenario,
+    start_worker,
+    wait_converted,
+    wait_known,
+)
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import GOLDEN, Run, converted, corpus, produce, read_lines, rekey
 
@@ -124,14 +132,7 @@ def test_keep_alive_cors_limit_metrics_and_drain(
         assert gateway.proc.wait(30) == 0  # type: ignore[union-attr]
         assert "gateway stopped cleanly" in gateway.log()
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)
 
 
 def _long_run(deltas: int, size: int) -> Run:
@@ -204,11 +205,4 @@ def test_a_client_that_never_reads_is_dropped_and_counted_while_a_reader_gets_th
         ids = re.findall(rb"id: [^\n]*:(\d+)\n", received)
         assert len(ids) < len(run.events), "the client that never read was not cut off"
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)

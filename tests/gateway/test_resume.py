@@ -19,6 +19,7 @@ from tests.gateway.support import (
     Topics,
     partition_of,
     read_stream,
+    run_scenario,
     start_worker,
     wait_converted,
     wait_known,
@@ -101,14 +102,7 @@ def test_cut_streams_resumed_by_cursor_are_exactly_the_run(
             _prelude_then_rest(frames, one)
             assert gateway.metric("harness_agui_gateway_resumes_total", kind="prelude") == 2
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    run_scenario(scenario(), gateway, worker)
 
 
 def _prelude_then_rest(frames: list[Frame], run: Run) -> None:

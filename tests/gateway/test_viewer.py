@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, start_node, start_worker, wait_converted
+from tests.gateway.support import GatewayProcess, Topics, run_scenario, start_node, start_worker, wait_converted
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, produce
 
@@ -75,14 +75,7 @@ def test_the_viewer_page_reconnects_after_a_gateway_kill_and_shows_the_whole_run
         await asyncio.wait_for(page.wait(), 30)
         return state
 
-    try:
-        state = asyncio.run(scenario())
-    except BaseException:
-        print(gateway.log()[-4000:])
-        raise
-    finally:
-        gateway.kill()
-        worker.kill()
+    state = run_scenario(scenario(), gateway, worker)
     assert state["status"] == "finished", state["status"]
     assert state["reconnects"] >= 1, "the page never lost its stream"
     assert state["lastSeq"] == len(run.events) - 1

@@ -262,13 +262,18 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_records(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return json_log_records(self.log())
+
+
+def json_log_records(log: str) -> list[dict[str, Any]]:
+    """The lines of a `--log-format json` log that are JSON, in order; anything else a process wrote is left out."""
+    out = []
+    for line in log.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:
