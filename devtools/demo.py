@@ -20,6 +20,8 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import TextIO
@@ -132,20 +134,33 @@ async def _start_gateway(
     return gateway, port
 
 
+def _gateway_serves(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return int(answer.status) == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
 async def _announce_viewer(bootstrap: str, display_topic: str, port: int, stop: asyncio.Event) -> None:
-    """Print the viewer page's URL of the first run that reaches the display topic."""
+    """Print the viewer page's URL of the first run that reaches the display topic, once the gateway serves that
+    run's display (it reads the topic on its own, so the URL never answers 404)."""
     consumer = AIOKafkaConsumer(display_topic, bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)  # fmt: skip
     await consumer.start()
+    run_id = None
     try:
-        while not stop.is_set():
+        while run_id is None and not stop.is_set():
             for records in (await consumer.getmany(timeout_ms=300)).values():
-                for record in records:
-                    if record.key:
-                        _say(f"watch a run in a browser: http://127.0.0.1:{port}/view/{record.key.decode()}")
-                        return
+                run_id = next((record.key.decode() for record in records if record.key), run_id)
     finally:
         await consumer.stop()
+    base = f"http://127.0.0.1:{port}"
+    while run_id is not None and not stop.is_set():
+        if await asyncio.to_thread(_gateway_serves, f"{base}/runs/{run_id}/display"):
+            _say(f"watch a run in a browser: {base}/view/{run_id}")
+            return
+        await asyncio.sleep(0.2)
 # ---- the gateway (end) ----
 
 
