@@ -1,8 +1,9 @@
 """The gateway's only Kafka code: the tail of the output and display topics, and reads of older output records.
 
-`TopicTail` is one read_committed consumer assigned every partition of both topics, with no group: the display
-topic from its beginning (the run directory, ready once read to the end offsets taken at start), the output topic
-from its end. It hands each record to the directory or the hub synchronously, and never writes to a socket.
+`TopicTail` is two read_committed consumers with no group, one assigned every partition of the display topic from
+its beginning (the run directory, ready once read to the end offsets taken at start), one every partition of the
+output topic from its end. It hands each record to the directory or the hub synchronously, and never writes to a
+socket.
 
 `HistoryReader` reads one run's output records of one partition from an event number up to an offset, with a small
 pool of consumers. Kafka has no index by key: it finds a start at or before the wanted event by the records'
