@@ -516,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
-    print(f"bench.gateway ({os.cpu_count()} cores)")
+    build = subprocess.run([sys.executable, "-P", "-c", "from worker._native import describe; print(describe())"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    print(f"bench.gateway ({os.cpu_count()} cores; the installed package's conversion core: {build})")
     for name, value in figures.items():
         print(f"  {name}: {value}")
     return 0
