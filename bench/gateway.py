@@ -19,8 +19,9 @@ on), the gateway (`python -P -m worker gateway`), the source producer, the subsc
 4. Late joins, meanwhile: `--late-joins` POSTs (as `HttpAgent` sends) on runs in progress, each timed until the
    gateway's first write has arrived whole: the late-join prelude and every event after it the gateway held.
 
-The processes share the machine's cores as the kernel schedules them; `--nice -10` gives the gateway, the
-subscribers, the late joiner and the probe precedence over the rest while live.
+The processes share the machine's cores as the kernel schedules them; `--nice -10` gives the broker, the gateway,
+the subscribers, the late joiner and the probe precedence over the worker, the producer and the rest of the host
+while live.
 """
 
 from __future__ import annotations
@@ -351,7 +352,14 @@ def _histogram_quantile(body: bytes, name: str, share: float) -> float:
     return next((round(1000 * bound, 1) for bound, count in buckets if count >= share * total), float("nan"))
 
 
-async def _bench(args: argparse.Namespace, bootstrap: str, logs: Path) -> dict[str, object]:
+def _renice(pid: int, nice: int) -> None:
+    """Set the scheduling priority of every thread of `pid` (a priority is a thread's, not a process's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
+async def _bench(args: argparse.Namespace, bootstrap: str, logs: Path, broker: int | None) -> dict[str, object]:
     suffix = str(int(time.time()))
     source, output, dlq, display = (f"bench-gw-{role}-{suffix}" for role in ("source", "output", "dlq", "display"))
     for topic in (source, output, display):
@@ -415,9 +423,9 @@ async def _bench(args: argparse.Namespace, bootstrap: str, logs: Path) -> dict[s
                              piped=True)  # fmt: skip
         caught_up_s = float((await _line(client)).split()[1])
         await _line(source_proc)
-        if args.nice:  # the measuring side ahead of the load: the gateway, the subscribers, the joiner, the probe
-            for pid in (gateway.pid, client.pid, joiner.pid, os.getpid()):
-                os.setpriority(os.PRIO_PROCESS, pid, args.nice)
+        if args.nice:  # ahead of the load: the broker, the gateway, the subscribers, the joiner, the probe
+            for pid in (*([broker] if broker else []), gateway.pid, client.pid, joiner.pid, os.getpid()):
+                _renice(pid, args.nice)
         seen: dict[str, float] = {}
         stop = asyncio.Event()
         probe = asyncio.create_task(_probe(bootstrap, output, {r.root_run_id.encode() for r in live}, seen, stop))
@@ -476,9 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--late-joins", type=int, default=200)
     parser.add_argument("--capacity-items", type=int, default=30_000)
     parser.add_argument("--nice", type=int, default=0, help=(
-        "while live, the scheduling priority of the gateway, the subscribers' client, the late joiner and this "
-        "process (the probe); -10 puts them ahead of the worker, the broker, the producer and anything else on the "
-        "host (negative values need root)"))
+        "while live, the scheduling priority of the broker (when this bench started it), the gateway, the "
+        "subscribers' client, the late joiner and this process (the probe); -10 puts them ahead of the worker, the "
+        "producer and anything else on the host (negative values need root)"))
     parser.add_argument("--client", nargs=4, metavar=("URL", "RUNS_FILE", "PER_RUN", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--producer", nargs=5, help=argparse.SUPPRESS)
@@ -501,13 +509,16 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None if external else KafkaCluster.start(nodes=1)
     try:
         logs = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-        figures = asyncio.run(_bench(args, external or cluster.bootstrap_servers, logs))  # type: ignore[union-attr]
+        broker = None if cluster is None else cluster._node(0).process.pid  # type: ignore[union-attr]
+        figures = asyncio.run(_bench(args, external or cluster.bootstrap_servers, logs, broker))  # type: ignore[union-attr]
         if not os.environ.get("BENCH_KEEP_LOGS"):
             shutil.rmtree(logs)
     finally:
         if cluster is not None:
             cluster.stop()
-    print(f"bench.gateway ({os.cpu_count()} cores)")
+    build = subprocess.run([sys.executable, "-P", "-c", "from worker._native import describe; print(describe())"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    print(f"bench.gateway ({os.cpu_count()} cores; the installed package's conversion core: {build})")
     for name, value in figures.items():
         print(f"  {name}: {value}")
     return 0

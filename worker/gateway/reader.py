@@ -1,8 +1,9 @@
 """The gateway's only Kafka code: the tail of the output and display topics, and reads of older output records.
 
-`TopicTail` is one read_committed consumer assigned every partition of both topics, with no group: the display
-topic from its beginning (the run directory, ready once read to the end offsets taken at start), the output topic
-from its end. It hands each record to the directory or the hub synchronously, and never writes to a socket.
+`TopicTail` is two read_committed consumers with no group, one assigned every partition of the display topic from
+its beginning (the run directory, ready once read to the end offsets taken at start), one every partition of the
+output topic from its end. It hands each record to the directory or the hub synchronously, and never writes to a
+socket.
 
 `HistoryReader` reads one run's output records of one partition from an event number up to an offset, with a small
 pool of consumers. Kafka has no index by key: it finds a start at or before the wanted event by the records'
@@ -45,7 +46,7 @@ _log = logging.getLogger(__name__)
 TERMINAL_TYPES = frozenset({b"RUN_FINISHED", b"RUN_ERROR"})
 _FIRST_MARGIN_MS = 2_000  # how far before the hint the first look starts; each miss looks four times further back
 _READ_DEADLINE_S = 30.0  # a history read that makes no progress this long fails
-_BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
+_BATCH_RECORDS = 100  # records handed to the hub between two turns of the writers (getmany may not yield)
 _DENIED_MAX_S = 10.0  # a refused read of the tail is tried again at most this far apart
 _UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
 _FETCH_DENIED = "Not authorized to read from topic"  # aiokafka's own warning, which the tail names itself
@@ -120,8 +121,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, role: str, who: st
 
 
 class TopicTail:
-    """The live read of both topics; `read` is set once the display topic was read to its end offsets taken at
-    start, `ready` while that is so and the loop beats."""
+    """The live read of both topics, each by a consumer of its own (a large fetch of display records never holds
+    up an event); `read` is set once the display topic was read to its end offsets taken at start, `ready` while
+    that is so and the loops beat."""
 
     def __init__(self, settings: GatewaySettings, hub: Hub, directory: RunDirectory, *,
                  on_batch: Callable[[int], None] | None = None) -> None:  # fmt: skip
@@ -129,7 +131,7 @@ class TopicTail:
         self._hub = hub
         self._directory = directory
         self._on_batch = on_batch
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumers: list[AIOKafkaConsumer] = []  # the output topic's, then the display topic's
         self._display_end: dict[TopicPartition, int] = {}
         self._who = principal(settings)
         self.partitions = 0
@@ -150,28 +152,33 @@ class TopicTail:
 
     async def _start_once(self) -> bool:
         settings = self._settings
-        consumer = _consumer(settings, "tail", fetch_max_wait_ms=settings.fetch_max_wait_ms,
-                             max_partition_fetch_bytes=4 * 1024 * 1024)  # fmt: skip
-        await consumer.start()
+        options = {"fetch_max_wait_ms": settings.fetch_max_wait_ms, "max_partition_fetch_bytes": 4 * 1024 * 1024}
+        events, displays = _consumer(settings, "tail", **options), _consumer(settings, "display", **options)
+        started: list[AIOKafkaConsumer] = []
         try:
-            output = await _partitions(consumer, settings.output_topic, "output_topic", self._who)
-            display = await _partitions(consumer, settings.display_topic, "display_topic", self._who)
+            for consumer in (events, displays):
+                await consumer.start()
+                started.append(consumer)
+            output = await _partitions(events, settings.output_topic, "output_topic", self._who)
+            display = await _partitions(displays, settings.display_topic, "display_topic", self._who)
             if len(output) != len(display):
                 raise ConfigError(
                     f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
                     f"{settings.output_topic!r} {len(output)}: the worker writes them co-partitioned, they must match"
                 )
-            consumer.assign([*output, *display])
-            ends = await consumer.end_offsets(output)
+            events.assign(output)
+            displays.assign(display)
+            ends = await events.end_offsets(output)
             for tp, end in ends.items():
-                consumer.seek(tp, end)
+                events.seek(tp, end)
                 self._hub.passed(tp.partition, end)
-            await consumer.seek_to_beginning(*display)
-            self._display_end = {tp: end for tp, end in (await consumer.end_offsets(display)).items() if end > 0}
+            await displays.seek_to_beginning(*display)
+            self._display_end = {tp: end for tp, end in (await displays.end_offsets(display)).items() if end > 0}
         except BaseException:
-            await consumer.stop()
+            for consumer in started:
+                await consumer.stop()
             raise
-        self._consumer = consumer
+        self._consumers = [events, displays]
         self.partitions = len(output)
         if not self._display_end:
             self.read.set()
@@ -186,37 +193,38 @@ class TopicTail:
         return int((murmur2(run_id.encode()) & 0x7FFFFFFF) % self.partitions)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Read until `stop`; a client error is logged and retried, the consumer keeps its positions."""
-        consumer = self._consumer
-        if consumer is None:
+        """Read until `stop`; a client error is logged and retried, the consumers keep their positions."""
+        if not self._consumers:
             raise KafkaWorkerError("the topic tail was not started")
-        output, display = self._settings.output_topic, self._settings.display_topic
+        events, displays = self._consumers
+        await asyncio.gather(self._loop(stop, events, "output_topic", self._output),
+                             self._loop(stop, displays, "display_topic", self._display))  # fmt: skip
+
+    async def _loop(
+        self, stop: asyncio.Event, consumer: AIOKafkaConsumer, role: str, handle: Callable[[int, list[object]], None]
+    ) -> None:
         denied_wait = 1.0
+        topic = getattr(self._settings, role)
         while not stop.is_set():
             self.beat()
             try:
                 batches = await consumer.getmany(timeout_ms=500, max_records=_BATCH_RECORDS)
-            except TopicAuthorizationFailedError as exc:  # named once per attempt; a grant heals it
-                topic = str(exc.args[0]) if exc.args else output
-                role = "display_topic" if topic == display else "output_topic"
+            except TopicAuthorizationFailedError:  # named once per attempt; a grant heals it
                 refusal = authorization_error((Denied("Topic", topic, ("READ",)),), self._who, f"read {role} {topic!r}")
                 _log.error("%s; retrying in %.1f s", refusal, denied_wait)
                 await wait_beating(stop, self.beat, denied_wait)
                 denied_wait = min(denied_wait * 2, _DENIED_MAX_S)
                 continue
             except KafkaError as exc:
-                _log.warning("reading the output and display topics failed, retrying: %s", exc)
+                _log.warning("reading %s %r failed, retrying: %s", role, topic, exc)
                 await wait_beating(stop, self.beat, 1.0)
                 continue
             denied_wait = 1.0
             count = 0
             for tp, records in batches.items():
                 count += len(records)
-                if tp.topic == output:
-                    self._output(tp.partition, records)
-                elif tp.topic == display:
-                    self._display(tp.partition, records)
-            if not self.read.is_set():
+                handle(tp.partition, records)
+            if role == "display_topic" and not self.read.is_set():
                 await self._check_ready(consumer)
             if self._on_batch is not None and count:
                 self._on_batch(count)
@@ -226,11 +234,15 @@ class TopicTail:
         publish = self._hub.publish
         read_at = time.monotonic()
         for record in records:
-            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
-            seq = _header(headers, "agui-seq")
+            key, value = record.key, record.value  # type: ignore[attr-defined]
+            seq = kind = None
+            for name, header in record.headers:  # type: ignore[attr-defined]
+                if name == "agui-seq":
+                    seq = header
+                elif name == "agui-type":
+                    kind = header
             if key is None or value is None or seq is None:
                 continue
-            kind = _header(headers, "agui-type")
             publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
                     record.timestamp, kind in TERMINAL_TYPES, read_at)  # type: ignore[attr-defined]  # fmt: skip
 
@@ -258,9 +270,9 @@ class TopicTail:
             _log.info("run directory read: %d runs", len(self._directory))
 
     async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        consumers, self._consumers = self._consumers, []
+        for consumer in consumers:
+            await consumer.stop()
 
 
 class _Reader:

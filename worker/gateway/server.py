@@ -32,7 +32,9 @@ _LIVENESS_S = 60.0
 _SWEEP_S = 1.0
 
 
-def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi) -> web.Application:
+def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi, listening: asyncio.Event) -> web.Application:
+    """/readyz answers 200 only while the API listens, the display topic was read and no drain has begun."""
+
     async def metrics_page(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
@@ -45,6 +47,8 @@ def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi) -> web.Ap
             return web.Response(status=503, text="draining\n")
         if not tail.ready:
             return web.Response(status=503, text="reading the display topic\n")
+        if not listening.is_set():
+            return web.Response(status=503, text="not listening yet\n")
         return web.Response(text="ready\n")
 
     app = web.Application()
@@ -59,9 +63,7 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096)
     await site.start()
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    return runner, (sockets[0].getsockname()[1] if sockets else port)
+    return runner, int(runner.addresses[0][1]) if runner.addresses else port
 
 
 async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event) -> None:
@@ -93,8 +95,9 @@ async def _serve(settings: GatewaySettings) -> int:
                          hold_events=settings.recent_events_per_run)  # fmt: skip
     api = GatewayApi(settings, streams, metrics, tokens)
     probes = None
+    listening = asyncio.Event()
     if settings.metrics_port:
-        probes, port = await _site(_probes(metrics, tail, api), settings.metrics_host, settings.metrics_port)
+        probes, port = await _site(_probes(metrics, tail, api, listening), settings.metrics_host, settings.metrics_port)
         _log.info("metrics and probes on port %d", port)
     try:
         refused = metrics.authentication_failures
@@ -114,6 +117,7 @@ async def _serve(settings: GatewaySettings) -> int:
     # collector scans the whole heap every few seconds, and every stream waits for it.
     freeze_heap()
     runner, port = await _site(api.application(), settings.http_host, settings.http_port)
+    listening.set()
     _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
                                                               "display_topic": settings.display_topic})
     try:
