@@ -39,6 +39,7 @@ class Totals:
         self.records = 0
         self.bytes = 0
         self.evicted = 0
+        self.output = 0  # bytes of the events' output record values
         self.tail = 0  # summed over source items: events published after the last display record
         self.tail_max = 0
 
@@ -71,6 +72,7 @@ def convert_and_project(
                 continue
             pairs = [encode_event_data(event, plain=True) for event in events]
             encoded, data = [value for value, _ in pairs], [value for _, value in pairs]
+            totals.output += sum(map(len, encoded))
             if projection is None:
                 projection = DisplayProjection(item.run_id, item.thread_id, interval_ms=interval_ms,
                                                max_bytes=max_bytes)  # fmt: skip
@@ -158,7 +160,8 @@ def main() -> None:
           f"{base / with_display:.2f}x the time of conversion + display")
     print(f"records:    {totals.records} display records ({totals.records / items:.2f} per source item, "
           f"{totals.records / len(runs):.1f} per run), {totals.bytes / max(totals.records, 1):,.0f} bytes each "
-          f"on average, {totals.bytes / items:,.0f} bytes per source item, {totals.evicted} items evicted")
+          f"on average, {totals.bytes / items:,.0f} bytes per source item (the output records' "
+          f"{totals.output / items:,.0f}), {totals.evicted} items evicted")
     print(f"late join:  {totals.tail / items:.1f} events of the output topic's tail read after the snapshot on "
           f"average (joining after a random source item), {totals.tail_max} at most")
     held, shown = memory_per_projection(runs, args.streams, args.interval_ms)

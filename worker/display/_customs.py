@@ -265,7 +265,7 @@ class CustomFolder:
             content["arguments_complete"] = True
         else:
             state = _put_outcome(ledger, content, origin)
-        return True, ledger.put(key, "tool_call", state, content, event_time(whole))
+        return True, ledger.put(key, "tool_call", state, content, whole)
 
     def _fold_arguments(
         self, ledger: Ledger, event: dict[str, Any],

@@ -219,21 +219,27 @@ class Ledger:
         return self.response_groups.get(scope)
 
     def put(
-        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue], at: datetime, *,
-        growing: bool = False,
+        self, key: str, kind: ItemKind, state: ItemState, content: dict[str, JsonValue],
+        at: datetime | dict[str, Any], *, growing: bool = False,
     ) -> str | None:  # fmt: skip
         """Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused).
-        A `growing` item (the next event may change it again) keeps its content even when finished.
+        `at` is the time of the change, or the event whose `event_time` it is (read only when the item starts or
+        finishes, the only times an item keeps). A `growing` item (the next event may change it again) keeps its
+        content even when finished.
 
         The ledger keeps `content` itself (and the values in it), so callers pass a dict they no longer change; a
         `growing` item's values may change only right before it is put again.
         """
         entry = self.entries.get(key)
         here = f"{self.attempt}-{self.sequence}"
+        finished = state in FINISHED
+        if isinstance(at, dict) and (entry is None or finished):
+            at = event_time(at)
         if entry is None:
             if key in self.evicted_ids:
                 self.refused += 1
                 return None
+            assert isinstance(at, datetime), "made from the event above"
             made = key.startswith("itm_") and key.isascii() and key[4:].isalnum()  # a restored stream may name any key
             entry = self.entries[key] = Entry(key, self.next_ordinal, kind, here, at, {}, made=made)
             self.next_ordinal += 1
@@ -246,9 +252,9 @@ class Ledger:
         entry.kind = kind
         entry.state = state
         entry.last = here
-        entry.ended = at if state in FINISHED else None
+        entry.ended = at if finished and isinstance(at, datetime) else None
         entry.content = content
-        if self.finished_as_json and state in FINISHED and not growing:
+        if self.finished_as_json and finished and not growing:
             self.jsons[entry.index] = entry.to_json()
             self.stale.discard(entry.index)
             entry.content = None

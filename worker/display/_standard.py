@@ -95,7 +95,7 @@ def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
     if kind_name == "TOOL_CALL_RESULT":
         _put_result(ledger, content, event.get("content", ""))
     state: ItemState = "completed" if kind_name in _COMPLETES else ledger.state_of(key)
-    return ledger.put(key, kind, state, content, event_time(event))
+    return ledger.put(key, kind, state, content, event)
 
 
 def _put_result(ledger: Ledger, content: dict[str, JsonValue], result: JsonValue) -> None:
