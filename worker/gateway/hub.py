@@ -195,7 +195,12 @@ class Hub:
         """One committed output record, in partition order; `read_at` is when the tail's fetch returned it, on
         the hub's clock."""
         self.positions[partition] = offset + 1
-        log = self._tracked(run_id)
+        logs = self._logs
+        log = logs.get(run_id)
+        if log is None:
+            log = self._tracked(run_id)
+        else:
+            logs.move_to_end(run_id)
         if seq < log.next_seq and log.recent_from is not None:
             return  # already held: a record read twice cannot add anything
         if log.recent_from is None or seq != log.next_seq:
@@ -209,10 +214,12 @@ class Hub:
             recent.popleft()
             log.recent_from = recent[0].seq
         log.next_seq = seq + 1
-        log.finished = log.finished or terminal
-        if log.subscribers:
+        if terminal:
+            log.finished = True
+        subscribers = log.subscribers
+        if subscribers:
             delivery = Delivery(seq, event_frame(run_id, seq, value), terminal, read_at)
-            for subscription in list(log.subscribers):
+            for subscription in list(subscribers):
                 subscription.offer(delivery)
 
     def passed(self, partition: int, offset: int) -> None:

@@ -251,21 +251,27 @@ class RunStreams:
                 yield KEEP_ALIVE
                 continue
             frames: list[bytes] = []
-            stamps: list[float] = []
-            end = False
+            reads: list[float] = []  # read times, each with how many events of its fetch follow in `frames`
+            counts: list[int] = []
+            sent, end = stream.sent, False
             for delivery in subscription.take():
-                if delivery.seq >= stream.sent:
+                if delivery.seq >= sent:
                     frames.append(delivery.frame)
-                    stamps.append(delivery.read_at)
-                    stream.sent = delivery.seq + 1
+                    sent = delivery.seq + 1
+                    if reads and reads[-1] == delivery.read_at:
+                        counts[-1] += 1
+                    else:
+                        reads.append(delivery.read_at)
+                        counts.append(1)
                     if delivery.terminal:
                         end = True
                         break
+            stream.sent = sent
             if frames:
                 yield frames[0] if len(frames) == 1 else b"".join(frames)  # resumed once handed to the socket
                 now = time.monotonic()
-                for stamp in stamps:
-                    latency.observe(now - stamp)
+                for read_at, count in zip(reads, counts, strict=True):
+                    latency.observe(now - read_at, count)
                 sent_total.inc(len(frames))
             if end:
                 stream.sent = -1
