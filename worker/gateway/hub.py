@@ -48,15 +48,19 @@ def _wake(waiter: asyncio.Future[bool], value: bool) -> None:
 class Subscription:
     """One connection's place in the fan-out: the deliveries its own task has yet to take, bounded by `bound` while
     its writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in
-    any case. `dropped` once it overflowed. A list and at most one waiting future: an idle connection holds no more."""
+    any case. `dropped` once it overflowed. A list, at most one waiting future and one timer: an idle connection
+    holds no more."""
 
-    __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_waiter", "dropped", "first_seq", "run_id")
+    __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_quiet", "_timer", "_waiter", "dropped", "first_seq",
+                 "run_id")  # fmt: skip
 
     def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
                  blocked: Callable[[], bool]) -> None:  # fmt: skip
         self.run_id = run_id
         self._pending: list[Delivery] = []
         self._waiter: asyncio.Future[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._quiet = True  # nothing was queued since the current keep-alive period began
         self.dropped = False
         self.first_seq: int | None = None  # the number of the first event offered
         self._bound = bound
@@ -79,6 +83,7 @@ class Subscription:
             self._on_drop(self)
             return
         pending.append(delivery)
+        self._quiet = False
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
@@ -91,18 +96,38 @@ class Subscription:
         return pending
 
     async def wait(self, timeout_s: float) -> bool:
-        """Until a delivery is queued (True) or `timeout_s` passed without one (False)."""
+        """Until a delivery is queued (True), or False once a period of `timeout_s` passed without one: a wait
+        returns False after at least `timeout_s` and at most twice that without a delivery. One timer per period,
+        not per wait, so a busy connection's waits cost no timer."""
         if self._pending:
             return True
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _wake, waiter, False)
+        if self._timer is None:
+            self._quiet = True
+            self._timer = loop.call_later(timeout_s, self._period_ended, timeout_s)
         try:
             woken: bool = await waiter
             return woken
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _period_ended(self, timeout_s: float) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # its writer is busy: its next wait begins a period
+        if self._quiet:
+            waiter.set_result(False)
+        else:
+            self._quiet = True
+            self._timer = asyncio.get_running_loop().call_later(timeout_s, self._period_ended, timeout_s)
+
+    def close(self) -> None:
+        """Stop the keep-alive timer (the subscription left the fan-out)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class FirstSeen(NamedTuple):
@@ -274,6 +299,7 @@ class Hub:
     def detach(self, subscription: Subscription) -> None:
         """Leave the fan-out (idempotent)."""
         log = self._logs.get(subscription.run_id)
+        subscription.close()
         if log is not None and subscription in log.subscribers:
             log.subscribers.remove(subscription)
             log.served_at = self._clock()
