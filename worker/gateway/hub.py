@@ -261,9 +261,11 @@ class Hub:
         self._trim(log)
 
     def _trim(self, log: RunLog) -> None:
+        if log.subscribers:
+            return
         recent = log.recent
         horizon = self._clock() - self._window_s
-        if log.subscribers or log.served_at >= horizon:
+        if log.served_at >= horizon:
             return
         while recent and recent[0].seq <= log.display_seq and recent[0].read_at < horizon:
             recent.popleft()
