@@ -61,7 +61,9 @@ class RunStreams:
         self, tail: TopicTail, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
         *, keepalive_s: float = 15.0, hold_events: int = 4_096,
     ) -> None:  # fmt: skip
-        self._keepalive_s = keepalive_s
+        # A subscription's wait ends after one to two quiet periods without a delivery: half the keep-alive time
+        # keeps every silence of a stream within `keepalive_s`.
+        self._quiet_period_s = keepalive_s / 2
         self._hold_events = hold_events
         self._reading: dict[str, asyncio.Future[None]] = {}  # runs being read back from the topic
         self._tail = tail
@@ -247,7 +249,7 @@ class RunStreams:
         assert subscription is not None
         latency, sent_total = self._metrics.latency, self._metrics.events
         while True:
-            if not await subscription.wait(self._keepalive_s):
+            if not await subscription.wait(self._quiet_period_s):
                 yield KEEP_ALIVE
                 continue
             frames: list[bytes] = []
