@@ -63,7 +63,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _children_cpu_s(pid: int) -> float:
-    """CPU seconds of `pid`'s live child processes (the worker's display fold helper)."""
+    """CPU seconds of `pid`'s live child processes (the worker starts none unless it replays with helpers)."""
     total = 0.0
     with contextlib.suppress(OSError):
         for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
@@ -322,10 +322,10 @@ async def _capacity(bootstrap: str, source: str, group: str) -> float:
 
 
 def _cpu_split(pids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds, now: the machine's busy time and each process's (the worker with its fold helper)."""
+    """CPU seconds, now: the machine's busy time and each process's (the worker with any child processes)."""
     split = {"machine": _machine_busy_s(), "this process (probe)": time.process_time()}
     for name, pid in pids.items():
-        split[name] = _cpu_s(pid) + (_children_cpu_s(pid) if name == "worker and fold helper" else 0.0)
+        split[name] = _cpu_s(pid) + (_children_cpu_s(pid) if name == "worker" else 0.0)
     return split
 
 
@@ -430,7 +430,7 @@ async def _bench(args: argparse.Namespace, bootstrap: str, logs: Path, broker: i
         stop = asyncio.Event()
         probe = asyncio.create_task(_probe(bootstrap, output, {r.root_run_id.encode() for r in live}, seen, stop))
         await asyncio.sleep(1)
-        pids = {"gateway": gateway.pid, "worker and fold helper": worker.pid, "producer": source_proc.pid,
+        pids = {"gateway": gateway.pid, "worker": worker.pid, "producer": source_proc.pid,
                 "subscribers' client": client.pid, "late joiner": joiner.pid}  # fmt: skip
         gateway_cpu, wall_before = _cpu_s(gateway.pid), time.monotonic()
         split_before = _cpu_split(pids)

@@ -48,15 +48,19 @@ def _wake(waiter: asyncio.Future[bool], value: bool) -> None:
 class Subscription:
     """One connection's place in the fan-out: the deliveries its own task has yet to take, bounded by `bound` while
     its writer waits on the socket (a slow client; a burst read in one fetch is not that), and by 64 times that in
-    any case. `dropped` once it overflowed. A list and at most one waiting future: an idle connection holds no more."""
+    any case. `dropped` once it overflowed. A list, at most one waiting future and one timer: an idle connection
+    holds no more."""
 
-    __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_waiter", "dropped", "first_seq", "run_id")
+    __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_quiet", "_timer", "_waiter", "dropped", "first_seq",
+                 "run_id")  # fmt: skip
 
     def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
                  blocked: Callable[[], bool]) -> None:  # fmt: skip
         self.run_id = run_id
         self._pending: list[Delivery] = []
         self._waiter: asyncio.Future[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._quiet = True  # nothing was queued since the current keep-alive period began
         self.dropped = False
         self.first_seq: int | None = None  # the number of the first event offered
         self._bound = bound
@@ -79,6 +83,7 @@ class Subscription:
             self._on_drop(self)
             return
         pending.append(delivery)
+        self._quiet = False
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
@@ -91,18 +96,38 @@ class Subscription:
         return pending
 
     async def wait(self, timeout_s: float) -> bool:
-        """Until a delivery is queued (True) or `timeout_s` passed without one (False)."""
+        """Until a delivery is queued (True), or False once a period of `timeout_s` passed without one: a wait
+        returns False after at least `timeout_s` and at most twice that without a delivery. One timer per period,
+        not per wait, so a busy connection's waits cost no timer."""
         if self._pending:
             return True
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _wake, waiter, False)
+        if self._timer is None:
+            self._quiet = True
+            self._timer = loop.call_later(timeout_s, self._period_ended, timeout_s)
         try:
             woken: bool = await waiter
             return woken
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _period_ended(self, timeout_s: float) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # its writer is busy: its next wait begins a period
+        if self._quiet:
+            waiter.set_result(False)
+        else:
+            self._quiet = True
+            self._timer = asyncio.get_running_loop().call_later(timeout_s, self._period_ended, timeout_s)
+
+    def close(self) -> None:
+        """Stop the keep-alive timer (the subscription left the fan-out)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class FirstSeen(NamedTuple):
@@ -195,7 +220,12 @@ class Hub:
         """One committed output record, in partition order; `read_at` is when the tail's fetch returned it, on
         the hub's clock."""
         self.positions[partition] = offset + 1
-        log = self._tracked(run_id)
+        logs = self._logs
+        log = logs.get(run_id)
+        if log is None:
+            log = self._tracked(run_id)
+        else:
+            logs.move_to_end(run_id)
         if seq < log.next_seq and log.recent_from is not None:
             return  # already held: a record read twice cannot add anything
         if log.recent_from is None or seq != log.next_seq:
@@ -209,10 +239,12 @@ class Hub:
             recent.popleft()
             log.recent_from = recent[0].seq
         log.next_seq = seq + 1
-        log.finished = log.finished or terminal
-        if log.subscribers:
+        if terminal:
+            log.finished = True
+        subscribers = log.subscribers
+        if subscribers:
             delivery = Delivery(seq, event_frame(run_id, seq, value), terminal, read_at)
-            for subscription in list(log.subscribers):
+            for subscription in list(subscribers):
                 subscription.offer(delivery)
 
     def passed(self, partition: int, offset: int) -> None:
@@ -229,9 +261,11 @@ class Hub:
         self._trim(log)
 
     def _trim(self, log: RunLog) -> None:
+        if log.subscribers:
+            return
         recent = log.recent
         horizon = self._clock() - self._window_s
-        if log.subscribers or log.served_at >= horizon:
+        if log.served_at >= horizon:
             return
         while recent and recent[0].seq <= log.display_seq and recent[0].read_at < horizon:
             recent.popleft()
@@ -267,6 +301,7 @@ class Hub:
     def detach(self, subscription: Subscription) -> None:
         """Leave the fan-out (idempotent)."""
         log = self._logs.get(subscription.run_id)
+        subscription.close()
         if log is not None and subscription in log.subscribers:
             log.subscribers.remove(subscription)
             log.served_at = self._clock()

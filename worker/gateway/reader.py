@@ -46,7 +46,7 @@ _log = logging.getLogger(__name__)
 TERMINAL_TYPES = frozenset({b"RUN_FINISHED", b"RUN_ERROR"})
 _FIRST_MARGIN_MS = 2_000  # how far before the hint the first look starts; each miss looks four times further back
 _READ_DEADLINE_S = 30.0  # a history read that makes no progress this long fails
-_BATCH_RECORDS = 100  # records handed to the hub between two turns of the writers (getmany may not yield)
+_BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
 _DENIED_MAX_S = 10.0  # a refused read of the tail is tried again at most this far apart
 _UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
 _FETCH_DENIED = "Not authorized to read from topic"  # aiokafka's own warning, which the tail names itself
@@ -234,13 +234,17 @@ class TopicTail:
         publish = self._hub.publish
         read_at = time.monotonic()
         for record in records:
-            key, value = record.key, record.value  # type: ignore[attr-defined]
-            seq = kind = None
-            for name, header in record.headers:  # type: ignore[attr-defined]
-                if name == "agui-seq":
-                    seq = header
-                elif name == "agui-type":
-                    kind = header
+            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
+            # the worker writes agui-seq and agui-type second and third; any other layout is scanned
+            if len(headers) > 2 and headers[1][0] == "agui-seq" and headers[2][0] == "agui-type":
+                seq, kind = headers[1][1], headers[2][1]
+            else:
+                seq = kind = None
+                for name, header in headers:
+                    if name == "agui-seq":
+                        seq = header
+                    elif name == "agui-type":
+                        kind = header
             if key is None or value is None or seq is None:
                 continue
             publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]

@@ -74,7 +74,9 @@ class GatewaySettings(ConnectionSettings):
     fetch_max_wait_ms: int = Field(
         50, ge=1, le=10_000, description="Longest a fetch of the topics' tail waits for new records."
     )
-    keepalive_ms: int = Field(15_000, ge=100, le=60_000, description="A silent stream gets `: keep-alive` this often.")
+    keepalive_ms: int = Field(15_000, ge=100, le=60_000, description=(
+        "No stream stays silent longer: a quiet stream gets a `: keep-alive` comment every half to whole of this."
+    ))
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest accepted POST body (a RunAgentInput); larger ones get 413."
     )

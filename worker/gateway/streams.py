@@ -61,7 +61,9 @@ class RunStreams:
         self, tail: TopicTail, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
         *, keepalive_s: float = 15.0, hold_events: int = 4_096,
     ) -> None:  # fmt: skip
-        self._keepalive_s = keepalive_s
+        # A subscription's wait ends after one to two quiet periods without a delivery: half the keep-alive time
+        # keeps every silence of a stream within `keepalive_s`.
+        self._quiet_period_s = keepalive_s / 2
         self._hold_events = hold_events
         self._reading: dict[str, asyncio.Future[None]] = {}  # runs being read back from the topic
         self._tail = tail
@@ -247,25 +249,31 @@ class RunStreams:
         assert subscription is not None
         latency, sent_total = self._metrics.latency, self._metrics.events
         while True:
-            if not await subscription.wait(self._keepalive_s):
+            if not await subscription.wait(self._quiet_period_s):
                 yield KEEP_ALIVE
                 continue
             frames: list[bytes] = []
-            stamps: list[float] = []
-            end = False
+            reads: list[float] = []  # read times, each with how many events of its fetch follow in `frames`
+            counts: list[int] = []
+            sent, end = stream.sent, False
             for delivery in subscription.take():
-                if delivery.seq >= stream.sent:
+                if delivery.seq >= sent:
                     frames.append(delivery.frame)
-                    stamps.append(delivery.read_at)
-                    stream.sent = delivery.seq + 1
+                    sent = delivery.seq + 1
+                    if reads and reads[-1] == delivery.read_at:
+                        counts[-1] += 1
+                    else:
+                        reads.append(delivery.read_at)
+                        counts.append(1)
                     if delivery.terminal:
                         end = True
                         break
+            stream.sent = sent
             if frames:
                 yield frames[0] if len(frames) == 1 else b"".join(frames)  # resumed once handed to the socket
                 now = time.monotonic()
-                for stamp in stamps:
-                    latency.observe(now - stamp)
+                for read_at, count in zip(reads, counts, strict=True):
+                    latency.observe(now - read_at, count)
                 sent_total.inc(len(frames))
             if end:
                 stream.sent = -1
