@@ -39,9 +39,6 @@ MIN_DISPLAY_BYTES = 1024  # the smallest display-record limit a projection accep
 _STATE_FORMAT = 1
 # Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
 _NOTE_SLACK = 256
-# Batches of events held before they are folded: folded together, one run's fold state stays in the CPU's caches
-# while many runs' batches interleave; the bound keeps what is held small.
-_MAX_PENDING = 32
 
 
 def record_overhead(key: bytes, headers: Headers, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
@@ -116,8 +113,6 @@ class DisplayProjection:
     replay or a `restore(export())` followed by the same calls returns the same records. When a record is due is
     `DisplayCadence`'s rule, which looks at event numbers and timestamps only. A record never exceeds `max_bytes`:
     finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld and counted.
-    Offered batches may be folded later, in order, each as it would have been at once: anything that reads the fold
-    (a record, `export`, `fold`, `skipped`) folds what is held first.
     """
 
     __slots__ = (
@@ -125,7 +120,6 @@ class DisplayProjection:
         "_fold",
         "_headers_key",
         "_max_bytes",
-        "_pending",
         "_published",
         "_skipped",
         "_thread_bytes",
@@ -151,8 +145,6 @@ class DisplayProjection:
         self._published = -1  # agui-seq of the last record returned
         self._skipped = 0
         self._withheld = 0
-        # Offered batches not folded yet: each event's bounded JSON object, and the tool call its source item fails.
-        self._pending: list[tuple[list[dict[str, Any]], tuple[str, str, str] | None]] = []
 
     @property
     def run_id(self) -> str:
@@ -175,7 +167,6 @@ class DisplayProjection:
     @property
     def skipped(self) -> int:
         """Batches the fold refused as malformed (as `convert --display` reports an error line for them)."""
-        self._fold_pending()
         return self._skipped
 
     @property
@@ -187,7 +178,6 @@ class DisplayProjection:
     @property
     def fold(self) -> DisplayFold:
         """The fold itself (read it; feeding it directly breaks the projection's sequence)."""
-        self._fold_pending()
         return self._fold
 
     def offer(
@@ -219,18 +209,14 @@ class DisplayProjection:
             raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
         if events:
             try:
-                pending = self._pending
-                pending.append((_published(events, encoded, data),
-                                failed_tool_call(source) if source is not None else None))  # fmt: skip
+                self._fold.apply(_published(events, encoded, data),
+                                 failed=failed_tool_call(source) if source is not None else None)  # fmt: skip
             except AguiObservationError:
                 self._skipped += 1
         cadence.advance(first_seq, len(events))
         last = cadence.due(timestamp_ms, ended=ended)
         if last is None:
-            if len(self._pending) >= _MAX_PENDING:
-                self._fold_pending()
             return None
-        self._fold_pending()
         continuation = None if observer is None else orjson.dumps(observer.export_data())
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers, self._max_bytes)
@@ -243,19 +229,6 @@ class DisplayProjection:
             return None
         self._published = last
         return DisplayRecord(self._headers_key, value, headers, last, evicted)
-
-    def _fold_pending(self) -> None:
-        """Fold the held batches in the order offered; a batch the fold refuses is counted in `skipped`."""
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        fold = self._fold
-        for published, failed in pending:
-            try:
-                fold.apply(published, failed=failed)
-            except AguiObservationError:
-                self._skipped += 1
 
     def _page(self, value: bytes, budget: int, continuation: bytes | None, *, ended: bool) -> tuple[bytes, int]:
         """Evict finished items, oldest first, until the snapshot fits `budget`; evict none when even all of them
@@ -292,7 +265,6 @@ class DisplayProjection:
 
     def export_json(self) -> bytes:
         """`export()` as JSON text, written without building the dict: the fold's snapshot JSON is embedded."""
-        self._fold_pending()
         return _state_json(self._thread_id, self._max_bytes, self._cadence, self._published, self._skipped,
                            self._withheld, self._fold.export_json())
 
