@@ -21,7 +21,8 @@ FINISHED: Final[frozenset[ItemState]] = frozenset({"completed", "failed"})
 ROOT_SCOPE: Final = "root"
 _MEMORY: Final = TypeAdapter(dict[str, tuple[MemorySource, ...]])  # the continuation's `memory_sources`
 _AT: Final[dict[int, datetime]] = {}
-_AT_JSON: Final[dict[datetime, str]] = {}  # JSON of the UTC datetimes `event_time` makes
+# JSON of the datetimes written lately, by identity: each entry holds its datetime, so its id is not reused while kept.
+_AT_JSON: Final[dict[int, tuple[datetime, str]]] = {}
 
 
 def event_time(event: dict[str, Any]) -> datetime:
@@ -38,15 +39,15 @@ def event_time(event: dict[str, Any]) -> datetime:
 
 
 def _time_json(at: datetime) -> str:
-    """`at` as orjson writes it in an item (UTC as `Z`); remembered for the datetimes `event_time` makes (the same
-    instant in another zone writes differently, so only those are looked up)."""
-    if at.tzinfo is not UTC:
-        return orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
-    text = _AT_JSON.get(at)
-    if text is None:
-        if len(_AT_JSON) >= 4096:
-            _AT_JSON.clear()
-        text = _AT_JSON[at] = orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
+    """`at` as orjson writes it in an item (UTC as `Z`); remembered by the datetime object's identity (the datetimes
+    `event_time` makes are shared), which a hash of an aware datetime would cost a conversion to find."""
+    found = _AT_JSON.get(id(at))
+    if found is not None and found[0] is at:
+        return found[1]
+    if len(_AT_JSON) >= 4096:
+        _AT_JSON.clear()
+    text = orjson.dumps(at, option=orjson.OPT_UTC_Z).decode()
+    _AT_JSON[id(at)] = (at, text)
     return text
 
 
@@ -140,15 +141,17 @@ class Entry:
 
     def _joined(self, content_json: bytes) -> bytes:
         """The item's JSON around its content's, the fields in the model's order."""
-        ended = "null" if self.ended is None else _time_json(self.ended)
+        started = _time_json(self.started)
+        at = self.ended
+        ended = "null" if at is None else started if at is self.started else _time_json(at)
         if self.made:
             head = (f'{{"id":"{self.key}","ordinal":{self.ordinal},"kind":"{self.kind}","state":"{self.state}",'
                     f'"first_stream_id":"{self.first}","last_stream_id":"{self.last}",'
-                    f'"started_at":{_time_json(self.started)},"ended_at":{ended},"content":')  # fmt: skip
+                    f'"started_at":{started},"ended_at":{ended},"content":')  # fmt: skip
         else:
             head = (f'{{"id":{_text_json(self.key)},"ordinal":{self.ordinal},"kind":"{self.kind}",'
                     f'"state":"{self.state}","first_stream_id":{_text_json(self.first)},'
-                    f'"last_stream_id":{_text_json(self.last)},"started_at":{_time_json(self.started)},'
+                    f'"last_stream_id":{_text_json(self.last)},"started_at":{started},'
                     f'"ended_at":{ended},"content":')  # fmt: skip
         return b"".join((head.encode(), content_json, b"}"))
 

@@ -73,12 +73,20 @@ class DisplayRecord(FrozenValue):
         return DisplayRecord, (self.key, self.value, self.headers, self.agui_seq, self.evicted)
 
 
-def _published(event: BaseEvent, value: bytes | None, data: dict[str, Any] | None) -> dict[str, Any]:
-    """The JSON object of the event's record value, bounded as `convert --display` bounds it: `data` when given,
-    else `value` (or the event's encoding when None) parsed."""
-    if data is None:
-        data = loads_object(value if value is not None else encode_event(event))
-    return bound_event_json(data)
+def _published(
+    events: Sequence[BaseEvent], encoded: Sequence[bytes] | None, data: Sequence[dict[str, Any] | None] | None
+) -> list[dict[str, Any]]:
+    """The JSON object of each event's record value, bounded as `convert --display` bounds it: its `data` when
+    given, else its `encoded` value (or the event's encoding when None) parsed."""
+    given: list[dict[str, Any] | None] = list(data) if data is not None else [None] * len(events)
+    values: list[bytes] | None = list(encoded) if encoded is not None else None
+    out: list[dict[str, Any]] = []
+    for index, found in enumerate(given):
+        event = found
+        if event is None:
+            event = loads_object(values[index] if values is not None else encode_event(events[index]))
+        out.append(bound_event_json(event))
+    return out
 
 
 def _utf8(text: str) -> bytes:
@@ -201,9 +209,8 @@ class DisplayProjection:
             raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
         if events:
             try:
-                published = [_published(event, None if encoded is None else encoded[index],
-                                        None if data is None else data[index]) for index, event in enumerate(events)]
-                self._fold.apply(published, failed=failed_tool_call(source) if source is not None else None)
+                self._fold.apply(_published(events, encoded, data),
+                                 failed=failed_tool_call(source) if source is not None else None)  # fmt: skip
             except AguiObservationError:
                 self._skipped += 1
         cadence.advance(first_seq, len(events))
