@@ -72,6 +72,14 @@ def _header(headers: object, name: str) -> bytes | None:
     return None
 
 
+def _seq_and_kind(headers: list[tuple[str, bytes]]) -> tuple[bytes | None, bytes | None]:
+    """An output record's `agui-seq` and `agui-type` headers (None where missing): read where the worker writes
+    them, second and third (worker/stream/_build.py), and looked up by name in any other layout."""
+    if len(headers) > 2 and headers[1][0] == "agui-seq" and headers[2][0] == "agui-type":
+        return headers[1][1], headers[2][1]
+    return _header(headers, "agui-seq"), _header(headers, "agui-type")
+
+
 def _consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         client_id=f"{settings.client_id}-gateway-{role}",
@@ -234,17 +242,8 @@ class TopicTail:
         publish = self._hub.publish
         read_at = time.monotonic()
         for record in records:
-            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
-            # the worker writes agui-seq and agui-type second and third; any other layout is scanned
-            if len(headers) > 2 and headers[1][0] == "agui-seq" and headers[2][0] == "agui-type":
-                seq, kind = headers[1][1], headers[2][1]
-            else:
-                seq = kind = None
-                for name, header in headers:
-                    if name == "agui-seq":
-                        seq = header
-                    elif name == "agui-type":
-                        kind = header
+            key, value = record.key, record.value  # type: ignore[attr-defined]
+            seq, kind = _seq_and_kind(record.headers)  # type: ignore[attr-defined]
             if key is None or value is None or seq is None:
                 continue
             publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
@@ -398,9 +397,8 @@ class HistoryReader:
                         reader.at = -1
                         return until, True
                     if record.key == key:
-                        seq = _header(record.headers, "agui-seq")
+                        seq, kind = _seq_and_kind(record.headers)
                         if seq is not None:
-                            kind = _header(record.headers, "agui-type")
                             out.append(HistoryEvent(int(seq), record.value, record.timestamp, kind in TERMINAL_TYPES))
                 reader.at = records[-1].offset + 1
                 return reader.at, reader.at >= until
