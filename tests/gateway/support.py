@@ -33,6 +33,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def never_reading(port: int, path: str) -> socket.socket:
+    """A client that asks for a stream and never reads a byte (a tiny receive buffer, so the server notices)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
+    return sock
+
+
 @dataclass
 class Topics:
     """The topics of one worker and the gateway reading its output."""

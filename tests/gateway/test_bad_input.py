@@ -4,7 +4,6 @@ malformed POST body, clients that never read. Each gets a clear answer; the othe
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import aiohttp
@@ -13,6 +12,7 @@ import pytest
 from tests.gateway.support import (
     GatewayProcess,
     Topics,
+    never_reading,
     read_stream,
     run_scenario,
     start_worker,
@@ -31,15 +31,6 @@ KEY = b"k" * 48
 async def _json(session: aiohttp.ClientSession, method: str, url: str, **kwargs: object) -> tuple[int, dict]:
     async with session.request(method, url, **kwargs) as resp:  # type: ignore[arg-type]
         return resp.status, await resp.json()
-
-
-def _never_reading(port: int, path: str) -> socket.socket:
-    """A client that asks for a stream and never reads a byte (a tiny receive buffer, so the server notices)."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
-    return sock
 
 
 def test_bad_requests_get_clear_answers_and_a_client_that_never_reads_is_dropped(
@@ -100,7 +91,7 @@ def test_bad_requests_get_clear_answers_and_a_client_that_never_reads_is_dropped
             await wait_converted(kafka_bootstrap, topics, [r.key for r in big])
             for r in big:
                 await wait_known(session, gateway, [r.key], headers=auth(r.key))
-            stalled = [_never_reading(gateway.port, f"/runs/{r.key}/events?token={mint_token(KEY, 'run', r.key, 600)}")
+            stalled = [never_reading(gateway.port, f"/runs/{r.key}/events?token={mint_token(KEY, 'run', r.key, 600)}")
                        for r in big]  # fmt: skip
             readers = [asyncio.create_task(read_stream(session, f"{gateway.url}/runs/{r.key}/events",
                                                        headers=auth(r.key))) for r in big]  # fmt: skip

@@ -17,6 +17,7 @@ import pytest
 from tests.gateway.support import (
     GatewayProcess,
     Topics,
+    never_reading,
     parse_frames,
     run_scenario,
     start_worker,
@@ -149,14 +150,6 @@ def _long_run(deltas: int, size: int) -> Run:
     return converted(key, renamed)
 
 
-def _never_reading(port: int, path: str) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
-    return sock
-
-
 def _drain_socket(sock: socket.socket) -> bytes:
     """Everything the server sent until it closed the connection (a reset counts as closed)."""
     sock.settimeout(10)
@@ -185,7 +178,7 @@ def test_a_client_that_never_reads_is_dropped_and_counted_while_a_reader_gets_th
         await wait_converted(kafka_bootstrap, topics, [run.key])
         async with aiohttp.ClientSession() as session:
             await wait_known(session, gateway, [run.key])
-            stalled = _never_reading(gateway.port, f"/runs/{run.key}/events")
+            stalled = never_reading(gateway.port, f"/runs/{run.key}/events")
             reader = await _open(session, f"{gateway.url}/runs/{run.key}/events")
             await asyncio.sleep(0.5)
             assert gateway.metric("harness_agui_gateway_connections") == 2
