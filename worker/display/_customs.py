@@ -37,6 +37,7 @@ _SUPPLEMENTS: Final = frozenset({_EDIT_APPLIED, *_TOOL_IMAGES, *_MCP_APPS})
 _SUMMARIES: Final = frozenset({"a13n.context.handoff_summary", "a13n.context.compaction_summary"})
 _NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
+_CUSTOM_HEAD: Final = b'{"type":"CUSTOM","timestamp":'  # a published CUSTOM event's JSON up to its timestamp
 
 
 def _argument_delta(event: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str] | None:
@@ -141,7 +142,9 @@ class CustomFolder:
         self.arguments = None if arguments is None else HeldArguments.of(arguments)
         self.completed: dict[str, Any] | None = None  # the whole CUSTOM event the last `fold` completed
 
-    def fold(self, ledger: Ledger, event: dict[str, Any]) -> str | None:
+    def fold(self, ledger: Ledger, event: dict[str, Any], published: bytes | None = None) -> str | None:
+        """Fold one CUSTOM event and return its item's id; `published` is the event's JSON as published, when at
+        hand (orjson's text of this very dict)."""
         self.completed = None
         found = event.get("name")
         name = found if isinstance(found, str) else None  # any other name is no name the fold knows
@@ -176,7 +179,10 @@ class CustomFolder:
             if field in whole:
                 content[field] = whole[field]
         bounded = ledger.policy.bounds_observation(summary=name in _SUMMARIES)
-        return ledger.observe(content, event_time(event), bounded=bounded)
+        text = None
+        if published is not None and whole is event and name is not None and len(event) == 4 and "value" in event:
+            text = _content_json(published)
+        return ledger.observe(content, event_time(event), bounded=bounded, content_json=text)
 
     @staticmethod
     def _note_context(ledger: Ledger, name: str, whole: dict[str, Any], source: dict[str, JsonValue]) -> None:
@@ -294,6 +300,17 @@ class CustomFolder:
         if "subagentRunId" in event:
             content["subagentRunId"] = event["subagentRunId"]
         return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
+
+
+def _content_json(published: bytes) -> bytes | None:
+    """The JSON of the observation content `{"name": N, "value": V}`, cut from the JSON of the four-field event
+    `{"type":"CUSTOM","timestamp":T,"name":N,"value":V}` that orjson wrote; None for any other text."""
+    if not published.startswith(_CUSTOM_HEAD):
+        return None
+    at = published.find(b',"name":', len(_CUSTOM_HEAD))
+    if at < 0 or not published[len(_CUSTOM_HEAD) : at].isdigit():
+        return None
+    return b"{" + published[at + 1 :]
 
 
 def _held_copy(event: dict[str, Any]) -> dict[str, Any]:

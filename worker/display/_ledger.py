@@ -214,6 +214,24 @@ class Ledger:
         found = self.entries.get(key)
         return found.contents() if found is not None else {}
 
+    def open_content(self, key: str) -> dict[str, JsonValue] | None:
+        """The content of item `key` while it is in progress (the ledger's own dict, changed in place and then
+        `touch`ed); None for an item that is new, finished or evicted."""
+        found = self.entries.get(key)
+        if found is None or found.state != "in_progress":
+            return None
+        return found.content
+
+    def touch(self, key: str) -> None:
+        """Record that the in-progress item `key` changed (its content, in place) at the current position: what
+        `put` records for it with its own kind, state and content."""
+        entry = self.entries[key]
+        entry.model = None
+        entry.json = None
+        entry.last = f"{self.attempt}-{self.sequence}"
+        entry.ended = None
+        self.stale.add(entry.index)
+
     def state_of(self, key: str) -> ItemState:
         found = self.entries.get(key)
         return found.state if found is not None else "in_progress"
@@ -266,19 +284,24 @@ class Ledger:
             self.stale.add(entry.index)
         return key
 
-    def observe(self, content: dict[str, JsonValue], at: datetime, *, bounded: bool) -> str | None:
+    def observe(
+        self, content: dict[str, JsonValue], at: datetime, *, bounded: bool, content_json: bytes | None = None
+    ) -> str | None:
         """Store the completed observation the event at the current position makes; with `bounded` (see
         `ContentPolicy.bounds_observation`) its content's `value` is `OMITTED` when over MAX_OBSERVATION_BYTES.
-        Kept as JSON (`finished_as_json`), its JSON is written at once, the content's text serving the bound as well."""
+        Kept as JSON (`finished_as_json`), its JSON is written at once, the content's text (`content_json` when
+        the caller has it, as orjson writes `content`) serving the bound as well."""
         key = self.observation_key()
         if not (self.finished_as_json and ORJSON_AGREES) or key in self.entries or key in self.evicted_ids:
             if bounded and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):
                 content["value"] = dict(OMITTED)
             return self.put(key, "observation", "completed", content, at)
-        try:
-            text = orjson.dumps(content)
-        except (TypeError, orjson.JSONEncodeError):
-            text = None
+        text = content_json
+        if text is None:
+            try:
+                text = orjson.dumps(content)
+            except (TypeError, orjson.JSONEncodeError):
+                text = None
         # The value's own text is shorter than the content's: within a sixth of the bound, it is within the bound.
         oversize = text is None or 6 * len(text) > MAX_OBSERVATION_BYTES
         if bounded and oversize and json_size_exceeds(content["value"], MAX_OBSERVATION_BYTES):

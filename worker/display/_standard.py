@@ -30,6 +30,8 @@ _APPENDS: Final = {
     "REASONING_MESSAGE_CONTENT": "text",
     "TOOL_CALL_ARGS": "arguments",
 }
+# The fields besides its item's id of a delta event that changes nothing but its item's text.
+_DELTA_FIELDS: Final = frozenset({"type", "timestamp", "delta"})
 # Events that complete their item.
 _COMPLETES: Final = frozenset({"TEXT_MESSAGE_END", "REASONING_MESSAGE_END", "TOOL_CALL_RESULT"})
 # Event fields an item's content mirrors (a variable-length tuple type: compiled, it is read by index).
@@ -65,6 +67,11 @@ def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
     """Fold one non-CUSTOM event into its item and return the item's id; None for an event type the display does
     not track or an item that was evicted."""
     kind_name = event["type"]
+    field = _APPENDS.get(kind_name)
+    if field is not None:
+        grown = _grown(ledger, event, kind_name, field)
+        if grown is not None:
+            return grown
     if kind_name in LIFECYCLE_EVENTS:
         whole: dict[str, JsonValue] = dict(event)
         return ledger.observe(whole, event_time(event), bounded=False)
@@ -87,7 +94,6 @@ def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
             content["memory_sources"] = [source.model_dump(mode="json") for source in sources]
     if kind_name == "TOOL_CALL_END":
         content["arguments_complete"] = True
-    field = _APPENDS.get(kind_name)
     if field is not None:
         ledger.policy.put_text(content, field, str(content.get(field, "")) + event["delta"])
     if kind_name == "REASONING_ENCRYPTED_VALUE":
@@ -96,6 +102,24 @@ def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
         _put_result(ledger, content, event.get("content", ""))
     state: ItemState = "completed" if kind_name in _COMPLETES else ledger.state_of(key)
     return ledger.put(key, kind, state, content, event)
+
+
+def _grown(ledger: Ledger, event: dict[str, Any], kind_name: str, field: str) -> str | None:
+    """A delta that only appends to an open item's text, as the whole fold below would: the item's id; None when
+    anything else could change (a new, finished or evicted item, or a field beyond the id and the delta)."""
+    kind, id_field = _SOURCES[kind_name]
+    for name in event:
+        if name != id_field and name not in _DELTA_FIELDS:
+            return None
+    key = ledger.key(kind, str(event[id_field]))
+    content = ledger.open_content(key)
+    if content is None or content.get(id_field) != event[id_field]:
+        return None
+    if "responseGroup" not in content and ledger.group(scope_of(content.get("subagentRunId"))) is not None:
+        return None
+    ledger.policy.put_text(content, field, str(content.get(field, "")) + event["delta"])
+    ledger.touch(key)
+    return key
 
 
 def _put_result(ledger: Ledger, content: dict[str, JsonValue], result: JsonValue) -> None:

@@ -110,9 +110,15 @@ def bound_event(event: BaseEvent) -> BaseEvent:
     return event
 
 
-def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
+# A TOOL_CALL_RESULT published in at most this many bytes is within the bound `bound_event` measures: its
+# `model_dump_json()` differs from the published text only in the spelling of field names and in unset fields,
+# which keeps it well under eight times as long (tests/display/test_bounding.py measures the widest parts).
+_SURELY_UNBOUNDED_BYTES: Final = (MAX_FIELD_CHARS - 4096) // 8
+
+
+def bound_event_json(event: dict[str, Any], size: int | None = None) -> dict[str, Any]:
     """`bound_event` for an event as its JSON object (as published): the same object when no bound applies, else the
-    JSON object of the bounded event as published."""
+    JSON object of the bounded event as published. `size`, when given, is the length of the published bytes."""
     kind = event.get("type")
     if kind == "TOOL_CALL_ARGS":
         delta = event.get("delta")
@@ -122,6 +128,8 @@ def bound_event_json(event: dict[str, Any]) -> dict[str, Any]:
         content = event.get("content")
         if isinstance(content, str):
             return {**event, "content": content[: MAX_FIELD_CHARS + 1]} if len(content) > MAX_FIELD_CHARS else event
+        if size is not None and size <= _SURELY_UNBOUNDED_BYTES:
+            return event
         try:
             model = ToolCallResultEvent.model_validate(event)
         except ValidationError:

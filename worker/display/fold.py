@@ -128,22 +128,25 @@ class DisplayFold:
 
     def apply(
         self, events: Iterable[Mapping[str, Any]], source: HarnessItem | None = None, *, published: bool = False,
-        failed: tuple[str, str, str] | None = None,
+        failed: tuple[str, str, str] | None = None, encoded: Sequence[bytes] | None = None,
     ) -> None:  # fmt: skip
         """`fold` without building records: the same items and continuation. With `published` (events read back
         from an output topic, with no source items) each whole non-success tool-result CUSTOM fails its call as
         `source=` would have; give such events one source item's worth at a time or fewer. `failed` stands in for
-        `source` where only `failed_tool_call(source)` is at hand.
+        `source` where only `failed_tool_call(source)` is at hand. `encoded`, when given, is each event's JSON
+        text as published: what orjson writes for that very dict.
 
         The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
         ledger = self._ledger
         batch = _dicts(events)
         for event in batch:
             check_event(event)
+        if encoded is not None and len(encoded) != len(batch):
+            raise ConfigError(f"display fold got {len(batch)} events but {len(encoded)} encoded values")
         customs = self._customs
-        for event in batch:
+        for index, event in enumerate(batch):
             ledger.sequence += 1
-            self._fold_one(event)
+            self._fold_one(event, encoded[index] if encoded is not None else None)
             if published and customs.completed is not None:
                 self._fail_tool_call(published_failure(customs.completed), event)
         if batch and source is not None:
@@ -151,9 +154,9 @@ class DisplayFold:
         if batch and failed is not None:
             self._fail_tool_call(failed, batch[-1])
 
-    def _fold_one(self, event: dict[str, Any]) -> str | None:
+    def _fold_one(self, event: dict[str, Any], published: bytes | None = None) -> str | None:
         if event["type"] == "CUSTOM":
-            return self._customs.fold(self._ledger, event)
+            return self._customs.fold(self._ledger, event, published)
         self._customs.completed = None
         return fold_standard(self._ledger, event)
 

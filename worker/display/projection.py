@@ -78,14 +78,13 @@ def _published(
 ) -> list[dict[str, Any]]:
     """The JSON object of each event's record value, bounded as `convert --display` bounds it: its `data` when
     given, else its `encoded` value (or the event's encoding when None) parsed."""
-    given: list[dict[str, Any] | None] = list(data) if data is not None else [None] * len(events)
-    values: list[bytes] | None = list(encoded) if encoded is not None else None
     out: list[dict[str, Any]] = []
-    for index, found in enumerate(given):
-        event = found
+    for index in range(len(events)):
+        event = data[index] if data is not None else None
+        value = encoded[index] if encoded is not None else None
         if event is None:
-            event = loads_object(values[index] if values is not None else encode_event(events[index]))
-        out.append(bound_event_json(event))
+            event = loads_object(value if value is not None else encode_event(events[index]))
+        out.append(bound_event_json(event, None if value is None else len(value)))
     return out
 
 
@@ -209,7 +208,7 @@ class DisplayProjection:
             raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
         if events:
             try:
-                self._fold.apply(_published(events, encoded, data),
+                self._fold.apply(_published(events, encoded, data), encoded=encoded,
                                  failed=failed_tool_call(source) if source is not None else None)  # fmt: skip
             except AguiObservationError:
                 self._skipped += 1
