@@ -23,19 +23,18 @@ from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import (
-    KafkaConnectionError,
     KafkaError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.partitioner import murmur2
-from aiokafka.protocol.metadata import MetadataRequest
 
 from worker.errors import ConfigError, KafkaWorkerError
 from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.hub import Hub
 from worker.gateway.settings import GatewaySettings
+from worker.kafka._aiokafka import topic_metadata
 from worker.kafka.clients import connection_options, principal
 from worker.kafka.diagnosis import Denied, authorization_error
 from worker.kafka.startup import until_reachable, wait_beating
@@ -107,25 +106,16 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, role: str, who: st
     """The topic's partitions, asked of a broker by name without creating the topic (a broker that auto-creates
     topics would make a display topic that is not compacted); AuthorizationError without Describe on it,
     UnknownTopicOrPartitionError (retried) while it does not exist."""
-    client = consumer._client
-    node = client.get_random_node()
-    if node is None:
-        raise KafkaConnectionError("no broker is known after the bootstrap")
-    answer = await client.send(node, MetadataRequest([topic], allow_auto_topic_creation=False))
-    for entry in answer.topics:
-        code, name, parts = (entry[0], entry[1], entry[2]) if answer.API_VERSION == 0 else \
-            (entry[0], entry[1], entry[3])  # fmt: skip
-        if name != topic:
-            continue
-        if code == _TOPIC_DENIED:
-            raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role} {topic!r}")
-        if code == _UNKNOWN_TOPIC:  # retried: the worker creates the display topic when it starts
-            raise UnknownTopicOrPartitionError(f"{role} {topic!r} does not exist yet")
-        if code:
-            raise for_code(code)(f"describing {role} {topic!r}")
-        if parts:
-            return [TopicPartition(topic, part[1]) for part in sorted(parts, key=lambda part: part[1])]
-    raise UnknownTopicOrPartitionError(f"{role} {topic!r} has no partitions yet")
+    code, partitions = await topic_metadata(consumer, topic)
+    if code == _TOPIC_DENIED:
+        raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role} {topic!r}")
+    if code == _UNKNOWN_TOPIC:  # retried: the worker creates the display topic when it starts
+        raise UnknownTopicOrPartitionError(f"{role} {topic!r} does not exist yet")
+    if code:
+        raise for_code(code)(f"describing {role} {topic!r}")
+    if not partitions:
+        raise UnknownTopicOrPartitionError(f"{role} {topic!r} has no partitions yet")
+    return [TopicPartition(topic, partition) for partition in partitions]
 
 
 class TopicTail:

@@ -1,8 +1,9 @@
 """What the worker reads or does through aiokafka's private attributes, kept in one place (aiokafka 0.12 to 0.14).
 
 aiokafka exposes neither a transactional producer's state, nor why its background sender stopped, nor the member
-id of a group consumer, nor a way to close a producer whose batches can never be delivered. Each function says
-which attribute it relies on; tests/kafka/test_diagnosis.py drives real aiokafka objects through them.
+id of a group consumer, nor a way to close a producer whose batches can never be delivered, nor a way to ask for one
+topic's metadata without asking the broker to create it. Each function says which attribute it relies on;
+tests/kafka/test_diagnosis.py drives real aiokafka objects through the first four, the gateway's tests the last.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.errors import ProducerClosed
+from aiokafka.errors import KafkaConnectionError, ProducerClosed
+from aiokafka.protocol.metadata import MetadataRequest
 
-__all__ = ["ProducerView", "force_close", "member_id", "observe_producer"]
+__all__ = ["ProducerView", "force_close", "member_id", "observe_producer", "topic_metadata"]
 
 _ABORTABLE = frozenset({"IN_TRANSACTION", "ABORTABLE_ERROR"})
 
@@ -96,3 +98,20 @@ def member_id(consumer: Any) -> str:
     coordinator = getattr(consumer, "_coordinator", None)
     value = getattr(coordinator, "member_id", "")
     return value if isinstance(value, str) else ""
+
+
+async def topic_metadata(consumer: Any, topic: str) -> tuple[int, list[int]]:
+    """The error code and the sorted partition ids a broker answers for `topic` (0 and none when the answer leaves it
+    out), asked by name without auto-creation: a MetadataRequest through `consumer._client`; KafkaConnectionError
+    when no broker is known yet."""
+    client = consumer._client
+    node = client.get_random_node()
+    if node is None:
+        raise KafkaConnectionError("no broker is known after the bootstrap")
+    answer = await client.send(node, MetadataRequest([topic], allow_auto_topic_creation=False))
+    for entry in answer.topics:
+        code, name, parts = (entry[0], entry[1], entry[2]) if answer.API_VERSION == 0 else \
+            (entry[0], entry[1], entry[3])  # fmt: skip
+        if name == topic:
+            return code, sorted(part[1] for part in parts)
+    return 0, []
