@@ -112,7 +112,8 @@ def bound_event(event: BaseEvent) -> BaseEvent:
 
 # A TOOL_CALL_RESULT published in at most this many bytes is within the bound `bound_event` measures: its
 # `model_dump_json()` differs from the published text only in the spelling of field names and in unset fields,
-# which keeps it well under eight times as long (tests/display/test_bounding.py measures the widest parts).
+# which keeps it well under eight times as long (tests/display/test_published_failures.py measures the widest
+# parts).
 _SURELY_UNBOUNDED_BYTES: Final = (MAX_FIELD_CHARS - 4096) // 8
 
 

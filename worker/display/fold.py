@@ -134,7 +134,8 @@ class DisplayFold:
         from an output topic, with no source items) each whole non-success tool-result CUSTOM fails its call as
         `source=` would have; give such events one source item's worth at a time or fewer. `failed` stands in for
         `source` where only `failed_tool_call(source)` is at hand. `encoded`, when given, is each event's JSON
-        text as published: what orjson writes for that very dict.
+        text as published, which the fold reads only where orjson writes its JSON (`ORJSON_AGREES`): then it is
+        what orjson writes for that very dict.
 
         The fold keeps the event dicts' values in its items: callers must not change them afterwards."""
         ledger = self._ledger
