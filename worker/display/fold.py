@@ -18,7 +18,7 @@ from worker.display.fragments import CustomEventAssembler
 from worker.display.items import Item, ItemKind, ItemRef, Observed, StreamPosition
 from worker.display.memory import MemorySource
 from worker.display.snapshot import DisplayContinuation, DisplaySnapshot, Eviction
-from worker.errors import ConfigError
+from worker.errors import ConfigError, WorkerError
 from worker.observe import AguiEventProcessor, HarnessAguiStreamObserver, ObserverContinuation
 from worker.wire import HarnessItem
 
@@ -143,7 +143,7 @@ class DisplayFold:
         for event in batch:
             check_event(event)
         if encoded is not None and len(encoded) != len(batch):
-            raise ConfigError(f"display fold got {len(batch)} events but {len(encoded)} encoded values")
+            raise WorkerError(f"display fold got {len(batch)} events but {len(encoded)} encoded values")
         customs = self._customs
         for index, event in enumerate(batch):
             ledger.sequence += 1
