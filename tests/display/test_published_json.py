@@ -9,11 +9,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.display._events import BASE_TS, custom, text, tool
+from tests.display._events import BASE_TS, args_delta, custom, text, tool
 from worker.display import MAX_FIELD_CHARS, MAX_OBSERVATION_BYTES, DisplayFold
 
 _LIFECYCLE = {"kind": "lifecycle", "payload": {"type": "run_started", "note": "héllo \u2028 \x7f"}}
 _REQUEST = {"kind": "lifecycle", "payload": {"type": "model_request_started"}}
+
+_WEIGHTED = args_delta(2, '{"n":', BASE_TS + 13)
+_WEIGHTED["value"]["weight"] = 0.5  # a float: measured by the stdlib, as orjson may spell it otherwise
 
 CUSTOMS: list[dict[str, Any]] = [
     custom("a13n.harness.lifecycle", _LIFECYCLE, BASE_TS),
@@ -27,6 +30,17 @@ CUSTOMS: list[dict[str, Any]] = [
     text("START", "m1", BASE_TS + 6),
     text("CONTENT", "m1", BASE_TS + 7, "hel"),
     text("END", "m1", BASE_TS + 8),
+    # Argument streams, sized from their published JSON: escapes and a float in the value, a subagent's field.
+    args_delta(0, '{"q":"héllo \x7f', BASE_TS + 9),
+    args_delta(0, ' more"}', BASE_TS + 10),
+    {**args_delta(1, "{}", BASE_TS + 11), "subagentRunId": "run-child"},
+    custom("a13n.harness.lifecycle", _REQUEST, BASE_TS + 12),
+    _WEIGHTED,
+    args_delta(3, "y" * MAX_OBSERVATION_BYTES, BASE_TS + 14),
+    # Lifecycle events, whose observation holds the whole event.
+    {"type": "RUN_STARTED", "timestamp": BASE_TS + 15, "threadId": "thread_t", "runId": "run-t"},
+    {"type": "RUN_FINISHED", "timestamp": BASE_TS + 16, "threadId": "thread_t", "runId": "run-t",
+     "result": {"text": "dône \u2028", "score": 1.25}},
 ]
 
 DELTAS: list[dict[str, Any]] = [

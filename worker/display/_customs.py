@@ -12,7 +12,7 @@ from pydantic import JsonValue
 
 from worker.display._json import ORJSON_AGREES
 from worker.display._ledger import Ledger, event_time, scope_of
-from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size
+from worker.display.bounding import MAX_OBSERVATION_BYTES, OMITTED, json_size, json_size_in
 from worker.display.fragments import CustomEventAssembler
 from worker.display.items import ItemState
 from worker.display.memory import memory_sources
@@ -38,6 +38,7 @@ _SUMMARIES: Final = frozenset({"a13n.context.handoff_summary", "a13n.context.com
 _NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
 _CUSTOM_HEAD: Final = b'{"type":"CUSTOM","timestamp":'  # a published CUSTOM event's JSON up to its timestamp
+_ARGUMENTS_NAME: Final = b',"name":"%s","value":' % _PART_DELTA.encode()  # what follows it in an argument delta
 
 
 def _argument_delta(event: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str] | None:
@@ -151,7 +152,7 @@ class CustomFolder:
         if name == _PART_DELTA:
             streamed = _argument_delta(event)
             if streamed is not None:
-                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, streamed)
+                return None if ledger.policy.full_content else self._fold_arguments(ledger, event, streamed, published)
         whole = event
         if name == FRAGMENT_EVENT_NAME:
             assembled = self.assembler.accept(event)
@@ -275,7 +276,7 @@ class CustomFolder:
 
     def _fold_arguments(
         self, ledger: Ledger, event: dict[str, Any],
-        streamed: tuple[dict[str, Any], dict[str, Any], dict[str, Any], str],
+        streamed: tuple[dict[str, Any], dict[str, Any], dict[str, Any], str], published: bytes | None,
     ) -> str | None:  # fmt: skip
         """Consecutive argument deltas of one part share one observation: the first delta's, growing. The item holds
         the stream's own value (written anew with each delta, which is the only change it sees)."""
@@ -289,7 +290,7 @@ class CustomFolder:
         else:
             first = _held_copy(event)
             held = HeldArguments(_stream_of(value, source, delta), ledger.observation_key(), event_time(event),
-                                 ledger.sequence, first, json_size(first["value"]))  # fmt: skip
+                                 ledger.sequence, first, _value_size(event, published))  # fmt: skip
             self.arguments = held
         held.sequence = ledger.sequence
         if not ledger.policy.retain_content and held.size > MAX_OBSERVATION_BYTES:
@@ -311,6 +312,17 @@ def _content_json(published: bytes) -> bytes | None:
     if at < 0 or not published[len(_CUSTOM_HEAD) : at].isdigit():
         return None
     return b"{" + published[at + 1 :]
+
+
+def _value_size(event: dict[str, Any], published: bytes | None) -> int:
+    """`json_size` of the value of a four-field argument delta event, measured in `published` (orjson's JSON of the
+    event) when that is at hand: its value is the text between the name and the closing brace."""
+    value = event["value"]
+    if ORJSON_AGREES and published is not None and len(event) == 4 and published.startswith(_CUSTOM_HEAD):
+        at = published.find(_ARGUMENTS_NAME, len(_CUSTOM_HEAD))
+        if at > 0 and published[len(_CUSTOM_HEAD) : at].isdigit():
+            return json_size_in(value, published, at + len(_ARGUMENTS_NAME) + 1)
+    return json_size(value)
 
 
 def _held_copy(event: dict[str, Any]) -> dict[str, Any]:

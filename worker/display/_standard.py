@@ -63,9 +63,9 @@ def check_event(event: dict[str, Any]) -> None:
         raise AguiObservationError(f"display fold got a {kind_name} event whose delta is not a string")
 
 
-def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
+def fold_standard(ledger: Ledger, event: dict[str, Any], published: bytes | None = None) -> str | None:
     """Fold one non-CUSTOM event into its item and return the item's id; None for an event type the display does
-    not track or an item that was evicted."""
+    not track or an item that was evicted. `published`, when given, is orjson's JSON of `event`."""
     kind_name = event["type"]
     field = _APPENDS.get(kind_name)
     if field is not None:
@@ -74,7 +74,7 @@ def fold_standard(ledger: Ledger, event: dict[str, Any]) -> str | None:
             return grown
     if kind_name in LIFECYCLE_EVENTS:
         whole: dict[str, JsonValue] = dict(event)
-        return ledger.observe(whole, event_time(event), bounded=False)
+        return ledger.observe(whole, event_time(event), bounded=False, content_json=published)
     source = _SOURCES.get(kind_name)
     if source is None:
         return None

@@ -22,6 +22,7 @@ __all__ = [
     "bound_event_json",
     "bounding_processor",
     "json_size",
+    "json_size_in",
 ]
 
 # Characters an item keeps of a message text, tool arguments or a tool result.
@@ -66,6 +67,14 @@ def json_size(value: object) -> int:
     """
     raw = None if has_float(value) else _orjson_text(value)
     return len(_ENCODER.encode(value)) if raw is None else _escaped_size(raw)
+
+
+def json_size_in(value: object, text: bytes, padding: int) -> int:
+    """`json_size(value)`, given `text`: orjson's UTF-8 text of `value` with `padding` bytes of ASCII text other than
+    DEL around it (the JSON of an object holding it, say), which spares writing it again."""
+    if has_float(value):
+        return len(_ENCODER.encode(value))
+    return _escaped_size(text) - padding
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:

@@ -159,7 +159,7 @@ class DisplayFold:
         if event["type"] == "CUSTOM":
             return self._customs.fold(self._ledger, event, published)
         self._customs.completed = None
-        return fold_standard(self._ledger, event)
+        return fold_standard(self._ledger, event, published)
 
     def _fail_tool_call(self, failed: tuple[str, str, str] | None, last: dict[str, Any]) -> str | None:
         if failed is None:
