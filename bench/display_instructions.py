@@ -3,22 +3,28 @@ display on against off, counted by valgrind's callgrind: a figure that does not 
 comparing two builds of the display fold side by side.
 
 Usage: .venv/bin/python bench/display_instructions.py [--items N] [--checkpoint-every N] [--pythonpath DIR]
+                                                      [--cpu ROUNDS]
 
 The records are bench/e2e.py's mix (sample runs, 200 open at once, 3 partitions), stamped as a topic filled at
 3,750 items/s; each side runs in a process of its own under callgrind, which counts only the instructions inside
 `process` and `checkpoint` (the records' generation and the interpreter's start are left out). `--pythonpath`
-puts another build of the worker first on the path, to count it instead of the installed one.
+puts another build of the worker first on the path, to count it instead of the installed one. `--cpu` also
+times the same records without valgrind, in one process, ROUNDS rounds alternating which side goes first: CPU per
+item of each side (best rounds), the ratio that instructions alone do not show when the display's instructions run
+at a lower rate than the conversion's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from aiokafka.partitioner import DefaultPartitioner
@@ -34,25 +40,46 @@ _COUNTED = ("CPyDef__partition___PartitionState___process", "CPyDef__partition__
 _REFS = re.compile(rb"I\s+refs:\s+([\d,]+)")
 
 
-def feed(items: int, checkpoint_every: int, display: bool) -> None:
-    """The side that callgrind counts: `items` records through three partition states."""
+_PARTITIONS = [0, 1, 2]
+Records = list[tuple[int, bytes, bytes, int]]
+
+
+def records(items: int) -> Records:
+    """The first `items` records of the mix: partition, key, value, timestamp."""
     partitioner = DefaultPartitioner()
-    partitions = [0, 1, 2]
-    records = []
+    out = []
     for index, (key, value) in enumerate(interleave(load_samples(), runs=None, concurrency=200, salt="x", seed=1)):
         if index >= items:
             break
         stamp = 1_700_000_000_000 + index * 4 // 15  # 3,750 items/s
-        records.append((partitioner(key, partitions, partitions), key, value, stamp))
-    freeze_heap()
-    states = [PartitionState("src", p, display_interval_ms=5000 if display else None) for p in partitions]
+        out.append((partitioner(key, _PARTITIONS, _PARTITIONS), key, value, stamp))
+    return out
+
+
+def feed(fed: Records, checkpoint_every: int, display: bool) -> None:
+    """The side that callgrind counts: the records through three partition states."""
+    states = [PartitionState("src", p, display_interval_ms=5000 if display else None) for p in _PARTITIONS]
     offsets = [0, 0, 0]
-    for partition, key, value, stamp in records:
+    for partition, key, value, stamp in fed:
         state = states[partition]
         state.process(SourceRecord("src", partition, offsets[partition], stamp, key, value))
         offsets[partition] += 1
         if offsets[partition] % checkpoint_every == 0:
             state.checkpoint(offsets[partition])
+
+
+def cpu(args: argparse.Namespace) -> tuple[float, float]:
+    """CPU µs per item of each side, best of `args.cpu` rounds alternating which side goes first."""
+    fed = records(args.items)
+    freeze_heap()
+    best = {True: float("inf"), False: float("inf")}
+    for round_ in range(args.cpu):
+        for display in (True, False) if round_ % 2 == 0 else (False, True):
+            began = time.process_time()
+            feed(fed, args.checkpoint_every, display)
+            best[display] = min(best[display], (time.process_time() - began) / len(fed) * 1e6)
+            gc.collect()
+    return best[True], best[False]
 
 
 def count(args: argparse.Namespace, display: bool) -> int:
@@ -78,10 +105,13 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, default=1000,
                         help="records of one partition between checkpoints")  # fmt: skip
     parser.add_argument("--pythonpath", default="", help="a directory holding another build of `worker`")
+    parser.add_argument("--cpu", type=int, default=0, metavar="ROUNDS", help="also time both sides, without valgrind")
     parser.add_argument("--side", choices=("on", "off"), help=argparse.SUPPRESS)  # the process callgrind counts
     args = parser.parse_args()
     if args.side:
-        feed(args.items, args.checkpoint_every, args.side == "on")
+        fed = records(args.items)
+        freeze_heap()
+        feed(fed, args.checkpoint_every, args.side == "on")
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("bench/display_instructions.py needs valgrind on the PATH")
@@ -89,6 +119,10 @@ def main() -> int:
     print(f"instructions per source item ({args.items} items, a checkpoint every {args.checkpoint_every} records "
           f"of a partition): display on {on / args.items:,.0f}, off {off / args.items:,.0f}; "
           f"on / off {on / off:.3f}; the display adds {(on - off) / args.items:,.0f}")  # fmt: skip
+    if args.cpu:
+        cpu_on, cpu_off = cpu(args)
+        print(f"CPU per source item, the same records without valgrind (best of {args.cpu} rounds): display on "
+              f"{cpu_on:.1f} µs, off {cpu_off:.1f} µs; on / off {cpu_on / cpu_off:.3f}")  # fmt: skip
     return 0
 
 
