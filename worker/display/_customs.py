@@ -303,24 +303,29 @@ class CustomFolder:
         return ledger.put(held.key, "observation", "completed", content, held.at, growing=True)
 
 
+def _after_timestamp(published: bytes, follows: bytes) -> int:
+    """Where `follows` starts in the JSON of a CUSTOM event that orjson wrote, when it comes right after the event's
+    type and non-negative integer timestamp; -1 otherwise."""
+    if not published.startswith(_CUSTOM_HEAD):
+        return -1
+    at = published.find(follows, len(_CUSTOM_HEAD))
+    return at if at > 0 and published[len(_CUSTOM_HEAD) : at].isdigit() else -1
+
+
 def _content_json(published: bytes) -> bytes | None:
     """The JSON of the observation content `{"name": N, "value": V}`, cut from the JSON of the four-field event
     `{"type":"CUSTOM","timestamp":T,"name":N,"value":V}` that orjson wrote; None for any other text."""
-    if not published.startswith(_CUSTOM_HEAD):
-        return None
-    at = published.find(b',"name":', len(_CUSTOM_HEAD))
-    if at < 0 or not published[len(_CUSTOM_HEAD) : at].isdigit():
-        return None
-    return b"{" + published[at + 1 :]
+    at = _after_timestamp(published, b',"name":')
+    return None if at < 0 else b"{" + published[at + 1 :]
 
 
 def _value_size(event: dict[str, Any], published: bytes | None) -> int:
     """`json_size` of the value of a four-field argument delta event, measured in `published` (orjson's JSON of the
     event) when that is at hand: its value is the text between the name and the closing brace."""
     value = event["value"]
-    if ORJSON_AGREES and published is not None and len(event) == 4 and published.startswith(_CUSTOM_HEAD):
-        at = published.find(_ARGUMENTS_NAME, len(_CUSTOM_HEAD))
-        if at > 0 and published[len(_CUSTOM_HEAD) : at].isdigit():
+    if ORJSON_AGREES and published is not None and len(event) == 4:
+        at = _after_timestamp(published, _ARGUMENTS_NAME)
+        if at > 0:
             return json_size_in(value, published, at + len(_ARGUMENTS_NAME) + 1)
     return json_size(value)
 
