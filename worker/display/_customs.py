@@ -38,7 +38,7 @@ _SUMMARIES: Final = frozenset({"a13n.context.handoff_summary", "a13n.context.com
 _NATIVE_PARTS: Final = frozenset({"builtin-tool-call", "builtin-tool-return"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "denied", "interrupted"})
 _CUSTOM_HEAD: Final = b'{"type":"CUSTOM","timestamp":'  # a published CUSTOM event's JSON up to its timestamp
-_ARGUMENTS_NAME: Final = b',"name":"%s","value":' % _PART_DELTA.encode()  # what follows it in an argument delta
+_ARGUMENTS_NAME: Final = b',"name":"%s","value":' % _PART_DELTA.encode()  # after an argument delta's timestamp
 
 
 def _argument_delta(event: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str] | None:

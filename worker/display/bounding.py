@@ -72,9 +72,7 @@ def json_size(value: object) -> int:
 def json_size_in(value: object, text: bytes, padding: int) -> int:
     """`json_size(value)`, given `text`: orjson's UTF-8 text of `value` with `padding` bytes of ASCII text other than
     DEL around it (the JSON of an object holding it, say), which spares writing it again."""
-    if has_float(value):
-        return len(_ENCODER.encode(value))
-    return _escaped_size(text) - padding
+    return json_size(value) if has_float(value) else _escaped_size(text) - padding
 
 
 def json_size_exceeds(value: object, limit: int) -> bool:
