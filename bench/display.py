@@ -1,8 +1,8 @@
 """CPU per source item of the worker's conversion (decode + stream observer + encode_event) alone and with the
-display projection fed every event as the worker feeds it (DisplayProjection.offer with each event's encoding and
-JSON object, cadence on the items' own timestamps), side by side in one run, on the golden corpus; the display
-records' bytes per source item, and how many events of the output topic's tail a late joiner reads after the
-snapshot it starts from.
+display projection fed every event as the worker feeds it (DisplayProjection.accept and complete, with each event's
+encoding and JSON object, cadence on the items' own timestamps), side by side in one run, on the golden corpus;
+the display records' bytes per source item, and how many events of the output topic's tail a late joiner reads
+after the snapshot it starts from.
 
 Usage: .venv/bin/python bench/display.py [--corpus DIR] [--repeat N] [--interval-ms MS] [--max-bytes B]
                                          [--source-time occurred|burst]
@@ -78,8 +78,8 @@ def convert_and_project(
                                                max_bytes=max_bytes)  # fmt: skip
             ended = is_terminal(item) and item.run_id == projection.run_id
             stamp = 0 if burst else timestamp_ms(item)
-            record = projection.offer(events, n, timestamp_ms=stamp, ended=ended, source=item, encoded=encoded,
-                                      data=data, observer=observer)  # fmt: skip
+            record = projection.complete(projection.accept(events, n, timestamp_ms=stamp, ended=ended, source=item,
+                                                           encoded=encoded, data=data, observer=observer))  # fmt: skip
             n += len(events)
             if record is not None:
                 totals.records += 1
@@ -115,7 +115,9 @@ def memory_per_projection(runs: list[list[bytes]], streams: int, interval_ms: in
         first = batches[0][0]
         projection = DisplayProjection(first.run_id, first.thread_id, interval_ms=interval_ms)
         for item, events, encoded, n in batches:
-            projection.offer(events, n, timestamp_ms=timestamp_ms(item), ended=False, source=item, encoded=encoded)
+            accepted = projection.accept(events, n, timestamp_ms=timestamp_ms(item), ended=False, source=item,
+                                         encoded=encoded)  # fmt: skip
+            projection.complete(accepted)
         projections.append(projection)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
@@ -154,7 +156,7 @@ def main() -> None:
     base, with_display = min(alone) / items * 1e6, min(projected) / items * 1e6
     print(f"convert:    {base:6.1f} us CPU per source item (decode + stream observer + encode_event, "
           f"best of {args.repeat})")
-    print(f"+ display:  {with_display:6.1f} us CPU per source item (the same, plus DisplayProjection.offer, "
+    print(f"+ display:  {with_display:6.1f} us CPU per source item (the same, plus the display projection, "
           f"interval {args.interval_ms} ms, max {args.max_bytes} bytes, source time {args.source_time})")
     print(f"projection: {with_display - base:6.1f} us per source item; conversion alone runs "
           f"{base / with_display:.2f}x the time of conversion + display")

@@ -2,8 +2,8 @@
 display on against off, counted by valgrind's callgrind: a figure that does not move with the host's load, for
 comparing two builds of the display fold side by side.
 
-Usage: .venv/bin/python bench/display_instructions.py [--items N] [--checkpoint-every N] [--pythonpath DIR]
-                                                      [--cpu ROUNDS]
+Usage: .venv/bin/python bench/display_instructions.py [--items N] [--checkpoint-every N] [--batch N]
+                                                      [--pythonpath DIR] [--cpu ROUNDS]
 
 The records are bench/e2e.py's mix (sample runs, 200 open at once, 3 partitions), stamped as a topic filled at
 3,750 items/s; each side runs in a process of its own under callgrind, which counts only the instructions inside
@@ -36,7 +36,7 @@ from devtools.sample_runs import interleave, load_samples  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
 from worker.stream import PartitionState, SourceRecord  # noqa: E402
 
-_COUNTED = ("CPyDef__partition___PartitionState___process", "CPyDef__partition___PartitionState___checkpoint")
+_COUNTED = ("CPyDef__partition___PartitionState___process_batch", "CPyDef__partition___PartitionState___checkpoint")
 _REFS = re.compile(rb"I\s+refs:\s+([\d,]+)")
 
 
@@ -56,16 +56,24 @@ def records(items: int) -> Records:
     return out
 
 
-def feed(fed: Records, checkpoint_every: int, display: bool) -> None:
-    """The side that callgrind counts: the records through three partition states."""
+def feed(fed: Records, checkpoint_every: int, display: bool, batch: int) -> None:
+    """The side that callgrind counts: the records through three partition states, `batch` consecutive records of
+    a partition at a time (`process_batch`, as the worker's partition task takes a fetched batch)."""
     states = [PartitionState("src", p, display_interval_ms=5000 if display else None) for p in _PARTITIONS]
     offsets = [0, 0, 0]
+    held: list[list[SourceRecord]] = [[] for _ in _PARTITIONS]
     for partition, key, value, stamp in fed:
-        state = states[partition]
-        state.process(SourceRecord("src", partition, offsets[partition], stamp, key, value))
+        state, waiting = states[partition], held[partition]
+        waiting.append(SourceRecord("src", partition, offsets[partition], stamp, key, value))
         offsets[partition] += 1
-        if offsets[partition] % checkpoint_every == 0:
+        due = offsets[partition] % checkpoint_every == 0
+        if due or len(waiting) == batch:
+            state.process_batch(waiting)
+            waiting.clear()
+        if due:
             state.checkpoint(offsets[partition])
+    for state, waiting in zip(states, held, strict=True):
+        state.process_batch(waiting)
 
 
 def cpu(args: argparse.Namespace) -> tuple[float, float]:
@@ -76,7 +84,7 @@ def cpu(args: argparse.Namespace) -> tuple[float, float]:
     for round_ in range(args.cpu):
         for display in (True, False) if round_ % 2 == 0 else (False, True):
             began = time.process_time()
-            feed(fed, args.checkpoint_every, display)
+            feed(fed, args.checkpoint_every, display, args.batch)
             best[display] = min(best[display], (time.process_time() - began) / len(fed) * 1e6)
             gc.collect()
     return best[True], best[False]
@@ -88,7 +96,7 @@ def count(args: argparse.Namespace, display: bool) -> int:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out",
                    *(f"--toggle-collect={name}" for name in _COUNTED),
                    sys.executable, __file__, "--side", "on" if display else "off", "--items", str(args.items),
-                   "--checkpoint-every", str(args.checkpoint_every)]  # fmt: skip
+                   "--checkpoint-every", str(args.checkpoint_every), "--batch", str(args.batch)]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same set orders in every run
         if args.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (args.pythonpath, env.get("PYTHONPATH"))))
@@ -104,6 +112,8 @@ def main() -> int:
     parser.add_argument("--items", type=int, default=4000)
     parser.add_argument("--checkpoint-every", type=int, default=1000,
                         help="records of one partition between checkpoints")  # fmt: skip
+    parser.add_argument("--batch", type=int, default=32,
+                        help="records of a partition processed together (the worker's partition task takes 32)")
     parser.add_argument("--pythonpath", default="", help="a directory holding another build of `worker`")
     parser.add_argument("--cpu", type=int, default=0, metavar="ROUNDS", help="also time both sides, without valgrind")
     parser.add_argument("--side", choices=("on", "off"), help=argparse.SUPPRESS)  # the process callgrind counts
@@ -111,7 +121,7 @@ def main() -> int:
     if args.side:
         fed = records(args.items)
         freeze_heap()
-        feed(fed, args.checkpoint_every, args.side == "on")
+        feed(fed, args.checkpoint_every, args.side == "on", args.batch)
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("bench/display_instructions.py needs valgrind on the PATH")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -82,6 +82,13 @@ def run_id_of(lines: tuple[str, ...]) -> tuple[str, str]:
     raise AssertionError("a run has at least one decodable item")
 
 
+def offer(
+    projection: DisplayProjection, events: Sequence[BaseEvent], first_seq: int, **given: Any
+) -> DisplayRecord | None:
+    """Fold one record's events at once, as the worker does for a batch of one: `complete(accept(...))`."""
+    return projection.complete(projection.accept(events, first_seq, **given))
+
+
 def project(
     lines: tuple[str, ...], *, interval_ms: int = 0, max_bytes: int = 1048588,
     cut: Callable[[DisplayProjection, int], DisplayProjection] | None = None,
@@ -93,9 +100,9 @@ def project(
     for index, batch in enumerate(worker_batches(lines)):
         if cut is not None:
             projection = cut(projection, index)
-        record = projection.offer(
-            batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=batch.ended, source=batch.item,
-            encoded=batch.encoded, observer=batch.observer,
+        record = offer(
+            projection, batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=batch.ended,
+            source=batch.item, encoded=batch.encoded, observer=batch.observer,
         )  # fmt: skip
         if record is not None:
             records.append(record)

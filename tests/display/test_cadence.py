@@ -7,6 +7,7 @@ import pytest
 from ag_ui.core import TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent
 
 from tests.display._events import BASE_TS
+from tests.display._flows import offer
 from worker.display import DisplayProjection
 from worker.display.cadence import DisplayCadence
 from worker.errors import ConfigError, WorkerError
@@ -40,7 +41,7 @@ def test_events_must_continue_the_numbering() -> None:
 def _too_big(projection: DisplayProjection) -> None:
     opened = (TextMessageStartEvent(message_id="m", role="assistant", timestamp=BASE_TS),
               TextMessageContentEvent(message_id="m", delta="x" * 5000, timestamp=BASE_TS))  # fmt: skip
-    assert projection.offer(opened, 0, timestamp_ms=BASE_TS, ended=False) is None
+    assert offer(projection, opened, 0, timestamp_ms=BASE_TS, ended=False) is None
 
 
 def test_a_withheld_record_is_retried_at_the_next_interval_not_with_every_record() -> None:
@@ -48,11 +49,11 @@ def test_a_withheld_record_is_retried_at_the_next_interval_not_with_every_record
     _too_big(projection)
     assert projection.withheld == 1 and projection.published_seq == -1
     more = (TextMessageContentEvent(message_id="m", delta="y", timestamp=BASE_TS),)
-    assert projection.offer(more, 2, timestamp_ms=BASE_TS + 500, ended=False) is None
+    assert offer(projection, more, 2, timestamp_ms=BASE_TS + 500, ended=False) is None
     assert projection.withheld == 1, "not due again within the interval"
-    assert projection.offer(more, 3, timestamp_ms=BASE_TS + 1000, ended=False) is None
+    assert offer(projection, more, 3, timestamp_ms=BASE_TS + 1000, ended=False) is None
     assert projection.withheld == 2, "due again one interval after the withheld one"
-    record = projection.offer((TextMessageEndEvent(message_id="m", timestamp=BASE_TS),), 4,
+    record = offer(projection, (TextMessageEndEvent(message_id="m", timestamp=BASE_TS),), 4,
                               timestamp_ms=BASE_TS + 1001, ended=True)  # fmt: skip
     assert record is not None and record.agui_seq == 4
 
@@ -66,14 +67,14 @@ def test_the_attempted_record_survives_export_and_restore() -> None:
     restored = DisplayProjection.restore(state)
     assert restored.export() == state
     for each in (projection, restored):
-        assert each.offer(more, 2, timestamp_ms=BASE_TS + 500, ended=False) is None, "not due within the interval"
+        assert offer(each, more, 2, timestamp_ms=BASE_TS + 500, ended=False) is None, "not due within the interval"
     assert restored.export() == projection.export() and restored.withheld == 1
 
 
 def test_a_state_without_attempted_seq_resumes_from_the_last_published_record() -> None:
     projection = DisplayProjection("run-o", "thread-o", interval_ms=1000)
     first = (TextMessageStartEvent(message_id="m", role="assistant", timestamp=BASE_TS),)
-    assert projection.offer(first, 0, timestamp_ms=BASE_TS, ended=False) is not None
+    assert offer(projection, first, 0, timestamp_ms=BASE_TS, ended=False) is not None
     state = projection.export()
     del state["attempted_seq"]
     restored = DisplayProjection.restore(state)

@@ -3,7 +3,7 @@ observer is never asked for it."""
 
 from __future__ import annotations
 
-from tests.display._flows import lines_of, run_id_of, worker_batches
+from tests.display._flows import lines_of, offer, run_id_of, worker_batches
 from worker.display import DisplayProjection
 
 
@@ -21,7 +21,7 @@ def test_the_continuation_is_exported_only_for_a_due_record() -> None:
     run_id, thread_id = run_id_of(lines)
     batches = [batch for batch in worker_batches(lines) if batch.events]
     projection, observer = DisplayProjection(run_id, thread_id, interval_ms=10**9), _Observer()
-    records = [projection.offer(batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
+    records = [offer(projection, batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
                                 encoded=batch.encoded, observer=observer)
                for batch in batches]
     assert [record is not None for record in records] == [True] + [False] * (len(batches) - 1)

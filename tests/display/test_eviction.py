@@ -7,7 +7,7 @@ import pytest
 from ag_ui.core import TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent
 
 from tests.display._events import BASE_TS, args_delta
-from tests.display._flows import lines_of, project, reference_at_items
+from tests.display._flows import lines_of, offer, project, reference_at_items
 from worker.display import DisplayFold, DisplayProjection, DisplaySnapshot
 from worker.errors import ConfigError
 from worker.stream import Destination, OutboundRecord, record_size
@@ -59,9 +59,9 @@ def test_an_open_item_too_big_to_fit_withholds_the_record_until_the_run_ends() -
     projection = DisplayProjection("run-t", "thread-t", interval_ms=0, max_bytes=4096)
     opened = (TextMessageStartEvent(message_id="m", role="assistant", timestamp=BASE_TS),
               TextMessageContentEvent(message_id="m", delta="x" * 5000, timestamp=BASE_TS))  # fmt: skip
-    assert projection.offer(opened, 0, timestamp_ms=BASE_TS, ended=False) is None
+    assert offer(projection, opened, 0, timestamp_ms=BASE_TS, ended=False) is None
     assert projection.withheld == 1 and projection.published_seq == -1
-    record = projection.offer((TextMessageEndEvent(message_id="m", timestamp=BASE_TS + 1),), 2,
+    record = offer(projection, (TextMessageEndEvent(message_id="m", timestamp=BASE_TS + 1),), 2,
                               timestamp_ms=BASE_TS + 1, ended=True)  # fmt: skip
     assert record is not None and record.agui_seq == 2 and record.evicted == 1
     snapshot = DisplaySnapshot.model_validate_json(record.value)

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from tests.display._flows import ALL_RUNS, lines_of, project, reference_at_items, worker_batches
+from tests.display._flows import (
+    ALL_RUNS,
+    lines_of,
+    offer,
+    project,
+    reference_at_items,
+    run_id_of,
+    worker_batches,
+)
 from tests.display._golden import RUNS, expected_lines
 from worker.display import DisplayProjection, DisplaySnapshot
 from worker.errors import ConfigError, WorkerError
@@ -23,6 +31,17 @@ def test_every_record_equals_convert_display_at_the_same_point(run: str) -> None
         assert record.value == reference[record.agui_seq], f"{run}: record at agui-seq {record.agui_seq} differs"
         assert dict(record.headers)["agui-seq"] == str(record.agui_seq).encode()
         assert record.evicted == 0
+
+
+@pytest.mark.parametrize("run", ALL_RUNS)
+def test_folding_accepted_events_later_gives_the_records_of_folding_them_at_once(run: str) -> None:
+    lines = lines_of(run)
+    projection = DisplayProjection(*run_id_of(lines), interval_ms=0)
+    accepted = [projection.accept(batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=batch.ended,
+                                  source=batch.item, encoded=batch.encoded, observer=batch.observer)
+                for batch in worker_batches(lines)]  # the observer has moved past them all before any is folded
+    records = [record for record in map(projection.complete, accepted) if record is not None]
+    assert records and records == project(lines, interval_ms=0)
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -62,8 +81,8 @@ def test_no_record_without_new_events() -> None:
     batches = list(worker_batches(lines_of("s01_hello")))
     projection = DisplayProjection("run-0001", "thread_demo1", interval_ms=0)
     first = batches[0]
-    assert projection.offer(first.events, 0, timestamp_ms=first.timestamp_ms, ended=False, source=first.item)
-    assert projection.offer((), len(first.events), timestamp_ms=first.timestamp_ms + 10**6, ended=True) is None
+    assert offer(projection, first.events, 0, timestamp_ms=first.timestamp_ms, ended=False, source=first.item)
+    assert offer(projection, (), len(first.events), timestamp_ms=first.timestamp_ms + 10**6, ended=True) is None
     assert projection.published_seq == len(first.events) - 1
 
 
@@ -71,7 +90,7 @@ def test_events_must_continue_the_sequence() -> None:
     batch = next(worker_batches(lines_of("s01_hello")))
     projection = DisplayProjection("run-0001", "thread_demo1")
     with pytest.raises(WorkerError, match="expected event n=0, got n=3"):
-        projection.offer(batch.events, 3, timestamp_ms=0, ended=False)
+        offer(projection, batch.events, 3, timestamp_ms=0, ended=False)
 
 
 def test_settings_are_checked() -> None:
@@ -87,12 +106,12 @@ def test_a_gap_run_error_ends_the_display() -> None:
     batches = list(worker_batches(lines_of("s02_tool_roundtrip")))[:5]
     projection = DisplayProjection("run-0002", "thread_demo2", interval_ms=60_000)
     for batch in batches:
-        projection.offer(batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
+        offer(projection, batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
                          source=batch.item)  # fmt: skip
     n = projection.next_seq
     gap = RunErrorEvent(message="source gap in run run-0002: expected sequence 5, received 7", code="source_gap",
                         timestamp=batches[-1].timestamp_ms + 1)  # fmt: skip
-    record = projection.offer((gap,), n, timestamp_ms=batches[-1].timestamp_ms + 1, ended=True)
+    record = offer(projection, (gap,), n, timestamp_ms=batches[-1].timestamp_ms + 1, ended=True)
     assert record is not None and record.agui_seq == n
     last = DisplaySnapshot.model_validate_json(record.value).items[-1]
     assert last.kind == "observation" and last.content["code"] == "source_gap"
@@ -105,7 +124,7 @@ def test_writing_records_retains_no_memory() -> None:
     lines = lines_of("r0014")
     projection = DisplayProjection("run-4395033b08d60e06219057d257acb052", "thread", interval_ms=0)
     for batch in worker_batches(lines):
-        projection.offer(batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
+        offer(projection, batch.events, batch.first_seq, timestamp_ms=batch.timestamp_ms, ended=False,
                          source=batch.item, encoded=batch.encoded)  # fmt: skip
     fold = projection.fold
     fold.export_json()

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_DISPLAY_INTERVAL_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_DISPLAY_BYTES",
+    "Accepted",
     "DisplayProjection",
     "DisplayRecord",
     "ExportsContinuation",
@@ -105,6 +106,26 @@ def _state_json(  # noqa: PLR0917  # the exported state's fields, in its order
     ))  # fmt: skip
 
 
+class Accepted:
+    """Events a projection has numbered and not yet folded (`DisplayProjection.accept`): `due` is the agui-seq of the
+    record due after them (None when none is), `continuation` the observer's JSON when that record was decided."""
+
+    __slots__ = ("continuation", "data", "due", "encoded", "ended", "events", "failed")
+
+    def __init__(  # noqa: PLR0917  # accept's values, in its order
+        self, events: Sequence[BaseEvent], encoded: Sequence[bytes] | None,
+        data: Sequence[dict[str, Any] | None] | None, failed: tuple[str, str, str] | None, due: int | None,
+        continuation: bytes | None, ended: bool,
+    ) -> None:  # fmt: skip
+        self.events = events
+        self.encoded = encoded
+        self.data = data
+        self.failed = failed
+        self.due = due
+        self.continuation = continuation
+        self.ended = ended
+
+
 class DisplayProjection:
     """The display fold of one root run, fed every AG-UI event the worker publishes for it, in order.
 
@@ -179,7 +200,7 @@ class DisplayProjection:
         """The fold itself (read it; feeding it directly breaks the projection's sequence)."""
         return self._fold
 
-    def offer(
+    def accept(
         self,
         events: Sequence[BaseEvent],
         first_seq: int,
@@ -190,39 +211,47 @@ class DisplayProjection:
         encoded: Sequence[bytes] | None = None,
         data: Sequence[dict[str, Any] | None] | None = None,
         observer: ExportsContinuation | None = None,
-    ) -> DisplayRecord | None:
-        """Fold the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...) and
-        return the display record due after them, if any.
+    ) -> Accepted:
+        """Take the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...):
+        number them and decide whether a display record is due after them, taking the observer's continuation as
+        it stands now; `complete` folds them, in the order accepted, and all before the projection is exported.
 
         `source` is the item they came from (None for an event the worker made itself, such as a gap's RUN_ERROR),
         `timestamp_ms` the source record's timestamp, `ended` whether nothing more will be published for the run,
         `encoded` the events' output record values when at hand, `data` their JSON objects when at hand (each equal
         to what parsing its value gives; None for one to be parsed), `observer` the run's observer, whose
-        continuation the record then carries (as `convert --display` prints it).
-        """
+        continuation the record then carries (as `convert --display` prints it). The projection keeps the
+        sequences given until they are completed: callers must not change them."""
         cadence = self._cadence
         cadence.expect(first_seq)
         if encoded is not None and len(encoded) != len(events):
             raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
         if data is not None and len(data) != len(events):
             raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
-        if events:
+        cadence.advance(first_seq, len(events))
+        due = cadence.due(timestamp_ms, ended=ended)
+        continuation = None if due is None or observer is None else orjson.dumps(observer.export_data())
+        failed = failed_tool_call(source) if source is not None and events else None
+        return Accepted(events, encoded, data, failed, due, continuation, ended)
+
+    def complete(self, accepted: Accepted) -> DisplayRecord | None:
+        """Fold accepted events and return the display record due after them, if any."""
+        if accepted.events:
             try:
-                self._fold.apply(_published(events, encoded, data), encoded=encoded,
-                                 failed=failed_tool_call(source) if source is not None else None)  # fmt: skip
+                self._fold.apply(_published(accepted.events, accepted.encoded, accepted.data),
+                                 encoded=accepted.encoded, failed=accepted.failed)  # fmt: skip
             except AguiObservationError:
                 self._skipped += 1
-        cadence.advance(first_seq, len(events))
-        last = cadence.due(timestamp_ms, ended=ended)
+        last = accepted.due
         if last is None:
             return None
-        continuation = None if observer is None else orjson.dumps(observer.export_data())
+        continuation = accepted.continuation
         headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers, self._max_bytes)
         value = self._fold.export_json(observer_json=continuation)
         evicted = 0
         if len(value) > budget:
-            value, evicted = self._page(value, budget, continuation, ended=ended)
+            value, evicted = self._page(value, budget, continuation, ended=accepted.ended)
         if len(value) > budget:
             self._withheld += 1
             return None

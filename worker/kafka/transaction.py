@@ -26,8 +26,9 @@ The commit protocol, for one source partition and its transactional producer (`<
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -419,11 +420,20 @@ class Commits:
         """The offset a transaction holding every record processed so far commits, and its replay metadata."""
         return self.next_offset, encode_replay_metadata(self.state.replay_from(self.next_offset))
 
-    async def add(self, outcome: Outcome, offset: int, timestamp_ms: int, interval_start: float) -> bool:
-        """Take the outcome of source record `offset`; when that fills the transaction and no commit runs, send
-        what waits and start the commit. False once the partition failed."""
-        self.next_offset = offset + 1
-        self.pending.append((outcome, timestamp_ms, interval_start))
+    def room(self) -> int:
+        """How many more source records `add` takes before the open transaction is full (at least 1); unbounded
+        while a commit runs, since what is added then waits for the next transaction."""
+        if self._task is not None:
+            return sys.maxsize
+        return max(1, self._policy.max_records - len(self.pending) - self.txn.records)
+
+    async def add(self, taken: Sequence[tuple[Outcome, int, int, float]]) -> bool:
+        """Take the outcomes of consecutive source records, each with its offset, source timestamp and interval
+        start, with no wait between them (the state is never past `next_offset` while this waits); when that fills
+        the transaction and no commit runs, send what waits and start the commit. False once the partition failed."""
+        for outcome, offset, timestamp_ms, interval_start in taken:
+            self.next_offset = offset + 1
+            self.pending.append((outcome, timestamp_ms, interval_start))
         if self._task is None and self._policy.full(len(self.pending) + self.txn.records):
             if not await self.flush():
                 return False

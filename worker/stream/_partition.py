@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, Accepted, DisplayProjection
 from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
 from worker.observe import HarnessAguiStreamObserver
 from worker.settings import GapPolicy, OpenStreamPolicy
@@ -96,6 +96,7 @@ class PartitionState:
     __slots__ = (
         "_checkpointed",
         "_core",
+        "_deferred",
         "_dirty",
         "_dirty_ended",
         "_display_evicted",
@@ -150,6 +151,8 @@ class PartitionState:
         self._display_max = display_max_bytes
         self._display_evicted = 0  # items evicted by the display records published since `take_display_tally`
         self._display_withheld = 0  # display records withheld since then
+        # What the display projections accepted during a batch, folded at its end (`_batch`).
+        self._deferred: list[tuple[DisplayProjection, Accepted]] = []
         self._core = core if core is not None else default_core()
         self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
         self._ended = EndedStreams(closed_stream_memory)
@@ -227,6 +230,45 @@ class PartitionState:
         ids stay unused.
         Any other exception is a bug of this module and leaves the state undefined.
         """
+        outcomes, error = self._batch((record,), publish)
+        if error is not None:
+            raise error
+        return outcomes[0]
+
+    def process_batch(self, records: Sequence[SourceRecord]) -> tuple[list[Outcome], Exception | None]:
+        """`process` of each record in order, publishing: the same outcomes, display records included, with the
+        display projections' folding done after the whole batch's conversion (each stage's code stays warm).
+
+        Stops at the first record `process` raises for, returning the outcomes of the records before it and that
+        exception (None when every record was processed). An exception from a display fold is a bug: it returns
+        the outcomes before its record, the state past them and undefined."""
+        return self._batch(records, True)
+
+    def _batch(self, records: Sequence[SourceRecord], publish: bool) -> tuple[list[Outcome], Exception | None]:
+        outcomes: list[Outcome] = []
+        error: Exception | None = None
+        deferred = self._deferred
+        owners: list[int] = []  # the index of the outcome each deferred fold belongs to
+        try:
+            for record in records:
+                outcomes.append(self._process_one(record, publish))
+                owners.extend([len(outcomes) - 1] * (len(deferred) - len(owners)))
+        except Exception as exc:  # returned to the caller, which decides (raise, halt or fail)
+            error = exc
+        folds = list(deferred)
+        deferred.clear()
+        for index, (display, accepted) in enumerate(folds):
+            owner = owners[index] if index < len(owners) else len(outcomes)
+            try:
+                shown = self._complete(publish, display, accepted)
+            except Exception as exc:  # a fold bug: the records from this one on are not processed
+                return outcomes[:owner], exc
+            if shown is not None and owner < len(outcomes):
+                done = outcomes[owner]  # a display record is always the last of its outcome's records
+                outcomes[owner] = Outcome(done.verdict, (*done.records, shown), done.run_id, done.reason, done.error)
+        return outcomes, error
+
+    def _process_one(self, record: SourceRecord, publish: bool) -> Outcome:
         if record.topic != self.topic or record.partition != self.partition:
             raise WorkerError(
                 f"record of {record.topic}[{record.partition}] fed to the state of "
@@ -349,20 +391,16 @@ class PartitionState:
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += len(events)
         ended = run == step.key and self._core.is_terminal(item)
-        shown: OutboundRecord | None = None
         if display is not None:
-            shown = self._show(step, stream, display, events, n, values=values if failed is None else None,
-                               data=data, ended=ended, source=item, observer=observer)  # fmt: skip
+            self._show(step, stream, display, events, n, values=values if failed is None else None, data=data,
+                       ended=ended, source=item, observer=observer)  # fmt: skip
         if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
-            outcome = step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
-                                f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
-                                f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
-            if shown is None:
-                return outcome
-            return Outcome(outcome.verdict, (*outcome.records, shown), outcome.run_id, outcome.reason, failed)
-        return Outcome(Verdict.PROCESSED, records if shown is None else (*records, shown), step.key, None)
+            return step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
+                             f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
+                             f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
+        return Outcome(Verdict.PROCESSED, records, step.key, None)
 
     def _encode(
         self, events: tuple[BaseEvent, ...], *, display: bool
@@ -379,16 +417,16 @@ class PartitionState:
         self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...],
         first: int, *, values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool,
         source: WireItem | None, observer: StreamObserver,
-    ) -> OutboundRecord | None:  # fmt: skip
+    ) -> None:  # fmt: skip
         """Offer the events numbered n = `first`, ... to the stream's display projection: published, with their
         record values `values` (and JSON objects `data`, when known), or passed over when `values` is None (never
-        published: their encoding failed, or a RUN_ERROR was too large); the display record due after them, when
-        publishing. A projection that `ended` is let go."""
+        published: their encoding failed, or a RUN_ERROR was too large). The projection accepts them now and folds
+        them at the end of the batch, when the display record due after them joins the record's outcome, last.
+        A projection that `ended` is let go."""
         if values is None:
             display.skip(first, len(events))
             first, events = first + len(events), ()
-        withheld = display.withheld
-        record = display.offer(
+        accepted = display.accept(
             events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
             source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
             encoded=values if events else None, data=data if events else None,
@@ -396,7 +434,13 @@ class PartitionState:
         )  # fmt: skip
         if ended:
             stream.display = None
-        if not step.publish:
+        self._deferred.append((display, accepted))
+
+    def _complete(self, publish: bool, display: DisplayProjection, accepted: Accepted) -> OutboundRecord | None:
+        """Fold what `display` accepted; the display record due after it, when publishing."""
+        withheld = display.withheld
+        record = display.complete(accepted)
+        if not publish:
             return None
         self._display_withheld += display.withheld - withheld
         if record is None:
@@ -435,28 +479,27 @@ class PartitionState:
     def _run_error(
         self, step: _Step, item: WireItem, stream: OpenStream, message: str, *, code: str, reason: DeadLetterReason
     ) -> tuple[OutboundRecord, ...]:
-        """The RUN_ERROR `code` closing the stream as event `n`, the dead letter of the record that closed it,
-        and the stream's last display record; the RUN_ERROR is left out when it would itself exceed the record
-        limit. Nothing when not publishing, but the display projection ends either way."""
+        """The RUN_ERROR `code` closing the stream as event `n` and the dead letter of the record that closed it
+        (the stream's last display record joins them at the end of the batch); the RUN_ERROR is left out when it
+        would itself exceed the record limit. Nothing when not publishing, but the display projection ends either
+        way."""
         event = RunErrorEvent(message=message, code=code, timestamp=self._core.timestamp_ms(item))
         (value,), data = self._encode((event,), display=stream.display is not None)
         error = output_record(event, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
                               source=step.record, source_sequence=item.sequence)  # fmt: skip
         fits = self._max_record is None or record_size(error) <= self._max_record
-        shown: OutboundRecord | None = None
         display, observer = stream.display, stream.observer
         if display is not None and observer is not None:
-            shown = self._show(step, stream, display, (event,), stream.n, values=[value] if fits else None,
-                               data=data, ended=True, source=None, observer=observer)  # fmt: skip
+            self._show(step, stream, display, (event,), stream.n, values=[value] if fits else None, data=data,
+                       ended=True, source=None, observer=observer)  # fmt: skip
         stream.display = None
         if not step.publish:
             return ()
-        tail = () if shown is None else (shown,)
         if not fits:
             return (dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed, its RUN_ERROR "
-                                       f"over the limit of {self._max_record} bytes too"), *tail)  # fmt: skip
+                                       f"over the limit of {self._max_record} bytes too"),)  # fmt: skip
         letter = dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
-        return (error, letter, *tail)
+        return (error, letter)
 
     def _gap(self, step: _Step, item: WireItem, stream: OpenStream, *, expected: int) -> Outcome:
         key, run, seq = step.key, item.run_id, item.sequence
