@@ -1,17 +1,19 @@
-"""Instructions per source item of the partition state (`PartitionState.process` and `checkpoint`, no Kafka) with the
-display on against off, counted by valgrind's callgrind: a figure that does not move with the host's load, for
-comparing two builds of the display fold side by side.
+"""Instructions per source item of the partition state (`PartitionState.process_batch` and `checkpoint`, no Kafka)
+with the display on against off, counted by valgrind's callgrind: a figure that does not move with the host's load,
+for comparing two builds of the display fold side by side.
 
 Usage: .venv/bin/python bench/display_instructions.py [--items N] [--checkpoint-every N] [--batch N]
-                                                      [--pythonpath DIR] [--cpu ROUNDS]
+                                                      [--pythonpath DIR] [--cpu ROUNDS [--cpu-batches N,N]]
+                                                      [--cpu-only]
 
 The records are bench/e2e.py's mix (sample runs, 200 open at once, 3 partitions), stamped as a topic filled at
-3,750 items/s; each side runs in a process of its own under callgrind, which counts only the instructions inside
-`process` and `checkpoint` (the records' generation and the interpreter's start are left out). `--pythonpath`
-puts another build of the worker first on the path, to count it instead of the installed one. `--cpu` also
-times the same records without valgrind, in one process, ROUNDS rounds alternating which side goes first: CPU per
-item of each side (best rounds), the ratio that instructions alone do not show when the display's instructions run
-at a lower rate than the conversion's.
+3,750 items/s, `--batch` records of a partition at a time (32, as the worker's partition task takes them); each
+side runs in a process of its own under callgrind, which counts only the instructions inside `process_batch` and
+`checkpoint` (the records' generation and the interpreter's start are left out). `--pythonpath` puts another build
+of the worker first on the path, to count it instead of the installed one (a build with `process_batch`). `--cpu`
+also times the same records without valgrind, in one process, at each batch size of `--cpu-batches`, ROUNDS rounds
+alternating the order: CPU per item of each side (best rounds), the ratio that instructions alone do not show when
+the display's instructions run at a lower rate than the conversion's (`--cpu-only` skips the count).
 """
 
 from __future__ import annotations
@@ -76,18 +78,20 @@ def feed(fed: Records, checkpoint_every: int, display: bool, batch: int) -> None
         state.process_batch(waiting)
 
 
-def cpu(args: argparse.Namespace) -> tuple[float, float]:
-    """CPU µs per item of each side, best of `args.cpu` rounds alternating which side goes first."""
+def cpu(args: argparse.Namespace) -> dict[tuple[int, bool], float]:
+    """CPU µs per item of each side at each of `args.cpu_batches`, best of `args.cpu` rounds, each round running
+    them all in an order that alternates from round to round."""
     fed = records(args.items)
     freeze_heap()
-    best = {True: float("inf"), False: float("inf")}
+    sides = [(batch, display) for batch in args.cpu_batches for display in (True, False)]
+    best = dict.fromkeys(sides, float("inf"))
     for round_ in range(args.cpu):
-        for display in (True, False) if round_ % 2 == 0 else (False, True):
+        for batch, display in sides if round_ % 2 == 0 else sides[::-1]:
             began = time.process_time()
-            feed(fed, args.checkpoint_every, display, args.batch)
-            best[display] = min(best[display], (time.process_time() - began) / len(fed) * 1e6)
+            feed(fed, args.checkpoint_every, display, batch)
+            best[batch, display] = min(best[batch, display], (time.process_time() - began) / len(fed) * 1e6)
             gc.collect()
-    return best[True], best[False]
+    return best
 
 
 def count(args: argparse.Namespace, display: bool) -> int:
@@ -116,6 +120,9 @@ def main() -> int:
                         help="records of a partition processed together (the worker's partition task takes 32)")
     parser.add_argument("--pythonpath", default="", help="a directory holding another build of `worker`")
     parser.add_argument("--cpu", type=int, default=0, metavar="ROUNDS", help="also time both sides, without valgrind")
+    parser.add_argument("--cpu-batches", type=lambda text: [int(n) for n in text.split(",")], default=[1, 32],
+                        help="the batch sizes --cpu times, comma-separated (default 1,32)")
+    parser.add_argument("--cpu-only", action="store_true", help="time with --cpu, count no instructions")
     parser.add_argument("--side", choices=("on", "off"), help=argparse.SUPPRESS)  # the process callgrind counts
     args = parser.parse_args()
     if args.side:
@@ -123,16 +130,20 @@ def main() -> int:
         freeze_heap()
         feed(fed, args.checkpoint_every, args.side == "on", args.batch)
         return 0
-    if shutil.which("valgrind") is None:
-        raise SystemExit("bench/display_instructions.py needs valgrind on the PATH")
-    on, off = count(args, display=True), count(args, display=False)
-    print(f"instructions per source item ({args.items} items, a checkpoint every {args.checkpoint_every} records "
-          f"of a partition): display on {on / args.items:,.0f}, off {off / args.items:,.0f}; "
-          f"on / off {on / off:.3f}; the display adds {(on - off) / args.items:,.0f}")  # fmt: skip
+    if not args.cpu_only:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("bench/display_instructions.py needs valgrind on the PATH")
+        on, off = count(args, display=True), count(args, display=False)
+        print(f"instructions per source item ({args.items} items, a checkpoint every {args.checkpoint_every} "
+              f"records of a partition, {args.batch} at a time): display on {on / args.items:,.0f}, off "
+              f"{off / args.items:,.0f}; on / off {on / off:.3f}; the display adds {(on - off) / args.items:,.0f}")
     if args.cpu:
-        cpu_on, cpu_off = cpu(args)
-        print(f"CPU per source item, the same records without valgrind (best of {args.cpu} rounds): display on "
-              f"{cpu_on:.1f} µs, off {cpu_off:.1f} µs; on / off {cpu_on / cpu_off:.3f}")  # fmt: skip
+        best = cpu(args)
+        for batch in args.cpu_batches:
+            cpu_on, cpu_off = best[batch, True], best[batch, False]
+            print(f"CPU per source item, batches of {batch} records of a partition, without valgrind (best of "
+                  f"{args.cpu} rounds): display on {cpu_on:.1f} µs, off {cpu_off:.1f} µs; on / off "
+                  f"{cpu_on / cpu_off:.3f}")  # fmt: skip
     return 0
 
 
