@@ -11,8 +11,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.kafka.support import produce
 from tests.stream._support import golden_source
-from worker.errors import ShardedReplayError
+from worker.errors import GapError, ShardedReplayError
 from worker.kafka.replay import ReplayWindow, replay_into
+from worker.settings import GapPolicy
 from worker.stream import PartitionState, ReplayPool, SourceRecord
 from worker.stream._shards import shard_of
 
@@ -96,3 +97,44 @@ async def test_replay_falls_back_in_process_exactly_when_the_shards_would_differ
     # The scenario is the one described: with a one-stream memory X reopens, with a larger one it stays closed.
     reopened = verdicts[-2].value == "processed"
     assert reopened == falls_back, verdicts
+
+
+async def test_an_in_process_replay_passes_over_a_gap_and_replays_the_rest_of_its_batch(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    """Under the halt policy a gap an operator moved the offset past is passed over in replay, as one record at a
+    time passes it: the records after it in the same fetched batch are replayed, their displays folded."""
+    topic = topic_factory("src")
+    (x_key, x_lines), (y_key, y_lines) = _two_runs_on_two_shards()
+    # x's item 1 is missing: a gap at offset 2, and at each later item of x; y stays open, its display in the state.
+    pairs = [(x_key, x_lines[0]), (y_key, y_lines[0]), (x_key, x_lines[2]), *((y_key, v) for v in y_lines[1:-1]),
+             *((x_key, v) for v in x_lines[3:])]  # fmt: skip
+    await produce(kafka_bootstrap, topic, pairs)
+    tp = TopicPartition(topic, 0)
+    options = {"gap_policy": GapPolicy.HALT, "display_interval_ms": 0}
+    state = PartitionState(topic, 0, **options)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None, enable_auto_commit=False,
+                                isolation_level="read_committed")  # fmt: skip
+    await consumer.start()
+    try:
+        counts = await replay_into(consumer, {tp: ReplayWindow(tp, 0, len(pairs), "metadata", False)}, {tp: state},
+                                   progress=lambda *_: None)  # fmt: skip
+        assert counts == {tp: len(pairs)}
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        read = []
+        while len(read) < len(pairs):
+            read += (await consumer.getmany(tp, timeout_ms=2000)).get(tp, [])
+    finally:
+        await consumer.stop()
+    one = PartitionState(topic, 0, **options)
+    passed = []
+    for rec in read:
+        try:
+            one.process(SourceRecord(topic, 0, rec.offset, rec.timestamp, rec.key, rec.value), publish=False)
+        except GapError:
+            passed.append(rec.offset)
+    assert passed == [i for i, (key, _) in enumerate(pairs) if key == x_key and i >= 2]
+    changelog = list(state.checkpoint(len(pairs)))
+    assert changelog == list(one.checkpoint(len(pairs)))
+    assert any(b'"items"' in (value or b"") and y_key in key for key, value in changelog), "y's display was folded"

@@ -146,13 +146,19 @@ async def replay_into(
 
     def feed(tp: TopicPartition, recs: list[Any]) -> None:
         state = states[tp]
-        for rec in recs:
-            try:
-                state.process(to_source_record(rec), publish=False)
-            except GapError as exc:
-                _passed_gap(tp, rec.offset, str(exc))
-            except WorkerError as exc:
-                raise RebuildError(f"{tp.topic}[{tp.partition}] offset {rec.offset} halts replay: {exc}") from exc
+        waiting = [to_source_record(rec) for rec in recs]
+        while waiting:
+            done, error = state.process_batch(waiting, publish=False)
+            if error is None:
+                return
+            offset = waiting[len(done)].offset  # the record that raised, which changed nothing
+            if isinstance(error, GapError):
+                _passed_gap(tp, offset, str(error))
+            elif isinstance(error, WorkerError):
+                raise RebuildError(f"{tp.topic}[{tp.partition}] offset {offset} halts replay: {error}") from error
+            else:
+                raise error
+            waiting = waiting[len(done) + 1 :]
 
     counts.update(await _read(consumer, todo, feed, progress=progress, stall_timeout_s=stall_timeout_s))
     return counts

@@ -235,14 +235,16 @@ class PartitionState:
             raise error
         return outcomes[0]
 
-    def process_batch(self, records: Sequence[SourceRecord]) -> tuple[list[Outcome], Exception | None]:
-        """`process` of each record in order, publishing: the same outcomes, display records included, with the
-        display projections' folding done after the whole batch's conversion (each stage's code stays warm).
+    def process_batch(
+        self, records: Sequence[SourceRecord], *, publish: bool = True
+    ) -> tuple[list[Outcome], Exception | None]:
+        """`process` of each record in order: the same outcomes, display records included, with the display
+        projections' folding done after the whole batch's conversion (each stage's code stays warm).
 
         Stops at the first record `process` raises for, returning the outcomes of the records before it and that
         exception (None when every record was processed). An exception from a display fold is a bug: it returns
         the outcomes before its record, the state past them and undefined."""
-        return self._batch(records, True)
+        return self._batch(records, publish)
 
     def _batch(self, records: Sequence[SourceRecord], publish: bool) -> tuple[list[Outcome], Exception | None]:
         outcomes: list[Outcome] = []
