@@ -151,7 +151,7 @@ class PartitionState:
         self._display_max = display_max_bytes
         self._display_evicted = 0  # items evicted by the display records published since `take_display_tally`
         self._display_withheld = 0  # display records withheld since then
-        # What the display projections accepted during a batch, folded at its end (`_batch`).
+        # What the display projections accepted during a batch, folded at its end (`process_batch`).
         self._deferred: list[tuple[DisplayProjection, Accepted]] = []
         self._core = core if core is not None else default_core()
         self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
@@ -230,7 +230,7 @@ class PartitionState:
         ids stay unused.
         Any other exception is a bug of this module and leaves the state undefined.
         """
-        outcomes, error = self._batch((record,), publish)
+        outcomes, error = self.process_batch((record,), publish=publish)
         if error is not None:
             raise error
         return outcomes[0]
@@ -244,9 +244,6 @@ class PartitionState:
         Stops at the first record `process` raises for, returning the outcomes of the records before it and that
         exception (None when every record was processed). An exception from a display fold is a bug: it returns
         the outcomes before its record, the state past them and undefined."""
-        return self._batch(records, publish)
-
-    def _batch(self, records: Sequence[SourceRecord], publish: bool) -> tuple[list[Outcome], Exception | None]:
         outcomes: list[Outcome] = []
         error: Exception | None = None
         deferred = self._deferred
