@@ -75,12 +75,13 @@ class DisplayRecord(FrozenValue):
 
 
 def _published(
-    events: Sequence[BaseEvent], encoded: Sequence[bytes] | None, data: Sequence[dict[str, Any] | None] | None
-) -> list[dict[str, Any]]:
-    """The JSON object of each event's record value, bounded as `convert --display` bounds it: its `data` when
-    given, else its `encoded` value (or the event's encoding when None) parsed."""
+    count: int, events: Sequence[BaseEvent], encoded: Sequence[bytes] | None,
+    data: Sequence[dict[str, Any] | None] | None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The JSON object of each of the `count` events' record values, bounded as `convert --display` bounds it: its
+    `data` when given, else its `encoded` value (or, when neither is, the event's encoding) parsed."""
     out: list[dict[str, Any]] = []
-    for index in range(len(events)):
+    for index in range(count):
         event = data[index] if data is not None else None
         value = encoded[index] if encoded is not None else None
         if event is None:
@@ -107,17 +108,20 @@ def _state_json(  # noqa: PLR0917  # the exported state's fields, in its order
 
 
 class Accepted:
-    """Events a projection has numbered and not yet folded (`DisplayProjection.accept`): `due` is the agui-seq of the
-    record due after them (None when none is), `continuation` the observer's JSON when that record was decided."""
+    """Events a projection has numbered and not yet folded (`DisplayProjection.accept`): `count` of them, `due` the
+    agui-seq of the record due after them (None when none is), `continuation` the observer's JSON when that record
+    was decided. The event objects themselves are kept only when neither their values nor their JSON objects
+    stand in for them, so a batch waiting for its folds holds no more than the folds read."""
 
-    __slots__ = ("continuation", "data", "due", "encoded", "ended", "events", "failed")
+    __slots__ = ("continuation", "count", "data", "due", "encoded", "ended", "events", "failed")
 
     def __init__(  # noqa: PLR0917  # accept's values, in its order
         self, events: Sequence[BaseEvent], encoded: Sequence[bytes] | None,
         data: Sequence[dict[str, Any] | None] | None, failed: tuple[str, str, str] | None, due: int | None,
         continuation: bytes | None, ended: bool,
     ) -> None:  # fmt: skip
-        self.events = events
+        self.count = len(events)
+        self.events: Sequence[BaseEvent] = events if encoded is None and (data is None or None in data) else ()
         self.encoded = encoded
         self.data = data
         self.failed = failed
@@ -236,9 +240,9 @@ class DisplayProjection:
 
     def complete(self, accepted: Accepted) -> DisplayRecord | None:
         """Fold accepted events and return the display record due after them, if any."""
-        if accepted.events:
+        if accepted.count:
             try:
-                self._fold.apply(_published(accepted.events, accepted.encoded, accepted.data),
+                self._fold.apply(_published(accepted.count, accepted.events, accepted.encoded, accepted.data),
                                  encoded=accepted.encoded, failed=accepted.failed)  # fmt: skip
             except AguiObservationError:
                 self._skipped += 1
