@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
@@ -47,8 +47,9 @@ _R = DeadLetterReason
 Changelog = list[tuple[bytes, bytes | None]]
 
 
-class StateOptions(TypedDict):
-    """The keyword options of a PartitionState, as `PartitionState.options` returns them."""
+class StateOptions(TypedDict, total=False):
+    """The keyword options of a PartitionState, as `PartitionState.options` returns them (all of them); any left out
+    takes the constructor's default."""
 
     gap_policy: GapPolicy
     max_open_streams: int
@@ -633,20 +634,9 @@ class PartitionState:
 
     @classmethod
     def restore(
-        cls,
-        topic: str,
-        partition: int,
-        values: Mapping[bytes, bytes],
-        *,
-        gap_policy: GapPolicy = GapPolicy.CLOSE_RUN,
-        max_open_streams: int = 100_000,
-        open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
-        closed_stream_memory: int = 10_000,
-        max_record_bytes: int | None = None,
-        display_interval_ms: int | None = None,
-        display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        core: StreamCore | None = None,
-    ) -> tuple[PartitionState, int]:
+        cls, topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
+        **options: Unpack[StateOptions],
+    ) -> tuple[PartitionState, int]:  # fmt: skip
         """The state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
         out) and the source offset K it covers: process from K on.
 
@@ -657,16 +647,11 @@ class PartitionState:
         the next checkpoint); open streams above the cap stay. Restored projections keep the interval and size
         limit they were exported with.
         """
-        state = cls(
-            topic, partition, gap_policy=gap_policy, max_open_streams=max_open_streams,
-            open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
-            max_record_bytes=max_record_bytes, display_interval_ms=display_interval_ms,
-            display_max_bytes=display_max_bytes, core=core,
-        )  # fmt: skip
+        state = cls(topic, partition, core=core, **options)
         header = read_checkpoint_header(values, topic, partition)
         if header is None:
             raise CheckpointError("is empty: there is no checkpoint to restore", topic=topic, partition=partition)
-        restore_observer, display = state._core.restore_observer, display_interval_ms is not None
+        restore_observer, display = state._core.restore_observer, state.display
         streams: list[tuple[str, OpenStream]] = []
         ended: list[tuple[int, str, int]] = []
         for raw, value in values.items():
