@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from aiokafka.errors import KafkaError
 
 from worker.errors import GatewayError, KafkaWorkerError
 from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
@@ -102,7 +101,7 @@ class GatewayApi:
         except web.HTTPRequestEntityTooLarge:
             response = _error(GatewayError(413, "body-too-large", (
                 f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")), self._metrics)
-        except (KafkaError, KafkaWorkerError) as exc:  # a read of older records failed: the client may retry
+        except KafkaWorkerError as exc:  # a read of older records failed: the client may retry
             _log.warning("request %s %s failed reading Kafka: %s", request.method, request.path, exc)
             response = _error(_Busy(f"reading the topics failed, retry: {exc}", self._settings.retry_after_s,
                                     code="kafka-unavailable"), self._metrics)  # fmt: skip
@@ -228,7 +227,7 @@ class GatewayApi:
                 raise
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away
-        except (GatewayError, KafkaError, KafkaWorkerError) as exc:  # after the first frame: never a clean end
+        except (GatewayError, KafkaWorkerError) as exc:  # after the first frame: never a clean end
             _log.warning("stream of run %s failed: %s", asked.run_id, exc)
             self._abort(request)
         finally:

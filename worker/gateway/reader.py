@@ -289,7 +289,8 @@ class _Reader:
 
 
 class HistoryReader:
-    """Reads of older records of the output and display topics, `size` at a time."""
+    """Reads of older records of the output and display topics, `size` at a time; a read the client fails raises
+    KafkaWorkerError (no error of the client's own passes this class)."""
 
     def __init__(self, settings: GatewaySettings, size: int) -> None:
         self._settings = settings
@@ -316,6 +317,9 @@ class HistoryReader:
         reader = await self._idle.get()
         try:
             yield reader
+        except KafkaError as exc:  # the client's error becomes the worker's here, at the client boundary
+            reader.at = -1
+            raise KafkaWorkerError(str(exc)) from exc
         except BaseException:
             reader.at = -1  # interrupted mid-read: seek again next time
             raise
