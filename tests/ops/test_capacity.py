@@ -11,6 +11,7 @@ import pytest
 from worker.app import _check_memory
 from worker.ops import capacity
 from worker.ops.capacity import (
+    BYTES_PER_DISPLAY_PROCESS,
     BYTES_PER_DISPLAY_RUN,
     BYTES_PER_OPEN_RUN,
     BYTES_PER_PARTITION,
@@ -60,8 +61,9 @@ def test_the_worst_case_is_every_partition_at_its_cap() -> None:
     assert worst.total == BYTES_PER_PROCESS + 12 * per_partition
     shown = WorstCase(12, 100_000, 10_000, display=True)
     assert shown.per_run == BYTES_PER_DISPLAY_RUN
-    # The display folds in the worker process: it adds to every open run, and no process of its own.
-    assert shown.total == BYTES_PER_PROCESS + 12 * (
+    # The display folds in the worker process: it adds to every open run and to what the process keeps in flight,
+    # and no process of its own.
+    assert shown.total == BYTES_PER_DISPLAY_PROCESS + 12 * (
         BYTES_PER_PARTITION + 100_000 * BYTES_PER_DISPLAY_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN)
 
 
@@ -82,7 +84,7 @@ def test_with_the_display_topic_the_warning_prices_the_display_and_what_fits() -
     message = shown.warning(4 * GIB)
     assert message is not None
     assert f"x {BYTES_PER_DISPLAY_RUN / 1024:,.1f} KiB with the display topic" in message
-    assert f"plus {BYTES_PER_PROCESS >> 20:,} MiB for the worker process under load" in message
+    assert f"plus {BYTES_PER_DISPLAY_PROCESS >> 20:,} MiB for the worker process under load" in message
     fits = shown.fitting_open_streams(4 * GIB)
     assert f"Lower --max-open-streams to {fits:,}" in message
     assert WorstCase(12, fits, 10_000, display=True).total <= 4 * GIB < WorstCase(12, fits + 1, 10_000, True).total

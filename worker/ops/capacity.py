@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION", "BYTES_PER_PROCESS",
-           "BYTES_PER_REMEMBERED_RUN", "WorstCase", "memory_limit"]  # fmt: skip
+__all__ = ["BYTES_PER_DISPLAY_PROCESS", "BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION",
+           "BYTES_PER_PROCESS", "BYTES_PER_REMEMBERED_RUN", "WorstCase", "memory_limit"]  # fmt: skip
 
 # Measured by bench/sizing.py (docs/sizing.md), rounded up. A run's figure counts what its state holds and what a
 # checkpoint allocates beside it while writing the run's changelog record.
@@ -19,9 +19,10 @@ BYTES_PER_REMEMBERED_RUN: Final = 300  # an ended run kept to recognise late dup
 # A partition: 0.1 MiB idle, plus what it may hold under load: a fetch (aiokafka's max_partition_fetch_bytes,
 # 1 MiB) and a producer batch (256 KiB).
 BYTES_PER_PARTITION: Final = 2 * 1024 * 1024
-# The worker process, display folding included: 51 MiB idle, up to 208 MiB resident after catching up on a backlog
-# (records in flight, their output and what the allocator keeps of them), with 1 partition as with 12.
-BYTES_PER_PROCESS: Final = 224 * 1024 * 1024
+# The worker process: 51 MiB idle, up to 353 MiB resident after 12 partitions caught up on a backlog (records in
+# flight, their output and what the allocator keeps of them), 496 MiB with the display topic, at about 21,000 items/s.
+BYTES_PER_PROCESS: Final = 384 * 1024 * 1024
+BYTES_PER_DISPLAY_PROCESS: Final = 512 * 1024 * 1024
 
 _UNLIMITED: Final = 1 << 60  # cgroup v1 reports "no limit" as a page-rounded maximum of 64-bit size
 _MIB: Final = 1024 * 1024
@@ -73,6 +74,11 @@ class WorstCase:
         return BYTES_PER_DISPLAY_RUN if self.display else BYTES_PER_OPEN_RUN
 
     @property
+    def process(self) -> int:
+        """The worker process itself under load, whatever its partitions hold."""
+        return BYTES_PER_DISPLAY_PROCESS if self.display else BYTES_PER_PROCESS
+
+    @property
     def per_partition(self) -> int:
         """A partition at its cap: fixed cost, open runs and remembered ended runs."""
         return (BYTES_PER_PARTITION + self.max_open_streams * self.per_run
@@ -80,11 +86,11 @@ class WorstCase:
 
     @property
     def total(self) -> int:
-        return BYTES_PER_PROCESS + self.partitions * self.per_partition
+        return self.process + self.partitions * self.per_partition
 
     def fitting_open_streams(self, limit: int) -> int:
         """The largest `max_open_streams` whose worst case fits `limit` (0 when none does)."""
-        spare = limit - BYTES_PER_PROCESS - self.partitions * (
+        spare = limit - self.process - self.partitions * (
             BYTES_PER_PARTITION + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)
         return max(0, spare // (self.partitions * self.per_run))
 
@@ -98,6 +104,6 @@ class WorstCase:
             f"memory limit {limit / _MIB:,.0f} MiB is below this worker's worst case of {self.total / _MIB:,.0f} MiB: "
             f"{self.partitions} source partitions (all of them, should the other workers be gone) x "
             f"{self.max_open_streams:,} open runs x {self.per_run / 1024:,.1f} KiB{display}, plus "
-            f"{BYTES_PER_PROCESS / _MIB:,.0f} MiB for the worker process under load. Lower "
+            f"{self.process / _MIB:,.0f} MiB for the worker process under load. Lower "
             f"--max-open-streams to {fits:,} or raise the memory limit (docs/sizing.md)"
         )
