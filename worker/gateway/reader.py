@@ -317,11 +317,10 @@ class HistoryReader:
         reader = await self._idle.get()
         try:
             yield reader
-        except KafkaError as exc:  # the client's error becomes the worker's here, at the client boundary
-            reader.at = -1
-            raise KafkaWorkerError(str(exc)) from exc
-        except BaseException:
-            reader.at = -1  # interrupted mid-read: seek again next time
+        except BaseException as exc:
+            reader.at = -1  # failed or interrupted mid-read: seek again next time
+            if isinstance(exc, KafkaError):  # the client's error becomes the worker's here, at the client boundary
+                raise KafkaWorkerError(str(exc)) from exc
             raise
         finally:
             self._idle.put_nowait(reader)
