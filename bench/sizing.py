@@ -1,17 +1,20 @@
 """Sizing figures: memory per open stream, per open run with the display fold, per remembered ended run and per
 assigned partition, and CPU per 1,000 items/s, with the table docs/sizing.md turns them into.
 
-Usage: .venv/bin/python bench/sizing.py [--streams N] [--open-runs N] [--copies N] [--no-broker]
+Usage: .venv/bin/python bench/sizing.py [--streams N] [--open-runs N] [--copies N] [--busy-partitions N,N]
+                                        [--no-broker]
 
 Part 1 (no broker) feeds the first half of each golden run, cloned under fresh root run ids, to one partition's
 state (`PartitionState`, as the worker holds it) and measures with tracemalloc what stays allocated per open run,
 with the display topic off and on (each open run's display projection, folded in the same state), and what a
 checkpoint of them all allocates beside it while its changelog records are alive. Part 2 starts a loopback Kafka
-broker and the real worker (`python -m worker run`, which folds the display in its own process) and reads its resident
-memory: idle with 1 and with 12 partitions (the fixed cost of a partition), after catching up on a backlog in all 12
-(what catching up leaves resident), and after the first halves of `--open-runs` runs on one partition (the open runs as
-the process holds them); and its CPU per item over that backlog. Each of these is measured with the display topic
-off and on, of the worker process and its descendants (their number is printed).
+broker and the real worker (`python -m worker run`, which folds the display in its own process) and reads its
+resident memory: idle with 1 and with 12 partitions (the fixed cost of a partition); the most it holds while
+catching up on a backlog in 12 partitions and in each other count of `--busy-partitions` (`--copies` copies of the
+corpus, or in more than 12 partitions as many per partition as the 12 have: what each partition catching up adds),
+and what stays resident after; and after the first halves of `--open-runs` runs on one partition (the open runs as
+the process holds them); and its CPU per item over the 12 partitions' backlog. Each of these is measured with the
+display topic off and on, of the worker process and its descendants (their number is printed).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -175,13 +179,38 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]
         await producer.stop()
 
 
+class PeakRss:
+    """The most resident memory of `pid` and its descendants while the `with` block runs, sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss_bytes(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.2):
+            self.peak = max(self.peak, rss_bytes(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pid))
+
+
 def _topics(cluster: KafkaCluster, source: str, partitions: int) -> None:
     """The worker's source topic with `partitions` partitions, its output topic alike, a one-partition DLQ."""
     for topic, count in ((source, partitions), (f"{source}.out", partitions), (f"{source}.dlq", 1)):
         cluster.create_topic(topic, count)
 
 
-def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: int, workdir: Path) -> dict[str, float]:
+def broker_figures(
+    runs: list[list[dict[str, object]]], copies: int, open_runs: int, busy: list[int], workdir: Path
+) -> dict[str, float]:
     from devtools.kafka_cluster import KafkaCluster  # noqa: PLC0415
     from devtools.kafka_tools import wait_caught_up  # noqa: PLC0415
 
@@ -208,10 +237,11 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: 
                 out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
             finally:
                 worker.stop()
-        # A worker of 12 partitions: idle (against 1, the fixed cost of a partition), then catching up on a
-        # backlog of whole runs in every partition (what catching up leaves resident: records fetched and waiting for
-        # their transaction, their output, producer batches, as the allocator keeps them), and its CPU per item.
-        flat = [pair for n in range(copies) for i, run in enumerate(runs) for pair in clone(run, f"cpu-{n}-{i}")]
+        # A worker of 12 partitions idle (against 1, the fixed cost of a partition); then catching up on a backlog
+        # of whole runs in 12 and in each other count of `busy` (beyond 12, as much per partition as the 12 have):
+        # the most it holds meanwhile (records fetched and waiting for their transaction, their output, producer
+        # batches, as the allocator keeps them), what stays resident after, and over the 12 partitions' backlog its
+        # CPU per item.
         for label, display in (("cpu", False), ("cpu_display", True)):
             suffix = "_display" if display else ""
             source = f"idle12{suffix.replace('_', '-')}"
@@ -224,22 +254,30 @@ def broker_figures(runs: list[list[dict[str, object]]], copies: int, open_runs: 
                 out[f"rss_idle_12{suffix}"] = rss_bytes(worker.process.pid)
             finally:
                 worker.stop()
-            source = f"{label.replace('_', '-')}.in"
-            _topics(cluster, source, 12)
-            asyncio.run(produce(bs, source, flat))
-            extra = ("--display-topic", f"{source}.view") if display else ()
-            worker = Worker(bs, source, f"g-{label}", workdir / f"{label}.log", *extra)
-            try:
-                worker.wait_ready(12)
-                begin = cpu_seconds(worker.process.pid)
-                asyncio.run(wait_caught_up(bs, f"g-{label}", source, within_s=900))
-                out[label] = (cpu_seconds(worker.process.pid) - begin) / len(flat)
-                out[f"{label}_items"] = len(flat)
-                out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
-                time.sleep(5)
-                out[f"rss_busy_12{suffix}"] = rss_bytes(worker.process.pid)
-            finally:
-                worker.stop()
+            for partitions in sorted({12, *busy}):
+                flat = [pair for n in range(copies * max(partitions, 12) // 12) for i, run in enumerate(runs)
+                        for pair in clone(run, f"cpu-{partitions}-{n}-{i}")]  # fmt: skip
+                source = f"{label.replace('_', '-')}-{partitions}.in"
+                _topics(cluster, source, partitions)
+                asyncio.run(produce(bs, source, flat))
+                extra = ("--display-topic", f"{source}.view") if display else ()
+                worker = Worker(bs, source, f"g-{source}", workdir / f"{source}.log", *extra)
+                try:
+                    worker.wait_ready(partitions)
+                    begin = cpu_seconds(worker.process.pid)
+                    with PeakRss(worker.process.pid) as peak:
+                        asyncio.run(wait_caught_up(bs, f"g-{source}", source, within_s=900))
+                        spent = cpu_seconds(worker.process.pid) - begin
+                    if partitions == 12:
+                        out[label] = spent / len(flat)
+                        out[f"{label}_items"] = len(flat)
+                        out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
+                    out[f"items_{partitions}"] = len(flat)
+                    out[f"rss_peak_{partitions}{suffix}"] = peak.peak
+                    time.sleep(5)
+                    out[f"rss_busy_{partitions}{suffix}"] = rss_bytes(worker.process.pid)
+                finally:
+                    worker.stop()
     return out
 
 
@@ -250,6 +288,8 @@ def main() -> None:
     parser.add_argument("--open-runs", type=int, default=4000,
                         help="open runs the worker process's resident memory is measured on")  # fmt: skip
     parser.add_argument("--copies", type=int, default=20, help="copies of the golden corpus the CPU is measured on")
+    parser.add_argument("--busy-partitions", default="1,48",
+                        help="partition counts, besides 12, the worker catches up in (comma-separated)")  # fmt: skip
     parser.add_argument("--no-broker", action="store_true", help="part 1 only (no broker, no worker process)")
     args = parser.parse_args()
     runs = load_runs(args.corpus)
@@ -264,13 +304,22 @@ def main() -> None:
     print(f"memory per remembered run:        {ended / 1024:6.1f} KiB (ended runs kept by --closed-stream-memory)")
     if not args.no_broker:
         with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
-            f = broker_figures(runs, args.copies, args.open_runs, Path(tmp))
+            busy = [int(count) for count in args.busy_partitions.split(",") if count.strip()]
+            f = broker_figures(runs, args.copies, args.open_runs, busy, Path(tmp))
         print("\nthe worker process (resident, with its descendants):")
+        counts = sorted({12, *busy})
         for suffix, what in (("", "display off"), ("_display", "display on")):
-            idle1, idle12, busy12 = f[f"rss_idle_1{suffix}"], f[f"rss_idle_12{suffix}"], f[f"rss_busy_12{suffix}"]
+            idle1, idle12 = f[f"rss_idle_1{suffix}"], f[f"rss_idle_12{suffix}"]
             print(f"  {what}: idle {idle1 / MIB:.1f} MiB with 1 partition, {idle12 / MIB:.1f} MiB with 12 "
-                  f"({(idle12 - idle1) / 11 / MIB:.2f} MiB per idle partition); {busy12 / MIB:.1f} MiB with 12 after "
-                  f"catching up on {f['cpu_items']:,.0f} items ({(busy12 - idle12) / MIB:.1f} MiB over idle)")
+                  f"({(idle12 - idle1) / 11 / MIB:.2f} MiB per idle partition)")
+            for count in counts:
+                peak, after = f[f"rss_peak_{count}{suffix}"], f[f"rss_busy_{count}{suffix}"]
+                print(f"    catching up on {f[f'items_{count}']:,.0f} items in {count} partitions: at most "
+                      f"{peak / MIB:.1f} MiB, {after / MIB:.1f} MiB after")
+            if counts[-1] > 12:
+                high = counts[-1]
+                per = (f[f"rss_peak_{high}{suffix}"] - f[f"rss_peak_12{suffix}"]) / (high - 12)
+                print(f"    each partition catching up beyond 12, up to {high}: {per / MIB:.1f} MiB")
         for label, what in (("open", "display off"), ("open_display", "display on")):
             print(f"  {what}: {f[label] * args.open_runs / MIB:.1f} MiB more with {args.open_runs:,} open runs on one "
                   f"partition, {f[label] / 1024:.1f} KiB per open run (that partition's load included)")

@@ -11,7 +11,7 @@ import pytest
 from worker.app import _check_memory
 from worker.ops import capacity
 from worker.ops.capacity import (
-    BYTES_PER_DISPLAY_PROCESS,
+    BYTES_PER_DISPLAY_PARTITION,
     BYTES_PER_DISPLAY_RUN,
     BYTES_PER_OPEN_RUN,
     BYTES_PER_PARTITION,
@@ -55,16 +55,26 @@ def test_the_memory_limit_comes_from_the_processes_cgroup(
     assert memory_limit(root, self_cgroup) == limit
 
 
-def test_the_worst_case_is_every_partition_at_its_cap() -> None:
+def test_the_worst_case_is_every_partition_at_its_cap_and_catching_up() -> None:
     worst = WorstCase(partitions=12, max_open_streams=100_000, closed_stream_memory=10_000)
     per_partition = BYTES_PER_PARTITION + 100_000 * BYTES_PER_OPEN_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN
     assert worst.total == BYTES_PER_PROCESS + 12 * per_partition
     shown = WorstCase(12, 100_000, 10_000, display=True)
     assert shown.per_run == BYTES_PER_DISPLAY_RUN
-    # The display folds in the worker process: it adds to every open run and to what the process keeps in flight,
-    # and no process of its own.
-    assert shown.total == BYTES_PER_DISPLAY_PROCESS + 12 * (
-        BYTES_PER_PARTITION + 100_000 * BYTES_PER_DISPLAY_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN)
+    # The display folds in the worker process: it adds to every open run and to what each partition holds in
+    # flight, and no process of its own.
+    assert shown.total == BYTES_PER_PROCESS + 12 * (
+        BYTES_PER_DISPLAY_PARTITION + 100_000 * BYTES_PER_DISPLAY_RUN + 10_000 * BYTES_PER_REMEMBERED_RUN)
+
+
+def test_what_a_partition_holds_while_catching_up_counts_once_per_partition() -> None:
+    # Measured (bench/sizing.py): the most a worker held while catching up on a backlog in all its partitions, by
+    # partition count, display off and on (MiB); the model covers each with no open run left over.
+    measured = {(1, False): 215, (4, False): 193, (12, False): 353, (24, False): 450, (48, False): 886,
+                (12, True): 496, (48, True): 972}  # fmt: skip
+    for (partitions, display), most in measured.items():
+        assert WorstCase(partitions, 0, 0, display=display).total >= most << 20, (partitions, display)
+    assert WorstCase(48, 0, 0).total - WorstCase(12, 0, 0).total == 36 * BYTES_PER_PARTITION
 
 
 def test_a_worst_case_beyond_the_limit_is_one_line_with_the_numbers_and_what_fits() -> None:
@@ -84,7 +94,8 @@ def test_with_the_display_topic_the_warning_prices_the_display_and_what_fits() -
     message = shown.warning(4 * GIB)
     assert message is not None
     assert f"x {BYTES_PER_DISPLAY_RUN / 1024:,.1f} KiB with the display topic" in message
-    assert f"plus {BYTES_PER_DISPLAY_PROCESS >> 20:,} MiB for the worker process under load" in message
+    catching_up = f"+ {BYTES_PER_DISPLAY_PARTITION >> 20:,} MiB while catching up)"
+    assert f"{catching_up}, plus {BYTES_PER_PROCESS >> 20:,} MiB for the worker process" in message
     fits = shown.fitting_open_streams(4 * GIB)
     assert f"Lower --max-open-streams to {fits:,}" in message
     assert WorstCase(12, fits, 10_000, display=True).total <= 4 * GIB < WorstCase(12, fits + 1, 10_000, True).total

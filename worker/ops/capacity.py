@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["BYTES_PER_DISPLAY_PROCESS", "BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION",
+__all__ = ["BYTES_PER_DISPLAY_PARTITION", "BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN_RUN", "BYTES_PER_PARTITION",
            "BYTES_PER_PROCESS", "BYTES_PER_REMEMBERED_RUN", "WorstCase", "memory_limit"]  # fmt: skip
 
 # Measured by bench/sizing.py (docs/sizing.md), rounded up. A run's figure counts what its state holds and what a
@@ -16,13 +16,14 @@ __all__ = ["BYTES_PER_DISPLAY_PROCESS", "BYTES_PER_DISPLAY_RUN", "BYTES_PER_OPEN
 BYTES_PER_OPEN_RUN: Final = 2_200  # observer state and tables, display off (1.5 KiB held + 0.6 KiB checkpoint)
 BYTES_PER_DISPLAY_RUN: Final = 86_000  # the same with its display projection (50.3 KiB held + 30.9 KiB checkpoint)
 BYTES_PER_REMEMBERED_RUN: Final = 300  # an ended run kept to recognise late duplicates (0.2 to 0.3 KiB)
-# A partition: 0.1 MiB idle, plus what it may hold under load: a fetch (aiokafka's max_partition_fetch_bytes,
-# 1 MiB) and a producer batch (256 KiB).
-BYTES_PER_PARTITION: Final = 2 * 1024 * 1024
-# The worker process: 51 MiB idle, up to 353 MiB resident after 12 partitions caught up on a backlog (records in
-# flight, their output and what the allocator keeps of them), 496 MiB with the display topic, at about 21,000 items/s.
-BYTES_PER_PROCESS: Final = 384 * 1024 * 1024
-BYTES_PER_DISPLAY_PROCESS: Final = 512 * 1024 * 1024
+# A partition catching up on a backlog: its fetched records, those waiting for their transaction and their output,
+# its producer's batches, as the allocator keeps them (0.1 MiB idle): each partition beyond 12 added 17 MiB with
+# the display topic off and 21 MiB with it on, up to 48 partitions catching up at once.
+BYTES_PER_PARTITION: Final = 20 * 1024 * 1024
+BYTES_PER_DISPLAY_PARTITION: Final = 24 * 1024 * 1024
+# The worker process beside its partitions: 51 to 102 MiB ready with 1 to 48 idle partitions, and up to 215 MiB
+# with one partition catching up alone (what the allocator keeps of a fast partition's records in flight).
+BYTES_PER_PROCESS: Final = 224 * 1024 * 1024
 
 _UNLIMITED: Final = 1 << 60  # cgroup v1 reports "no limit" as a page-rounded maximum of 64-bit size
 _MIB: Final = 1024 * 1024
@@ -74,24 +75,24 @@ class WorstCase:
         return BYTES_PER_DISPLAY_RUN if self.display else BYTES_PER_OPEN_RUN
 
     @property
-    def process(self) -> int:
-        """The worker process itself under load, whatever its partitions hold."""
-        return BYTES_PER_DISPLAY_PROCESS if self.display else BYTES_PER_PROCESS
+    def under_load(self) -> int:
+        """What one partition catching up holds, whatever runs it has open."""
+        return BYTES_PER_DISPLAY_PARTITION if self.display else BYTES_PER_PARTITION
 
     @property
     def per_partition(self) -> int:
-        """A partition at its cap: fixed cost, open runs and remembered ended runs."""
-        return (BYTES_PER_PARTITION + self.max_open_streams * self.per_run
+        """A partition at its cap while catching up: what it holds in flight, open runs and remembered ended runs."""
+        return (self.under_load + self.max_open_streams * self.per_run
                 + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)  # fmt: skip
 
     @property
     def total(self) -> int:
-        return self.process + self.partitions * self.per_partition
+        return BYTES_PER_PROCESS + self.partitions * self.per_partition
 
     def fitting_open_streams(self, limit: int) -> int:
         """The largest `max_open_streams` whose worst case fits `limit` (0 when none does)."""
-        spare = limit - self.process - self.partitions * (
-            BYTES_PER_PARTITION + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)
+        spare = limit - BYTES_PER_PROCESS - self.partitions * (
+            self.under_load + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)
         return max(0, spare // (self.partitions * self.per_run))
 
     def warning(self, limit: int) -> str | None:
@@ -103,7 +104,7 @@ class WorstCase:
         return (
             f"memory limit {limit / _MIB:,.0f} MiB is below this worker's worst case of {self.total / _MIB:,.0f} MiB: "
             f"{self.partitions} source partitions (all of them, should the other workers be gone) x "
-            f"{self.max_open_streams:,} open runs x {self.per_run / 1024:,.1f} KiB{display}, plus "
-            f"{self.process / _MIB:,.0f} MiB for the worker process under load. Lower "
-            f"--max-open-streams to {fits:,} or raise the memory limit (docs/sizing.md)"
+            f"({self.max_open_streams:,} open runs x {self.per_run / 1024:,.1f} KiB{display} + "
+            f"{self.under_load / _MIB:,.0f} MiB while catching up), plus {BYTES_PER_PROCESS / _MIB:,.0f} MiB for the "
+            f"worker process. Lower --max-open-streams to {fits:,} or raise the memory limit (docs/sizing.md)"
         )
