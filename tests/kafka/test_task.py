@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ class _Producer:
         self.hang: set[str] = set()
         self.fence_on: str | None = None
         self.delivery_error: BaseException | None = None
+        self.on_send: Callable[[], None] | None = None  # called at the first send, then forgotten
         self.committed: list[int] = []
         self.commits_started = 0
         self.aborts = 0
@@ -68,6 +70,9 @@ class _Producer:
         if not self._txn_manager.is_in_transaction():
             raise IllegalOperation("Can't send messages while not in transaction")
         await self._call("send")
+        hook, self.on_send = self.on_send, None
+        if hook is not None:
+            hook()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.delivery_error is not None:
             fut.set_exception(self.delivery_error)
@@ -247,6 +252,34 @@ async def test_fetching_pauses_while_a_commit_holds_the_backlog_and_resumes_once
     await until(lambda: tp not in world.fetch.paused)
     assert world.value("pending_records", topic=TOPIC, partition="0") <= 10
     await until(lambda: rebuilder.producers[0].committed[-1:] == [25])
+    await task.stop(1.0)
+
+
+async def test_records_taken_for_conversion_count_toward_the_backlog_until_the_commits_hold_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fetching stays paused while a taken batch is still being converted: the records not yet converted are part
+    of the backlog, though they left the inbox (else a partition could hold twice `max_pending_records`)."""
+    monkeypatch.setattr("worker.kafka.task._YIELD_EVERY_S", 0.0)  # the loop runs between any two chunks
+    rebuilder = _rebuilder()
+    world = TaskWorld(rebuilder, max_pending_records=60, max_records_per_transaction=10)
+    task = world.start(0)
+    tp = task.tp
+    await until(lambda: live(task))
+    seen: list[bool] = []
+
+    def fetched_mid_batch() -> None:  # the poll loop offers more while the first transaction is being sent
+        _feed(world, task, 1)
+        seen.append(tp in world.fetch.paused)
+
+    producer = rebuilder.producers[0]
+    producer.on_send = fetched_mid_batch
+    _feed(world, task, 100)
+    assert tp in world.fetch.paused
+    await until(lambda: bool(seen))
+    assert seen == [True], "90 records taken and not yet converted, 1 in the inbox: over the bound of 60"
+    await until(lambda: producer.committed[-1:] == [101])
+    assert tp not in world.fetch.paused
     await task.stop(1.0)
 
 

@@ -116,6 +116,7 @@ class PartitionTask:
         self._parked = parked  # kept through the rebalance: adopted when the committed offset did not move
         self._inbox: list[list[Any]] = []
         self._inbox_records = 0
+        self._taken = 0  # records taken from the inbox whose outcomes are not yet handed to the commits
         self._wake = asyncio.Event()
         self._fault: BaseException | None = None
         self._throttled = False  # fetching paused because the backlog passed its bound
@@ -275,7 +276,7 @@ class PartitionTask:
         txn = Transaction(rebuilt.producer, self.tp, s.group_id, d.call_s)
         self._commits = Commits(txn, rebuilt.state, rebuilt.committed, policy=self._policy, routes=self._m.routes,
                                 metrics=m, on_failure=self._failed, on_end=self._wake.set)  # fmt: skip
-        self._inbox, self._inbox_records, self._fault = [], 0, None
+        self._inbox, self._inbox_records, self._taken, self._fault = [], 0, 0, None
         self._throttled = False
         self._stage = Stage.LIVE
         self._m.fetcher.seek(self.tp, rebuilt.committed)
@@ -322,11 +323,14 @@ class PartitionTask:
             if self._stopping:
                 return _End.STOP
             if self._inbox:
-                for recs in self._take_inbox():
+                batches = self._take_inbox()
+                self._taken = sum(len(recs) for recs in batches)  # still part of the backlog until converted
+                for recs in batches:
                     await self._process(commits, recs)
                     if self._stage is not Stage.LIVE or self._stopping:
                         break
                     commits.commit_if_due()
+                self._taken = 0
                 self._throttle()
                 continue
             commits.commit_if_due()
@@ -366,6 +370,7 @@ class PartitionTask:
         yield_at = time.monotonic() + _YIELD_EVERY_S
         wall_ahead = time.time() - time.monotonic()  # source timestamps are wall-clock milliseconds
         fresh = [rec for rec in recs if rec.offset >= commits.next_offset]
+        self._taken -= len(recs) - len(fresh)
         done = 0
         while done < len(fresh):
             now = time.monotonic()
@@ -385,6 +390,7 @@ class PartitionTask:
                 tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
                 late = now + wall_ahead - rec.timestamp / 1000
                 taken.append((outcome, rec.offset, rec.timestamp, policy.interval_start(now, late)))
+            self._taken -= len(chunk)  # from here on the commits hold them
             if not await commits.add(taken):
                 return
             if error is not None:
@@ -530,10 +536,10 @@ class PartitionTask:
         self._m.metrics.partition_ready.labels(*self._label).set(0)
 
     def _throttle(self) -> None:
-        """Back-pressure: pause fetching once the backlog (records fetched and waiting, or processed while a commit
-        runs) reaches `max_pending_records`, resume at half of it."""
+        """Back-pressure: pause fetching once the backlog (records fetched and waiting, taken and being converted,
+        or processed while a commit runs) reaches `max_pending_records`, resume at half of it."""
         commits = self._commits
-        backlog = self._inbox_records + (len(commits.pending) if commits is not None else 0)
+        backlog = self._inbox_records + self._taken + (len(commits.pending) if commits is not None else 0)
         self._pending_gauge.set(backlog)
         if self._stage is not Stage.LIVE:
             return
