@@ -80,10 +80,14 @@ class WorstCase:
         return BYTES_PER_DISPLAY_PARTITION if self.display else BYTES_PER_PARTITION
 
     @property
+    def beside_runs(self) -> int:
+        """What one partition catching up holds besides its open runs: its records in flight and remembered runs."""
+        return self.under_load + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN
+
+    @property
     def per_partition(self) -> int:
         """A partition at its cap while catching up: what it holds in flight, open runs and remembered ended runs."""
-        return (self.under_load + self.max_open_streams * self.per_run
-                + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)  # fmt: skip
+        return self.beside_runs + self.max_open_streams * self.per_run
 
     @property
     def total(self) -> int:
@@ -91,8 +95,7 @@ class WorstCase:
 
     def fitting_open_streams(self, limit: int) -> int:
         """The largest `max_open_streams` whose worst case fits `limit` (0 when none does)."""
-        spare = limit - BYTES_PER_PROCESS - self.partitions * (
-            self.under_load + self.closed_stream_memory * BYTES_PER_REMEMBERED_RUN)
+        spare = limit - BYTES_PER_PROCESS - self.partitions * self.beside_runs
         return max(0, spare // (self.partitions * self.per_run))
 
     def warning(self, limit: int) -> str | None:
