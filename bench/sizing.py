@@ -209,7 +209,7 @@ def _topics(cluster: KafkaCluster, source: str, partitions: int) -> None:
 
 
 def broker_figures(
-    runs: list[list[dict[str, object]]], copies: int, open_runs: int, busy: list[int], workdir: Path
+    runs: list[list[dict[str, object]]], copies: int, open_runs: int, counts: list[int], workdir: Path
 ) -> dict[str, float]:
     from devtools.kafka_cluster import KafkaCluster  # noqa: PLC0415
     from devtools.kafka_tools import wait_caught_up  # noqa: PLC0415
@@ -238,7 +238,7 @@ def broker_figures(
             finally:
                 worker.stop()
         # A worker of 12 partitions idle (against 1, the fixed cost of a partition); then catching up on a backlog
-        # of whole runs in 12 and in each other count of `busy` (beyond 12, as much per partition as the 12 have):
+        # of whole runs in each of `counts`, 12 among them (beyond 12, as much per partition as the 12 have):
         # the most it holds meanwhile (records fetched and waiting for their transaction, their output, producer
         # batches, as the allocator keeps them), what stays resident after, and over the 12 partitions' backlog its
         # CPU per item.
@@ -254,7 +254,7 @@ def broker_figures(
                 out[f"rss_idle_12{suffix}"] = rss_bytes(worker.process.pid)
             finally:
                 worker.stop()
-            for partitions in sorted({12, *busy}):
+            for partitions in counts:
                 flat = [pair for n in range(copies * max(partitions, 12) // 12) for i, run in enumerate(runs)
                         for pair in clone(run, f"cpu-{partitions}-{n}-{i}")]  # fmt: skip
                 source = f"{label.replace('_', '-')}-{partitions}.in"
@@ -270,7 +270,6 @@ def broker_figures(
                         spent = cpu_seconds(worker.process.pid) - begin
                     if partitions == 12:
                         out[label] = spent / len(flat)
-                        out[f"{label}_items"] = len(flat)
                         out[f"{label}_children"] = len(_tree(worker.process.pid)) - 1
                     out[f"items_{partitions}"] = len(flat)
                     out[f"rss_peak_{partitions}{suffix}"] = peak.peak
@@ -304,10 +303,9 @@ def main() -> None:
     print(f"memory per remembered run:        {ended / 1024:6.1f} KiB (ended runs kept by --closed-stream-memory)")
     if not args.no_broker:
         with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
-            busy = [int(count) for count in args.busy_partitions.split(",") if count.strip()]
-            f = broker_figures(runs, args.copies, args.open_runs, busy, Path(tmp))
+            counts = sorted({12, *(int(count) for count in args.busy_partitions.split(",") if count.strip())})
+            f = broker_figures(runs, args.copies, args.open_runs, counts, Path(tmp))
         print("\nthe worker process (resident, with its descendants):")
-        counts = sorted({12, *busy})
         for suffix, what in (("", "display off"), ("_display", "display on")):
             idle1, idle12 = f[f"rss_idle_1{suffix}"], f[f"rss_idle_12{suffix}"]
             print(f"  {what}: idle {idle1 / MIB:.1f} MiB with 1 partition, {idle12 / MIB:.1f} MiB with 12 "
@@ -325,7 +323,7 @@ def main() -> None:
                   f"partition, {f[label] / 1024:.1f} KiB per open run (that partition's load included)")
         for label, what in (("cpu", "display off"), ("cpu_display", "display on")):
             per_item = f[label]
-            print(f"  CPU per item, {what}: {per_item * 1e6:.1f} us over {f[f'{label}_items']:,.0f} items in 12 "
+            print(f"  CPU per item, {what}: {per_item * 1e6:.1f} us over {f['items_12']:,.0f} items in 12 "
                   f"partitions: {per_item * 1000:.3f} cores per 1,000 items/s")
         children = {f[k] for k in ("open_children", "open_display_children", "cpu_children", "cpu_display_children")}
         print(f"  child processes: {', '.join(f'{c:.0f}' for c in sorted(children))}")
