@@ -28,7 +28,7 @@ RUN HARNESS_AGUI_COMPILE=1 python -m pip wheel --no-cache-dir --no-deps --no-bui
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
-ARG VERSION=0.2.0
+ARG VERSION=0.3.0
 LABEL org.opencontainers.image.title="harness-agui-worker" \
       org.opencontainers.image.description="Exactly-once Kafka worker: Harness event streams to AG-UI events" \
       org.opencontainers.image.version="${VERSION}" \

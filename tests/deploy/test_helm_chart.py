@@ -18,6 +18,7 @@ from worker.settings import Settings
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 SASL = {
     "config": {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"},
     "kafka": {"sasl": {"existingSecret": "kafka-user", "passwordKey": "pw", "usernameKey": "user"}},
@@ -95,7 +96,7 @@ def test_defaults_render_a_deployment_with_service_and_pdb(render: Render) -> No
     w = workload(objs)
     assert w["spec"]["replicas"] == VALUES["replicaCount"]
     assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
-    assert container(objs)["image"] == f"{VALUES['image']['repository']}:0.2.0"
+    assert container(objs)["image"] == f"{VALUES['image']['repository']}:{APP_VERSION}"
     assert container(objs)["args"] == ["run"]
 
 
@@ -382,7 +383,7 @@ def test_every_object_and_pod_carries_the_recommended_labels(render: Render, opt
         labels = obj["metadata"]["labels"]
         missing = [k for k in RECOMMENDED_LABELS if k not in labels]
         assert not missing, (obj.get("kind", "pod template"), missing)
-        assert labels["app.kubernetes.io/version"] == "0.2.0"
+        assert labels["app.kubernetes.io/version"] == APP_VERSION
 
 
 def test_chart_names_its_home_and_sources() -> None:

@@ -1,11 +1,15 @@
 """The lock files the image installs from: pinned, hashed, in step with pyproject.toml, and closed under what
-their packages require (checked against the installed metadata, without the network)."""
+their packages require (checked against the installed metadata, without the network); and pyproject.toml's
+version, the one every other place tells."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,10 +98,30 @@ def test_the_image_installs_only_from_the_locks() -> None:
 def test_oci_labels_name_the_version_and_source() -> None:
     labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z]+)="([^"]*)"',
                              " ".join(a for w, a in instructions() if w == "LABEL")))
-    [version_arg] = [a for w, a in instructions() if w == "ARG" and a.startswith("VERSION=")]
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert version_arg == f"VERSION={version}" and labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
     chart = yaml.safe_load((ROOT / "helm" / "harness-agui-worker" / "Chart.yaml").read_text())
-    assert chart["appVersion"] == version
     assert labels["org.opencontainers.image.source"] in chart["sources"]
     assert {"title", "description", "licenses", "url", "documentation"} <= {k.rsplit(".", 1)[1] for k in labels}
+
+
+def test_one_version_is_told_everywhere() -> None:
+    """pyproject.toml's version is the one source: CHANGELOG's newest release, the chart's version and appVersion,
+    the image's VERSION default, the image tags the READMEs build and install, and what `--version` prints."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((ROOT / "helm" / "harness-agui-worker" / "Chart.yaml").read_text())
+    [version_arg] = [a for w, a in instructions() if w == "ARG" and a.startswith("VERSION=")]
+    changelog = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    readme_tags = re.findall(r"harness-agui-worker:([0-9][^ ]*) ", (ROOT / "README.md").read_text())
+    chart_tags = re.findall(r"image\.tag=(\S+)", (ROOT / "helm" / "harness-agui-worker" / "README.md").read_text())
+    script = Path(sys.executable).parent / "harness-agui-worker"
+    printed = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=True, timeout=60)
+    told = {
+        "CHANGELOG.md's newest release": changelog[0],
+        "Chart.yaml version": str(chart["version"]),
+        "Chart.yaml appVersion": str(chart["appVersion"]),
+        "Dockerfile ARG": version_arg.removeprefix("VERSION="),
+        "README.md's image tags": " ".join(sorted(set(readme_tags))),
+        "the chart README's image.tag": " ".join(sorted(set(chart_tags))),
+        "harness-agui-worker --version": printed.stdout.strip().removeprefix("harness-agui-worker "),
+    }
+    assert {where: said for where, said in told.items() if said != version} == {}, f"pyproject.toml says {version}"
