@@ -36,8 +36,9 @@ from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
 from worker.gateway.directory import RunDirectory  # noqa: E402
 from worker.gateway.hub import Hub  # noqa: E402
 from worker.gateway.metrics import GatewayMetrics  # noqa: E402
-from worker.gateway.reader import _BATCH_RECORDS as FETCH_RECORDS  # noqa: E402
+from worker.gateway.owners import Owners  # noqa: E402
 from worker.gateway.reader import HistoryReader, TopicTail  # noqa: E402
+from worker.gateway.reader.tail import _BATCH_RECORDS as FETCH_RECORDS  # noqa: E402
 from worker.gateway.settings import GatewaySettings  # noqa: E402
 from worker.gateway.streams import RunStream, RunStreams, StreamRequest  # noqa: E402
 
@@ -107,9 +108,11 @@ async def _pass(data: dict[int, bytes], runs: int, followed: int, subscribers: i
     settings = GatewaySettings(bootstrap_servers="127.0.0.1:9", display_topic="agui.display", insecure_no_auth=True)
     hub = Hub(max_runs=100_000, max_recent=4_096, window_s=10.0, queue_events=1_024)
     directory = RunDirectory(1_000_000, 1 << 26)
-    tail = TopicTail(settings, hub, directory)
-    tail.partitions = PARTITIONS
-    streams = RunStreams(tail, hub, directory, HistoryReader(settings, 1), GatewayMetrics())
+    owners = Owners("http://127.0.0.1:8080")
+    owners.partitions = PARTITIONS
+    owners.assign({}, range(PARTITIONS))
+    tail = TopicTail(settings, hub, directory, owners)
+    streams = RunStreams(owners, hub, directory, HistoryReader(settings, 1), GatewayMetrics())
     delivered = [0]
 
     async def connection(run: int) -> None:

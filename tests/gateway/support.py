@@ -100,7 +100,7 @@ class GatewayProcess:
         args = [sys.executable, "-m", "worker", "gateway", "--bootstrap-servers", self.bootstrap,
                 "--output-topic", self.topics.output, "--display-topic", self.topics.display,
                 "--http-port", str(self.port), "--metrics-port", str(self.metrics_port), "--log-format", "json",
-                *self.extra]
+                "--advertised-url", self.url, *self.extra]
         if not any(a in self.extra for a in ("--auth-key-file", "--insecure-no-auth")):
             args.append("--insecure-no-auth")
         log = self.log_path.open("ab")

@@ -62,6 +62,12 @@ def test_a_missing_right_is_named_per_retry_and_the_gateway_serves_once_granted(
         assert gateway.probe("/livez")[0] == 200 and gateway.probe("/readyz")[0] == 503
 
         secure_kafka.grant(reader, "--operation", "Describe", "--topic", topics.output, "--topic", topics.display)
+        group = f"READ on Group 'harness-agui-gateway.{topics.output}' for User:{reader.name}"
+        _until(lambda: len(_errors(gateway, group)) >= 2, 60, gateway)
+        assert all("retrying in" in line for line in _errors(gateway, group))
+        assert gateway.probe("/livez")[0] == 200 and gateway.probe("/readyz")[0] == 503
+
+        secure_kafka.grant(reader, "--operation", "Read", "--group", f"harness-agui-gateway.{topics.output}")
         read = "not authorised to read"
         _until(lambda: len(_errors(gateway, read)) >= 2, 60, gateway)
         for line in _errors(gateway, read):

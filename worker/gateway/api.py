@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
+from worker.gateway.forwarding import PEER_HEADER, Forwarder, PeerKey, Unavailable, UpstreamLost
 from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.owners import Owners, Route, Where
 from worker.gateway.settings import GatewaySettings
-from worker.gateway.streams import RunStreams, StreamRequest
-from worker.gateway.tokens import TokenCheck
+from worker.gateway.streams import PartitionMoved, RunStream, RunStreams, StreamRequest
+from worker.gateway.tokens import Grant, TokenCheck
 from worker.gateway.viewer import VIEWER_PAGE
 
 __all__ = ["GatewayApi"]
@@ -34,19 +36,15 @@ _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cac
 _ALLOWED_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
 _DRAIN_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_DRAINING",
                 "message": "the gateway is shutting down: attach to the run again"}  # fmt: skip
+_MOVED_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_REBALANCED",
+                "message": "the run is served by another gateway replica now: attach to the run again"}  # fmt: skip
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(exc: GatewayError, metrics: GatewayMetrics) -> web.Response:
     metrics.requests.labels(code=exc.code).inc()
-    headers = {"Retry-After": str(getattr(exc, "retry_after", ""))} if getattr(exc, "retry_after", None) else None
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Unavailable) else None
     return web.json_response({"error": exc.code, "message": str(exc)}, status=exc.status, headers=headers)
-
-
-class _Busy(GatewayError):
-    def __init__(self, message: str, retry_after: int, code: str = "busy") -> None:
-        super().__init__(503, code, message)
-        self.retry_after = retry_after
 
 
 class _Connection:
@@ -69,10 +67,14 @@ class GatewayApi:
     """The aiohttp application of the gateway's API."""
 
     def __init__(
-        self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics, tokens: TokenCheck | None
-    ) -> None:
+        self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics, tokens: TokenCheck | None,
+        *, owners: Owners, forwarder: Forwarder, peers: PeerKey,
+    ) -> None:  # fmt: skip
         self._settings = settings
         self._streams = streams
+        self._owners = owners
+        self._forwarder = forwarder
+        self._peers = peers
         self._metrics = metrics
         self._tokens = tokens
         self._origins = settings.allowed_origins
@@ -103,7 +105,7 @@ class GatewayApi:
                 f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")), self._metrics)
         except KafkaWorkerError as exc:  # a read of older records failed: the client may retry
             _log.warning("request %s %s failed reading Kafka: %s", request.method, request.path, exc)
-            response = _error(_Busy(f"reading the topics failed, retry: {exc}", self._settings.retry_after_s,
+            response = _error(Unavailable(f"reading the topics failed, retry: {exc}", self._settings.retry_after_s,
                                     code="kafka-unavailable"), self._metrics)  # fmt: skip
         self._cors(request, response)
         return response
@@ -122,25 +124,49 @@ class GatewayApi:
         response.headers["Access-Control-Max-Age"] = "600"
         return response
 
-    def _authorize(self, request: web.Request, run_id: str) -> None:
-        """Check the token (bearer header or `token` query parameter) before the run is looked up, so an
-        unauthenticated caller learns nothing of which runs exist; its subject is checked against the run."""
+    def _grant(self, request: web.Request) -> Grant | None:
+        """The request's verified token (bearer header or `token` query parameter), None without access control;
+        checked before the run is looked up, so an unauthenticated caller learns nothing of which runs exist."""
         if self._tokens is None:
-            return
+            return None
         header = request.headers.get("Authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else request.query.get("token", "")
         if not token:
             raise GatewayError(401, "no-token", "an access token is required (Authorization: Bearer, or ?token=)")
-        grant = self._tokens.verify(token)
-        if grant.scope == "run" and grant.allows(run_id, None):
+        return self._tokens.verify(token)
+
+    def _authorize(self, request: web.Request, run_id: str) -> None:
+        """Check the token and its subject against the run."""
+        grant = self._grant(request)
+        if grant is None or (grant.scope == "run" and grant.allows(run_id, None)):
             return
         pointer = self._streams.known(run_id)
         if not grant.allows(run_id, pointer.thread_id if pointer is not None else None):
             raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, "
                                                  f"not run {run_id!r}")  # fmt: skip
 
+    def _route(self, request: web.Request, run_id: str) -> Route:
+        """Where the run is served: here, or by the peer a request goes to after its token was checked here. A
+        request a peer forwarded is served here or answered 503, never forwarded again."""
+        route = self._owners.route(run_id)
+        mark = request.headers.get(PEER_HEADER)
+        if mark is not None:
+            self._peers.check(mark, request.method, request.path_qs)
+            if route.where is not Where.HERE:
+                raise Unavailable(f"run {run_id!r} is not served by this replica now: retry",
+                                  self._settings.retry_after_s, code="not-owner")  # fmt: skip
+            return route
+        if route.where is not Where.HERE:
+            self._grant(request)
+        return route
+
     async def display(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
+        route = self._route(request, run_id)
+        if route.where is not Where.HERE:
+            answer = await self._forwarder.fetch(request, run_id, route)
+            if answer is not None:
+                return answer
         self._authorize(request, run_id)
         pointer, value = await self._streams.display(run_id)
         body = b'{"runId":%s,"threadId":%s,"aguiSeq":%d,"snapshot":%s}' % (
@@ -152,6 +178,11 @@ class GatewayApi:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
+        route = self._route(request, run_id)
+        if route.where is not Where.HERE:
+            relayed = await self._relayed(request, StreamRequest(run_id, None, "sse"), route)
+            if relayed is not None:
+                return relayed
         self._authorize(request, run_id)
         cursor = request.headers.get("Last-Event-ID")
         after: int | None = None
@@ -168,8 +199,13 @@ class GatewayApi:
 
     async def agent(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        self._authorize(request, run_id)
+        route = self._route(request, run_id)
         body = await request.read()
+        if route.where is not Where.HERE:
+            relayed = await self._relayed(request, StreamRequest(run_id, None, "agent"), route, body)
+            if relayed is not None:
+                return relayed
+        self._authorize(request, run_id)
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -189,19 +225,40 @@ class GatewayApi:
         if pointer is not None and pointer.thread_id and thread != pointer.thread_id:
             raise GatewayError(400, "bad-body", f"run {run_id!r} belongs to another thread than {thread!r}")
 
-    async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
+    def _admit(self) -> None:
         if self.draining:
             self._metrics.refused.inc()
-            raise _Busy("the gateway is shutting down: retry, another replica answers", self._settings.retry_after_s)
+            raise Unavailable("the gateway is shutting down: retry, another replica answers",
+                              self._settings.retry_after_s)  # fmt: skip
         if len(self._open) >= self._settings.max_connections:
             self._metrics.refused.inc()
-            raise _Busy(f"the gateway holds max_connections ({self._settings.max_connections}) streams",
-                        self._settings.retry_after_s)  # fmt: skip
+            raise Unavailable(f"the gateway holds max_connections ({self._settings.max_connections}) streams",
+                              self._settings.retry_after_s)  # fmt: skip
+
+    async def _relayed(self, request: web.Request, asked: StreamRequest, route: Route,
+                       body: bytes | None = None) -> web.StreamResponse | None:  # fmt: skip
+        """The owner's stream relayed to the client, or None when the run turned out to be served here."""
+        self._admit()
+        connection = _Connection(request)
+        chunks = await self._forwarder.forward(request, asked.run_id, route, body)
+        if chunks is None:
+            return None
+        return await self._write(request, asked, connection, chunks, stream=None, label="forwarded")
+
+    async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
+        self._admit()
         connection = _Connection(request)
         stream = self._streams.start(asked, connection.drop)
-        chunks = self._streams.chunks(stream)
+        return await self._write(request, asked, connection, self._streams.chunks(stream), stream=stream,
+                                 label=asked.reader)
+
+    async def _write(self, request: web.Request, asked: StreamRequest, connection: _Connection,
+                     chunks: AsyncGenerator[bytes, None], *, stream: RunStream | None,
+                     label: str) -> web.StreamResponse:  # fmt: skip
+        """Write `chunks` to the client as one event stream; errors before the first chunk are plain JSON answers,
+        after it the stream never ends cleanly unless it was whole."""
         try:
-            first = await chunks.__anext__()  # errors before the first frame are plain JSON answers
+            first = await chunks.__anext__()
         except StopAsyncIteration:
             first = b""
         except BaseException:
@@ -210,16 +267,18 @@ class GatewayApi:
         response = web.StreamResponse(headers=_STREAM_HEADERS)
         self._cors(request, response)
         self._open.add(connection)
-        gauge = self._metrics.connections.labels(reader=asked.reader)
+        gauge = self._metrics.connections.labels(reader=label)
         gauge.inc()
         try:
             await response.prepare(request)
             if first:
                 await response.write(first)
             async for chunk in chunks:
-                stream.writing = True
+                if stream is not None:
+                    stream.writing = True
                 await response.write(chunk)
-                stream.writing = False
+                if stream is not None:
+                    stream.writing = False
             await response.write_eof()
         except asyncio.CancelledError:
             await self._interrupted(request, response, connection, asked)
@@ -227,6 +286,9 @@ class GatewayApi:
                 raise
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away
+        except (PartitionMoved, UpstreamLost) as exc:  # ended early, not failed: the client attaches again
+            _log.info("stream of run %s ended early: %s", asked.run_id, exc)
+            await self._end_early(response, asked, _MOVED_EVENT, "run moved: reconnect")
         except (GatewayError, KafkaWorkerError) as exc:  # after the first frame: never a clean end
             _log.warning("stream of run %s failed: %s", asked.run_id, exc)
             self._abort(request)
@@ -243,11 +305,18 @@ class GatewayApi:
             self._abort(request)
             return
         if self.draining:
-            frame = synthetic_frame(_DRAIN_EVENT) if asked.reader == "agent" else b""
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await response.write(frame + comment_frame("gateway draining: reconnect"))
-                    await response.write_eof()
+            await self._end_early(response, asked, _DRAIN_EVENT, "gateway draining: reconnect")
+
+    @staticmethod
+    async def _end_early(response: web.StreamResponse, asked: StreamRequest, event: dict[str, str],
+                         comment: str) -> None:  # fmt: skip
+        """End a stream before its run's end: `HttpAgent` gets RUN_ERROR (an error, never a silent success), an
+        `EventSource` a comment and a clean end, after which it attaches again with its `Last-Event-ID`."""
+        frame = synthetic_frame(event) if asked.reader == "agent" else b""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await response.write(frame + comment_frame(comment))
+                await response.write_eof()
 
     @staticmethod
     def _abort(request: web.Request) -> None:

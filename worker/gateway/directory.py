@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import NamedTuple
 
 __all__ = ["DisplayPointer", "RunDirectory"]
@@ -66,6 +67,14 @@ class RunDirectory:
             while self._cached > self._cache_bytes:
                 _, evicted = self._cache.popitem(last=False)
                 self._cached -= len(evicted)
+
+    def forget(self, partitions: Collection[int]) -> None:
+        """Forget the runs of these partitions (another replica serves them now)."""
+        for run_id in [rid for rid, pointer in self._pointers.items() if pointer.partition in partitions]:
+            del self._pointers[run_id]
+            value = self._cache.pop(run_id, None)
+            if value is not None:
+                self._cached -= len(value)
 
     def pointer(self, run_id: str) -> DisplayPointer | None:
         """The run's latest display pointer, None when the gateway does not know the run."""

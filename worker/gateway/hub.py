@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
 from worker.gateway.frames import event_frame
@@ -52,7 +52,7 @@ class Subscription:
     holds no more."""
 
     __slots__ = ("_blocked", "_bound", "_on_drop", "_pending", "_quiet", "_timer", "_waiter", "dropped", "first_seq",
-                 "run_id")  # fmt: skip
+                 "moved", "run_id")  # fmt: skip
 
     def __init__(self, run_id: str, bound: int, on_drop: Callable[[Subscription], None],
                  blocked: Callable[[], bool]) -> None:  # fmt: skip
@@ -62,6 +62,7 @@ class Subscription:
         self._timer: asyncio.TimerHandle | None = None
         self._quiet = True  # nothing was queued since the current keep-alive period began
         self.dropped = False
+        self.moved = False  # the run's partition went to another replica: nothing more comes here
         self.first_seq: int | None = None  # the number of the first event offered
         self._bound = bound
         self._on_drop = on_drop
@@ -84,6 +85,13 @@ class Subscription:
             return
         pending.append(delivery)
         self._quiet = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    def move(self) -> None:
+        """No event of this run comes here any more (its partition went to another replica): wake the writer."""
+        self.moved = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
@@ -144,11 +152,12 @@ class RunLog:
     when a connection last joined or left it (`served_at`): while it has subscribers, and for the window after,
     no event is trimmed, so the run's later readers find what its first one read back."""
 
-    __slots__ = ("display_seq", "finished", "first_seen", "next_seq", "recent", "recent_from", "run_id",
+    __slots__ = ("display_seq", "finished", "first_seen", "next_seq", "partition", "recent", "recent_from", "run_id",
                  "served_at", "subscribers")
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, partition: int) -> None:
         self.run_id = run_id
+        self.partition = partition
         self.recent: deque[RecentEvent] = deque()
         self.recent_from: int | None = None
         self.next_seq = 0
@@ -196,10 +205,10 @@ class Hub:
         """The run's log, None when the hub does not track it."""
         return self._logs.get(run_id)
 
-    def _tracked(self, run_id: str) -> RunLog:
+    def _tracked(self, run_id: str, partition: int) -> RunLog:
         log = self._logs.get(run_id)
         if log is None:
-            log = self._logs[run_id] = RunLog(run_id)
+            log = self._logs[run_id] = RunLog(run_id, partition)
             self._shed()
         else:
             self._logs.move_to_end(run_id)
@@ -223,7 +232,7 @@ class Hub:
         logs = self._logs
         log = logs.get(run_id)
         if log is None:
-            log = self._tracked(run_id)
+            log = self._tracked(run_id, partition)
         else:
             logs.move_to_end(run_id)
         if seq < log.next_seq and log.recent_from is not None:
@@ -251,6 +260,19 @@ class Hub:
         """The tail's position moved to `offset` without a record for anyone (control records, an empty fetch)."""
         if offset > self.positions.get(partition, -1):
             self.positions[partition] = offset
+
+    def release(self, partitions: Collection[int]) -> None:
+        """These partitions went to another replica: their runs' subscriptions end (`Subscription.moved`) and their
+        runs and positions are forgotten."""
+        for run_id, log in list(self._logs.items()):
+            if log.partition in partitions:
+                for subscription in log.subscribers:
+                    subscription.move()
+                    subscription.close()
+                self.subscriptions -= len(log.subscribers)
+                del self._logs[run_id]
+        for partition in partitions:
+            self.positions.pop(partition, None)
 
     def displayed(self, run_id: str, seq: int) -> None:
         """A display record of `run_id` covers its events up to `seq`: older recent events may go."""
@@ -287,7 +309,7 @@ class Hub:
         `blocked()` (its writer waits on the socket). Synchronous,
         so no record is published between taking the backlog (or the partition's position) and joining the
         subscribers: nothing is missed or doubled."""
-        log = self._tracked(run_id)
+        log = self._tracked(run_id, partition)
         subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
         log.subscribers.append(subscription)
         log.served_at = self._clock()

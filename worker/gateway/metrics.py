@@ -74,6 +74,15 @@ class GatewayMetrics:
             registry=registry)  # fmt: skip
         self.records = Counter("harness_agui_gateway_records_read_total",
                                "Records read from the tail of the output and display topics.", registry=registry)
+        self.forwarded = Counter("harness_agui_gateway_forwarded_requests_total", (
+            "Requests for runs another replica owns, by outcome: `ok` (the owner answered), `retried` (it answered "
+            "503), `unreachable` (no connection), `no-owner` (answered 503 after forward_wait_ms)."),
+            ["outcome"], registry=registry)  # fmt: skip
+        self.partitions = Gauge("harness_agui_gateway_partitions", (
+            "Output topic partitions this replica owns in the gateway group, by state: `loading` (its display "
+            "records still being read) or `serving`."), ["state"], registry=registry)  # fmt: skip
+        self.topic_partitions = Gauge("harness_agui_gateway_topic_partitions",
+                                      "Partitions of the output topic the gateway group divides.", registry=registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

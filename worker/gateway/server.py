@@ -17,8 +17,10 @@ from worker.app import build_parser, settings_from_args
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
 from worker.gateway.directory import RunDirectory
+from worker.gateway.forwarding import Forwarder, PeerKey
 from worker.gateway.hub import Hub
 from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.owners import Owners
 from worker.gateway.reader import HistoryReader, TopicTail
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
@@ -46,7 +48,8 @@ def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi, listening
         if api.draining:
             return web.Response(status=503, text="draining\n")
         if not tail.ready:
-            return web.Response(status=503, text="reading the display topic\n")
+            return web.Response(status=503, text="waiting for the gateway group's assignment, or reading its "
+                                                 "display partitions\n")
         if not listening.is_set():
             return web.Response(status=503, text="not listening yet\n")
         return web.Response(text="ready\n")
@@ -66,9 +69,13 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     return runner, int(runner.addresses[0][1]) if runner.addresses else port
 
 
-async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event) -> None:
+async def _sweep(hub: Hub, directory: RunDirectory, owners: Owners, metrics: GatewayMetrics,
+                 stop: asyncio.Event) -> None:  # fmt: skip
     while not stop.is_set():
         hub.sweep()
+        metrics.partitions.labels(state="serving").set(owners.serving)
+        metrics.partitions.labels(state="loading").set(len(owners.mine) - owners.serving)
+        metrics.topic_partitions.set(owners.partitions)
         metrics.tracked_runs.set(len(hub))
         metrics.indexed_runs.set(len(directory))
         metrics.cache_bytes.set(directory.cached_bytes)
@@ -82,6 +89,8 @@ async def _serve(settings: GatewaySettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tokens = None if settings.insecure_no_auth else TokenCheck(read_key(str(settings.auth_key_file)))
+    peer_key = settings.peer_key_file or settings.auth_key_file
+    peers = PeerKey(read_key(peer_key) if peer_key else None)
     if tokens is None:
         _log.warning("INSECURE: --insecure-no-auth serves every run to anyone who can reach port %d; never use it "
                      "on a shared network", settings.http_port)
@@ -89,11 +98,14 @@ async def _serve(settings: GatewaySettings) -> int:
     directory = RunDirectory(settings.max_indexed_runs, settings.display_cache_bytes)
     hub = Hub(max_runs=settings.max_tracked_runs, max_recent=settings.recent_events_per_run,
               window_s=settings.recent_window_ms / 1000, queue_events=settings.connection_queue_events)
-    tail = TopicTail(settings, hub, directory, on_batch=metrics.records.inc)
+    owners = Owners(settings.peer_url)
+    tail = TopicTail(settings, hub, directory, owners, on_batch=metrics.records.inc)
     history = HistoryReader(settings, settings.history_readers)
-    streams = RunStreams(tail, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
+    streams = RunStreams(owners, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
                          hold_events=settings.recent_events_per_run)  # fmt: skip
-    api = GatewayApi(settings, streams, metrics, tokens)
+    forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
+                          retry_after_s=settings.retry_after_s)  # fmt: skip
+    api = GatewayApi(settings, streams, metrics, tokens, owners=owners, forwarder=forwarder, peers=peers)
     probes = None
     listening = asyncio.Event()
     if settings.metrics_port:
@@ -105,11 +117,13 @@ async def _serve(settings: GatewaySettings) -> int:
                 is None or not await tail.start(stop):  # fmt: skip
             return 0
         await history.start()
+        await forwarder.start()
     except BaseException:
         if probes is not None:
             await probes.cleanup()
         raise
-    tasks = [asyncio.create_task(tail.run(stop)), asyncio.create_task(_sweep(hub, directory, metrics, stop))]
+    tasks = [asyncio.create_task(tail.run(stop)),
+             asyncio.create_task(_sweep(hub, directory, owners, metrics, stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
@@ -118,8 +132,9 @@ async def _serve(settings: GatewaySettings) -> int:
     freeze_heap()
     runner, port = await _site(api.application(), settings.http_host, settings.http_port)
     listening.set()
-    _log.info("gateway serving runs on port %d", port, extra={"output_topic": settings.output_topic,
-                                                              "display_topic": settings.display_topic})
+    _log.info("gateway serving runs on port %d as %s", port, owners.url,
+              extra={"output_topic": settings.output_topic, "display_topic": settings.display_topic,
+                     "gateway_group_id": settings.group})  # fmt: skip
     try:
         await stop.wait()
         _log.info("draining %d streams", api.connections)
@@ -128,6 +143,7 @@ async def _serve(settings: GatewaySettings) -> int:
         await runner.cleanup()
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await forwarder.close()
         await history.stop()
         await tail.stop()
         if probes is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
@@ -84,6 +85,26 @@ class GatewaySettings(ConnectionSettings):
         "On SIGTERM: streams are closed with a comment (POST streams with RUN_ERROR) and the process waits this "
         "long for them to finish."
     ))
+    gateway_group_id: str = Field("", description=(
+        "Consumer group the gateway replicas of one deployment share the output topic's partitions in (nothing is "
+        "committed); empty: `harness-agui-gateway.<output_topic>`."
+    ))
+    advertised_url: str = Field("", description=(
+        "Base URL at which the other replicas reach this one's HTTP API (in Kubernetes the pod's IP); empty: "
+        "`http://<host name>:<http_port>`."
+    ))
+    peer_key_file: str | None = Field(None, description=(
+        "File holding the key (at least 32 bytes) that authenticates requests one replica forwards to another; "
+        "default: auth_key_file. Without either (insecure_no_auth), forwarded requests are not authenticated."
+    ))
+    forward_wait_ms: int = Field(30_000, ge=0, le=600_000, description=(
+        "How long a request for a run whose partition has no reachable owner (a rebalance, a replica that died) "
+        "waits for one before it is answered 503 with Retry-After."
+    ))
+    session_timeout_ms: int = Field(10_000, ge=1_000, description=(
+        "Gateway group session timeout: how long a replica that stopped without leaving keeps its partitions."
+    ))
+    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Gateway group heartbeat interval.")
     log_format: Literal["auto", "json", "text"] = Field(
         "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
     )
@@ -100,7 +121,20 @@ class GatewaySettings(ConnectionSettings):
                 "auth_key_file is required (the HMAC key that signs access tokens); for a local try only, "
                 "--insecure-no-auth serves every run to anyone"
             )
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                              f"session_timeout_ms ({self.session_timeout_ms})")
         return self
+
+    @property
+    def group(self) -> str:
+        """The gateway group's id."""
+        return self.gateway_group_id or f"harness-agui-gateway.{self.output_topic}"
+
+    @property
+    def peer_url(self) -> str:
+        """The URL this replica advertises to the others."""
+        return (self.advertised_url or f"http://{socket.gethostname()}:{self.http_port}").rstrip("/")
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:

@@ -18,14 +18,24 @@ from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.frames import KEEP_ALIVE, event_frame, synthetic_frame
 from worker.gateway.hub import Attachment, Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.owners import Owners
 from worker.gateway.prelude import Prelude, build_prelude
-from worker.gateway.reader import HistoryEvent, HistoryReader, NotHeld, TopicTail
+from worker.gateway.reader import HistoryEvent, HistoryReader, NotHeld
 
-__all__ = ["RunStream", "RunStreams", "StreamRequest"]
+__all__ = ["PartitionMoved", "RunStream", "RunStreams", "StreamRequest"]
 
 _LIVE_WAIT_S = 1.0  # how long events the display announced may take to follow it through the tail
 _LIVE_WAIT_STEPS = 20
 _HOUR_MS = 3_600_000
+
+
+class PartitionMoved(GatewayError):
+    """The run's partition went to another replica mid-stream: the stream ends without its terminal event, and the
+    client attaches again (through any replica) from its cursor."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(503, "partition-moved", f"run {run_id!r} is served by another gateway replica now: attach "
+                                                 "again from your last event id")
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,7 @@ class RunStreams:
     """Opens the streams of runs from the directory, the hub and the history reader."""
 
     def __init__(
-        self, tail: TopicTail, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
+        self, owners: Owners, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
         *, keepalive_s: float = 15.0, hold_events: int = 4_096,
     ) -> None:  # fmt: skip
         # A subscription's wait ends after one to two quiet periods without a delivery: half the keep-alive time
@@ -66,7 +76,7 @@ class RunStreams:
         self._quiet_period_s = keepalive_s / 2
         self._hold_events = hold_events
         self._reading: dict[str, asyncio.Future[None]] = {}  # runs being read back from the topic
-        self._tail = tail
+        self._owners = owners
         self._hub = hub
         self._directory = directory
         self._history = history
@@ -151,7 +161,7 @@ class RunStreams:
 
     def _attach(self, stream: RunStream, first: int) -> Attachment:
         run_id = stream.request.run_id
-        partition = stream.pointer.partition if stream.pointer is not None else self._tail.partition_of(run_id)
+        partition = stream.pointer.partition if stream.pointer is not None else self._owners.partition_of(run_id)
 
         def dropped(subscription: Subscription) -> None:
             self._metrics.drops.inc()
@@ -175,7 +185,7 @@ class RunStreams:
                 self._count(stream, backlog[-1].seq, backlog[-1].terminal, len(backlog))
             return
         run_id, pointer = request.run_id, stream.pointer
-        partition = pointer.partition if pointer is not None else self._tail.partition_of(run_id)
+        partition = pointer.partition if pointer is not None else self._owners.partition_of(run_id)
         log = self._hub.log(run_id)
         seen = log.first_seen if log is not None else None
         reading = None if run_id in self._reading else asyncio.get_running_loop().create_future()
@@ -249,6 +259,8 @@ class RunStreams:
         assert subscription is not None
         latency, sent_total = self._metrics.latency, self._metrics.events
         while True:
+            if subscription.moved and not len(subscription):
+                raise PartitionMoved(stream.request.run_id)
             if not await subscription.wait(self._quiet_period_s):
                 yield KEEP_ALIVE
                 continue

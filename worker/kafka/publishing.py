@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiokafka import TopicPartition
-from aiokafka.partitioner import murmur2
 
+from worker.kafka.partitioner import partition_for
 from worker.kafka.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
@@ -26,7 +26,7 @@ Header = tuple[str, bytes]
 
 
 class KeyRouter:
-    """Maps a key to `murmur2(key) & 0x7fffffff % partitions`, caching at most `cap` keys (root run ids)."""
+    """Maps a key to its partition (`partition_for`), caching at most `cap` keys (root run ids)."""
 
     __slots__ = ("_cache", "_cap", "partitions")
 
@@ -40,7 +40,7 @@ class KeyRouter:
         if hit is None:
             if len(self._cache) >= self._cap:
                 self._cache.clear()
-            hit = self._cache[key] = (murmur2(key) & 0x7FFFFFFF) % self.partitions
+            hit = self._cache[key] = partition_for(key, self.partitions)
         return hit
 
 

@@ -1,0 +1,215 @@
+"""A request for a run another replica owns is sent to that replica, and its answer relayed back unchanged.
+
+The hop carries the client's own request (path, query, token, `Last-Event-ID`, body) and a header signed with the
+peer key, so the owner checks the client's rights itself and never forwards again. A stream is relayed whole frames
+at a time: a frame cut by a lost owner is never half delivered, so a client's cursor is always one the owner sent.
+While the run's partition has no reachable owner (a rebalance, a replica killed before the group noticed) the
+request waits for one, up to `forward_wait_ms`, and is then answered 503 with Retry-After, never 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncGenerator
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from worker.errors import GatewayError
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.owners import Owners, Route, Where
+
+__all__ = ["PEER_HEADER", "Forwarder", "PeerKey", "Unavailable", "UpstreamLost"]
+
+_log = logging.getLogger(__name__)
+PEER_HEADER = "X-Harness-Gateway-Peer"
+_PASSED_HEADERS = ("Authorization", "Last-Event-ID", "Content-Type", "Accept")
+_PEER_TTL_S = 60
+_FIRST_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 2.0
+_CONNECT_S = 2.0
+
+
+class Unavailable(GatewayError):
+    """503 with Retry-After: the run cannot be served right now, but will be (no owner yet, a peer that answered
+    503, a replica draining or at its connection limit)."""
+
+    def __init__(self, message: str, retry_after: int, code: str = "busy") -> None:
+        super().__init__(503, code, message)
+        self.retry_after = retry_after
+
+
+class UpstreamLost(GatewayError):
+    """The owner's stream broke off before the run's end (it died, drained, or lost the partition): the client
+    attaches again from its cursor."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(503, "owner-lost", f"the replica serving run {run_id!r} went away: attach again from your "
+                                            "last event id")  # fmt: skip
+
+
+class PeerKey:
+    """Signs and checks the header that marks a request as forwarded by a replica of the same deployment; without a
+    key (no access control) the header is a plain mark."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self._key = hmac.new(key, b"harness-agui gateway peer", hashlib.sha256).digest() if key else None
+
+    def _mac(self, method: str, target: str, expiry: int) -> str:
+        assert self._key is not None
+        return hmac.new(self._key, f"{method} {target} {expiry}".encode(), hashlib.sha256).hexdigest()
+
+    def sign(self, method: str, target: str, *, now: float | None = None) -> str:
+        """The header's value for a request of `method` on `target` (path and query)."""
+        if self._key is None:
+            return "unsigned"
+        expiry = int(now if now is not None else time.time()) + _PEER_TTL_S
+        return f"{expiry}.{self._mac(method, target, expiry)}"
+
+    def check(self, value: str, method: str, target: str, *, now: float | None = None) -> None:
+        """GatewayError 401 `bad-peer` unless `value` was signed for this request within its lifetime."""
+        if self._key is None:
+            return
+        expiry_text, _, mac = value.partition(".")
+        expiry = int(expiry_text) if expiry_text.isdigit() else 0
+        current = now if now is not None else time.time()
+        if expiry < current or not hmac.compare_digest(mac, self._mac(method, target, expiry)):
+            raise GatewayError(401, "bad-peer", f"{PEER_HEADER} is not signed with this deployment's peer key")
+
+
+def _last_frame_end(buffer: bytes | bytearray) -> int:
+    """The length of the whole frames at the start of `buffer` (a frame ends with a blank line, LF only)."""
+    end = buffer.rfind(b"\n\n")
+    return end + 2 if end >= 0 else 0
+
+
+class Forwarder:
+    """Sends requests to the owners of their runs over one pooled HTTP client, waiting for an owner when there is
+    none; `forward` yields the owner's stream, `fetch` returns a whole answer."""
+
+    def __init__(self, owners: Owners, key: PeerKey, metrics: GatewayMetrics, *, wait_s: float,
+                 retry_after_s: int) -> None:  # fmt: skip
+        self._owners = owners
+        self._key = key
+        self._metrics = metrics
+        self._wait_s = wait_s
+        self._retry_after_s = retry_after_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, connect=_CONNECT_S, sock_connect=_CONNECT_S)
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0),
+                                              auto_decompress=False)  # fmt: skip
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _answer(self, request: web.Request, run_id: str, route: Route,
+                      body: bytes | None) -> aiohttp.ClientResponse | None:  # fmt: skip
+        """The owner's answer (status 200, or an error that waiting would not change), or None when the run turned
+        out to be served here. Waits, re-reading the map, while no owner answers; Unavailable once the wait is over."""
+        assert self._session is not None, "the forwarder was not started"
+        deadline = time.monotonic() + self._wait_s
+        backoff = _FIRST_BACKOFF_S
+        target = request.path_qs
+        headers = {name: request.headers[name] for name in _PASSED_HEADERS if name in request.headers}
+        headers[PEER_HEADER] = self._key.sign(request.method, target)
+        failure = f"no gateway replica owns the partition of run {run_id!r} yet"
+        while True:
+            if route.where is Where.HERE:
+                return None
+            if route.where is Where.PEER:
+                try:
+                    answer = await self._session.request(request.method, route.url + target, headers=headers,
+                                                         data=body)  # fmt: skip
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    failure = f"the replica owning run {run_id!r} ({route.url}) is not reachable: {exc}"
+                    self._metrics.forwarded.labels(outcome="unreachable").inc()
+                else:
+                    if answer.status != 503:
+                        self._metrics.forwarded.labels(outcome="ok").inc()
+                        return answer
+                    failure = f"the replica owning run {run_id!r} answered 503: {await _message(answer)}"
+                    answer.release()
+                    self._metrics.forwarded.labels(outcome="retried").inc()
+            if time.monotonic() + backoff > deadline:
+                _log.warning("request for run %s not served: %s", run_id, failure)
+                self._metrics.forwarded.labels(outcome="no-owner").inc()
+                raise Unavailable(failure + ": retry", self._retry_after_s, code="no-owner")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            route = self._owners.route(run_id)
+
+    async def fetch(self, request: web.Request, run_id: str, route: Route,
+                    body: bytes | None = None) -> web.Response | None:  # fmt: skip
+        """The owner's whole answer to `request` as this replica's, or None when the run is served here."""
+        answer = await self._answer(request, run_id, route, body)
+        if answer is None:
+            return None
+        async with answer:
+            payload = await answer.read()
+            headers = {"Retry-After": answer.headers["Retry-After"]} if "Retry-After" in answer.headers else None
+            return web.Response(status=answer.status, body=payload, headers=headers,
+                                content_type=answer.content_type)  # fmt: skip
+
+    async def forward(self, request: web.Request, run_id: str, route: Route,
+                      body: bytes | None = None) -> AsyncGenerator[bytes, None] | None:  # fmt: skip
+        """The owner's stream for `request`, whole frames at a time, or None when the run is served here.
+        GatewayError (the owner's own, with its status and code) before the first chunk when the owner refused;
+        UpstreamLost when the owner's stream broke off before its end."""
+        answer = await self._answer(request, run_id, route, body)
+        if answer is None:
+            return None
+        if answer.status != 200 or answer.content_type != "text/event-stream":
+            async with answer:
+                raise await _refusal(answer)
+        return _frames(answer, run_id)
+
+
+async def _message(answer: aiohttp.ClientResponse) -> str:
+    try:
+        value = orjson.loads(await answer.read())
+    except (orjson.JSONDecodeError, aiohttp.ClientError):
+        return f"status {answer.status}"
+    return str(value.get("message", "")) if isinstance(value, dict) else f"status {answer.status}"
+
+
+async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
+    """The owner's error answer, as this replica's."""
+    try:
+        value = orjson.loads(await answer.read())
+    except (orjson.JSONDecodeError, aiohttp.ClientError):
+        value = {}
+    if not isinstance(value, dict):
+        value = {}
+    code, message = str(value.get("error", "upstream")), str(value.get("message", f"status {answer.status}"))
+    retry = answer.headers.get("Retry-After", "")
+    if retry.isdigit():
+        return Unavailable(message, int(retry), code=code)
+    return GatewayError(answer.status, code, message)
+
+
+async def _frames(answer: aiohttp.ClientResponse, run_id: str) -> AsyncGenerator[bytes, None]:
+    """The owner's stream, up to the last whole frame of each read; UpstreamLost when it broke off."""
+    buffer = bytearray()
+    try:
+        async for data in answer.content.iter_any():
+            buffer += data
+            end = _last_frame_end(buffer)
+            if end:
+                chunk = bytes(buffer[:end])
+                del buffer[:end]
+                yield chunk
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise UpstreamLost(run_id) from exc
+    finally:
+        answer.close()
+    if answer.content.exception() is not None:
+        raise UpstreamLost(run_id)

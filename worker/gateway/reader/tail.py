@@ -1,0 +1,249 @@
+"""The live read of this replica's share of the output and display topics.
+
+The output topic is read by a member of the gateway group (`OwnersAssignor`: replicas divide the partitions and
+learn who owns which; nothing is committed), each gained partition from its end; the display topic by a consumer
+of no group, assigned the same-numbered partitions and reading each gained one from its beginning (the run
+directory), a partition being loaded once read to the end offsets taken when it was gained. A partition kept
+through a rebalance goes on from where it was, and one lost ends its streams and is forgotten. Records go to the
+directory or the hub synchronously; the tail never writes to a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
+
+from worker.errors import ConfigError, KafkaWorkerError
+from worker.gateway.directory import DisplayPointer, RunDirectory
+from worker.gateway.hub import Hub
+from worker.gateway.owners import Owners
+from worker.gateway.reader._records import (
+    FETCH_FILTER,
+    FETCH_LOG,
+    TERMINAL_TYPES,
+    header,
+    make_consumer,
+    partitions,
+    seq_and_kind,
+)
+from worker.gateway.reader.group import OwnersAssignor
+from worker.gateway.settings import GatewaySettings
+from worker.kafka.clients import principal
+from worker.kafka.diagnosis import Denied, authorization_error
+from worker.kafka.startup import until_reachable, wait_beating
+
+__all__ = ["TopicTail"]
+
+_log = logging.getLogger(__name__)
+_BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
+_DENIED_MAX_S = 10.0  # a refused read of the tail is tried again at most this far apart
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, tail: TopicTail) -> None:
+        self._tail = tail
+
+    async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
+        """Nothing stops: the partitions this replica keeps go on where they were once the assignment arrives."""
+
+    async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
+        await self._tail.assigned({tp.partition for tp in assigned})
+
+
+class TopicTail:
+    """This replica's share of both topics, each read by a consumer of its own (a large fetch of display records
+    never holds up an event); `read` is set once the first assignment's partitions are loaded, `ready` while every
+    partition of the latest one is."""
+
+    def __init__(self, settings: GatewaySettings, hub: Hub, directory: RunDirectory, owners: Owners, *,
+                 on_batch: Callable[[int], None] | None = None) -> None:  # fmt: skip
+        self._settings = settings
+        self._hub = hub
+        self._directory = directory
+        self._owners = owners
+        self._on_batch = on_batch
+        self._consumers: list[AIOKafkaConsumer] = []  # the output topic's, then the display topic's
+        self._offered: dict[int, str] = {}  # the map of the assignment being taken
+        self._display_end: dict[int, int] = {}  # gained partitions still being loaded: the end offset to reach
+        self._display_next: dict[int, int] = {}  # per own display partition, the next offset to read
+        self._who = principal(settings)
+        self.read = asyncio.Event()  # set once the first assignment's partitions were loaded
+        self.last_beat = time.monotonic()
+
+    async def start(self, stop: asyncio.Event) -> bool:
+        """Describe both topics and join the gateway group, retrying (one log line per attempt) until both exist
+        and this principal may describe them; False when `stop` came first."""
+        if FETCH_FILTER not in FETCH_LOG.filters:
+            FETCH_LOG.addFilter(FETCH_FILTER)
+        started = await until_reachable(self._start_once, stop, self.beat)
+        return started is not None
+
+    def beat(self) -> None:
+        """Mark the tail's loop alive (for `/livez`)."""
+        self.last_beat = time.monotonic()
+
+    async def _start_once(self) -> bool:
+        settings = self._settings
+        options: dict[str, object] = {"fetch_max_wait_ms": settings.fetch_max_wait_ms,
+                                      "max_partition_fetch_bytes": 4 * 1024 * 1024}  # fmt: skip
+        assignor = OwnersAssignor(self._owners.url, lambda: self._owners.mine, self._offer)
+        events = make_consumer(settings, "tail", group_id=settings.group, auto_offset_reset="latest",
+                               partition_assignment_strategy=(assignor,),
+                               session_timeout_ms=settings.session_timeout_ms,
+                               heartbeat_interval_ms=settings.heartbeat_interval_ms, **options)  # fmt: skip
+        displays = make_consumer(settings, "display", **options)
+        started: list[AIOKafkaConsumer] = []
+        try:
+            for consumer in (events, displays):
+                await consumer.start()
+                started.append(consumer)
+            output = await partitions(events, settings.output_topic, "output_topic", self._who)
+            display = await partitions(displays, settings.display_topic, "display_topic", self._who)
+            if len(output) != len(display):
+                raise ConfigError(
+                    f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
+                    f"{settings.output_topic!r} {len(output)}: the worker writes them co-partitioned, they must match"
+                )
+            self._owners.partitions = len(output)
+            events.subscribe([settings.output_topic], listener=_Rebalance(self))
+        except BaseException:
+            for consumer in started:
+                await consumer.stop()
+            raise
+        self._consumers = [events, displays]
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return self._owners.ready
+
+    def _offer(self, owners: dict[int, str]) -> None:
+        self._offered = owners
+
+    async def assigned(self, mine: set[int]) -> None:
+        """Take the group's new assignment: lost partitions end their streams and are forgotten, gained ones are read
+        from the output topic's end and the display topic's beginning, kept ones go on where they were."""
+        events, displays = self._consumers
+        settings, hub = self._settings, self._hub
+        gained, lost = self._owners.assign(self._offered, mine)
+        if lost:
+            hub.release(lost)
+            self._directory.forget(lost)
+            for partition in lost:
+                self._display_end.pop(partition, None)
+                self._display_next.pop(partition, None)
+        if gained:
+            tps = [TopicPartition(settings.output_topic, p) for p in sorted(gained)]
+            for tp, end in (await events.end_offsets(tps)).items():
+                hub.passed(tp.partition, end)
+        for partition in mine:
+            events.seek(TopicPartition(settings.output_topic, partition), hub.positions.get(partition, 0))
+        display = [TopicPartition(settings.display_topic, p) for p in sorted(mine)]
+        displays.assign(display)
+        for tp in display:
+            displays.seek(tp, self._display_next.setdefault(tp.partition, 0))
+        if gained:
+            ends = await displays.end_offsets([tp for tp in display if tp.partition in gained])
+            self._display_end.update({tp.partition: end for tp, end in ends.items() if end > 0})
+        self._owners.loaded(p for p in mine if p not in self._display_end)
+        _log.info("gateway group assignment: partitions %s here (%d gained, %d lost)", sorted(mine), len(gained),
+                  len(lost), extra={"partitions": sorted(mine), "owners": self._owners.generation})  # fmt: skip
+        self._check_loaded()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read until `stop`; a client error is logged and retried, the consumers keep their positions."""
+        if not self._consumers:
+            raise KafkaWorkerError("the topic tail was not started")
+        events, displays = self._consumers
+        await asyncio.gather(self._loop(stop, events, "output_topic", self._output),
+                             self._loop(stop, displays, "display_topic", self._display))  # fmt: skip
+
+    async def _loop(
+        self, stop: asyncio.Event, consumer: AIOKafkaConsumer, role: str, handle: Callable[[int, list[object]], None]
+    ) -> None:
+        denied_wait = 1.0
+        topic = getattr(self._settings, role)
+        while not stop.is_set():
+            self.beat()
+            if role == "display_topic" and not consumer.assignment():
+                await wait_beating(stop, self.beat, 0.1)  # no partition here yet
+                continue
+            try:
+                batches = await consumer.getmany(timeout_ms=500, max_records=_BATCH_RECORDS)
+            except (TopicAuthorizationFailedError, GroupAuthorizationFailedError) as exc:  # a grant heals it
+                if isinstance(exc, GroupAuthorizationFailedError):
+                    group = self._settings.group
+                    denied, what = Denied("Group", group, ("READ",)), f"join the gateway group {group!r}"
+                else:
+                    denied, what = Denied("Topic", topic, ("READ",)), f"read {role} {topic!r}"
+                refusal = authorization_error((denied,), self._who, what)
+                _log.error("%s; retrying in %.1f s", refusal, denied_wait)
+                await wait_beating(stop, self.beat, denied_wait)
+                denied_wait = min(denied_wait * 2, _DENIED_MAX_S)
+                continue
+            except KafkaError as exc:
+                _log.warning("reading %s %r failed, retrying: %s", role, topic, exc)
+                await wait_beating(stop, self.beat, 1.0)
+                continue
+            denied_wait = 1.0
+            count = 0
+            mine = self._owners.mine
+            for tp, records in batches.items():
+                if tp.partition in mine:  # a fetch that was under way when the partition was lost is dropped
+                    count += len(records)
+                    handle(tp.partition, records)
+            if role == "display_topic" and self._display_end:
+                await self._display_positions(consumer)
+            if self._on_batch is not None and count:
+                self._on_batch(count)
+            await asyncio.sleep(0)  # the writers of what was just queued go before the next batch
+
+    def _output(self, partition: int, records: list[object]) -> None:
+        publish = self._hub.publish
+        read_at = time.monotonic()
+        for record in records:
+            key, value = record.key, record.value  # type: ignore[attr-defined]
+            seq, kind = seq_and_kind(record.headers)  # type: ignore[attr-defined]
+            if key is None or value is None or seq is None:
+                continue
+            publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
+                    record.timestamp, kind in TERMINAL_TYPES, read_at)  # type: ignore[attr-defined]  # fmt: skip
+
+    def _display(self, partition: int, records: list[object]) -> None:
+        directory, hub = self._directory, self._hub
+        for record in records:
+            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
+            self._display_next[partition] = record.offset + 1  # type: ignore[attr-defined]
+            if key is None:
+                continue
+            run_id = key.decode()
+            seq = header(headers, "agui-seq")
+            thread = header(headers, "thread-id") or b""
+            pointer = DisplayPointer(partition, record.offset, int(seq) if seq else -1,  # type: ignore[attr-defined]
+                                     record.timestamp, thread.decode())  # type: ignore[attr-defined]  # fmt: skip
+            directory.update(run_id, pointer, value)
+            if seq is not None:
+                hub.displayed(run_id, pointer.seq)
+
+    async def _display_positions(self, consumer: AIOKafkaConsumer) -> None:
+        for partition, end in list(self._display_end.items()):
+            tp = TopicPartition(self._settings.display_topic, partition)
+            if tp in consumer.assignment() and await consumer.position(tp) >= end:
+                del self._display_end[partition]
+                self._owners.loaded([partition])
+        self._check_loaded()
+
+    def _check_loaded(self) -> None:
+        if not self.read.is_set() and self._owners.ready:
+            self.read.set()
+            _log.info("run directory read: %d runs", len(self._directory))
+
+    async def stop(self) -> None:
+        consumers, self._consumers = self._consumers, []
+        for consumer in consumers:
+            await consumer.stop()
