@@ -92,10 +92,12 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
     from worker.kafka import GroupMember  # noqa: PLC0415
     from worker.kafka.startup import reach_brokers  # noqa: PLC0415
-    from worker.ops import Health, HealthServer, Metrics  # noqa: PLC0415
+    from worker.ops import Health, HealthServer, LoopMonitor, Metrics  # noqa: PLC0415
 
     metrics = Metrics()
     health = Health()
+    monitoring = asyncio.Event()  # set once everything else has stopped
+    monitor = asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(monitoring))
     server = HealthServer(metrics, health, settings.metrics_host, settings.metrics_port) \
         if settings.metrics_port else None
     if server is not None:
@@ -122,6 +124,8 @@ async def _serve(settings: Settings, early: list[int]) -> int:
     finally:
         if server is not None:
             await server.stop()
+        monitoring.set()
+        await monitor
     _log.info("worker stopped cleanly")
     return 0
 

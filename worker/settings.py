@@ -308,6 +308,11 @@ class Settings(ConnectionSettings):
         "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    stall_warning_ms: int = Field(100, ge=0, le=60_000, description=(
+        "A turn of the event loop that holds it this long logs a WARNING naming the work in progress, the "
+        "garbage collection and the CPU the loop got meanwhile; 0: never. `harness_agui_event_loop_lag_seconds` "
+        "measures every turn."
+    ))
     shutdown_timeout_ms: int = Field(
         20_000, ge=100, description="On SIGTERM, open transactions must commit within this time."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from hypothesis import example, given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.gateway.metrics import GatewayMetrics
 from worker.ops.metrics import PREFIX, TRANSACTION_RESULTS, VERDICTS, BatchHistogram, Metrics
 
 # The contract the Kafka layer codes against: attribute -> (type, label names).
@@ -50,6 +52,15 @@ EXPECTED = {
     "display_withheld_total": ("counter", set()),
     "worker_info": ("gauge", {"version"}),
 }
+# `Metrics.loop`: the event loop's lag and the collector's pauses (worker/ops/loop.py), attribute -> family.
+LOOP = {
+    "lag_seconds": ("event_loop_lag_seconds", "histogram", set()),
+    "gc_seconds": ("gc_duration_seconds", "histogram", {"generation"}),
+}
+# prometheus-client's own collectors, on both the worker's and the gateway's /metrics.
+STANDARD = {"process_cpu_seconds", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+            "process_open_fds", "process_max_fds", "process_start_time_seconds", "python_info",
+            "python_gc_objects_collected", "python_gc_objects_uncollectable", "python_gc_collections"}
 UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", "_ready", "_info")
 
 
@@ -100,7 +111,29 @@ def test_every_contract_metric_is_exposed_with_its_type_and_labels() -> None:
         seen = {k for s in family.samples for k in s.labels if k != "le"}
         assert seen == labels, attr
         assert getattr(m, attr) is not None
-    assert len(families) == len(EXPECTED)
+    for attr, (name, kind, labels) in LOOP.items():
+        family = families[PREFIX + name]
+        assert family.type == kind, attr
+        assert {k for s in family.samples for k in s.labels if k != "le"} == labels, attr
+        assert getattr(m.loop, attr) is not None
+    assert {name for name in families if name.startswith(PREFIX)} == {
+        PREFIX + (attr.removesuffix("_total") if kind == "counter" else attr) for attr, (kind, _) in EXPECTED.items()
+    } | {PREFIX + name for name, _, _ in LOOP.values()}
+    assert {name for name in families if not name.startswith(PREFIX)} == STANDARD
+
+
+@pytest.mark.parametrize("gateway", [False, True], ids=["worker", "gateway"])
+def test_process_and_python_metrics_of_the_standard_collectors_are_served(gateway: bool) -> None:
+    text = (GatewayMetrics() if gateway else Metrics()).render().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) >= STANDARD
+    cpu = families["process_cpu_seconds"].samples[0].value
+    assert 0 < cpu <= time.process_time() + 0.1  # this process's own CPU, as /proc reports it
+    assert families["process_resident_memory_bytes"].samples[0].value > 10 * 2**20
+    assert {s.labels["generation"] for s in families["python_gc_collections"].samples} == {"0", "1", "2"}
+    assert families["python_info"].samples[0].labels["implementation"] == "CPython"
+    prefix = "harness_agui_gateway_" if gateway else PREFIX
+    assert f"{prefix}event_loop_lag_seconds" in families and f"{prefix}gc_duration_seconds" in families
 
 
 def test_names_follow_prefix_and_unit_rules() -> None:
@@ -109,6 +142,8 @@ def test_names_follow_prefix_and_unit_rules() -> None:
     names = {line.split("{")[0].split(" ")[0] for line in m.render().decode().splitlines()
              if line and not line.startswith("#")}
     for name in names:
+        if name.startswith(("process_", "python_")):  # prometheus-client's collectors name their own
+            continue
         assert name.startswith(PREFIX), name
         assert re.fullmatch(r"[a-z_]+", name), name
         base = re.sub(r"_(bucket|count|sum)$", "", name)

@@ -5,20 +5,20 @@ from __future__ import annotations
 import inspect
 
 import worker.ops
-from worker.ops import health, logging, metrics
+from worker.ops import health, logging, loop, metrics
 
 
 def test_package_exports() -> None:
-    assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "Metrics", "Readiness",
-                                          "configure_logging"]
-    defined_in = {name: module for module in (health, logging, metrics) for name in module.__all__}
+    assert sorted(worker.ops.__all__) == ["Health", "HealthServer", "LoopMonitor", "Metrics", "Readiness",
+                                          "configure_logging", "working_on"]
+    defined_in = {name: module for module in (health, logging, loop, metrics) for name in module.__all__}
     for name in worker.ops.__all__:
         # each export is the object its own module defines, not a stand-in
         assert getattr(worker.ops, name) is getattr(defined_in[name], name), name
 
 
 def test_module_exports_exist() -> None:
-    for module in (health, logging, metrics):
+    for module in (health, logging, loop, metrics):
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
 

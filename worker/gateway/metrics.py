@@ -9,6 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from worker.ops.loop import LoopMetrics
+from worker.ops.metrics import register_process_collectors
+
 __all__ = ["DeliveryLatency", "GatewayMetrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -83,6 +86,8 @@ class GatewayMetrics:
             "records still being read) or `serving`."), ["state"], registry=registry)  # fmt: skip
         self.topic_partitions = Gauge("harness_agui_gateway_topic_partitions",
                                       "Partitions of the output topic the gateway group divides.", registry=registry)
+        self.loop = LoopMetrics(registry, "harness_agui_gateway_")
+        register_process_collectors(registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -26,6 +26,7 @@ from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_token, read_key
 from worker.kafka.startup import reach_brokers
+from worker.ops.loop import LoopMonitor
 
 __all__ = ["main_gateway"]
 
@@ -123,7 +124,8 @@ async def _serve(settings: GatewaySettings) -> int:
             await probes.cleanup()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
-             asyncio.create_task(_sweep(hub, directory, owners, metrics, stop))]  # fmt: skip
+             asyncio.create_task(_sweep(hub, directory, owners, metrics, stop)),
+             asyncio.create_task(LoopMonitor(metrics.loop).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404

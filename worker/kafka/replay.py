@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
 from worker.kafka.source import to_source_record
+from worker.ops import working_on
 from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_replay_metadata
 
 __all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_into", "tail_window"]
@@ -148,7 +149,8 @@ async def replay_into(
         state = states[tp]
         waiting = [to_source_record(rec) for rec in recs]
         while waiting:
-            done, error = state.process_batch(waiting, publish=False)
+            with working_on("replaying records of %s[%d]", tp.topic, tp.partition):
+                done, error = state.process_batch(waiting, publish=False)
             if error is None:
                 return
             offset = waiting[len(done)].offset  # the record that raised, which changed nothing

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import CheckpointError, RebuildError
-from worker.ops import Metrics
+from worker.ops import Metrics, working_on
 from worker.stream import PartitionState, read_checkpoint_header
 
 __all__ = ["Changelog", "Restored", "read_changelog", "restore"]
@@ -111,8 +111,9 @@ def restore(
                          extra=where)  # fmt: skip
         else:
             began = time.monotonic()
-            state, offset = PartitionState.restore(tp.topic, tp.partition, values, **template.options,
-                                                   core=template.core)  # fmt: skip
+            with working_on("restoring %s[%d] from %d changelog records", tp.topic, tp.partition, len(values)):
+                state, offset = PartitionState.restore(tp.topic, tp.partition, values, **template.options,
+                                                       core=template.core)  # fmt: skip
             return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
     except CheckpointError as exc:
         reason = exc.reason

@@ -33,7 +33,7 @@ from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import Progress
 from worker.kafka.source import to_source_record
 from worker.kafka.transaction import CommitPolicy, Commits, Transaction
-from worker.ops import Health, Metrics, Readiness
+from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
 from worker.stream import Outcome, PartitionState, Verdict
 
@@ -382,7 +382,8 @@ class PartitionTask:
                     return
             chunk = fresh[done : done + min(_CHUNK_RECORDS, commits.room())]
             done += len(chunk)
-            outcomes, error = state.process_batch([to_source_record(rec) for rec in chunk])
+            with working_on("converting records of %s", self._where):
+                outcomes, error = state.process_batch([to_source_record(rec) for rec in chunk])
             taken = []
             for rec, outcome in zip(chunk, outcomes, strict=False):
                 if outcome.error is not None:

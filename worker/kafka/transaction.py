@@ -39,7 +39,7 @@ from worker.errors import KafkaWorkerError
 from worker.kafka._aiokafka import observe_producer
 from worker.kafka.deadlines import bounded
 from worker.kafka.publishing import Routes, Sent, put_outcome, put_record
-from worker.ops import Metrics
+from worker.ops import Metrics, working_on
 from worker.settings import Settings
 from worker.stream import Outcome, PartitionState, encode_replay_metadata
 
@@ -549,7 +549,11 @@ class Commits:
         # flush returned with nothing pending and no await since, so the state is exactly at next_offset.
         offset, metadata = self._position()
         due = policy.checkpoint_due(state, offset, final=final, checkpointed_at=self._checkpointed_at)
-        changes = state.checkpoint(offset) if due else None
+        changes = None
+        if due:
+            with working_on("cutting a checkpoint of %s[%d] (%d open runs)", state.topic, state.partition,
+                            state.open_streams):
+                changes = state.checkpoint(offset)
         started = txn.begun_at
         try:
             if changes is not None:

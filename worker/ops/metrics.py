@@ -9,12 +9,22 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from worker._version import package_version
+from worker.ops.loop import LoopMetrics
 
 __all__ = [
     "AUTHENTICATION_CAUSES",
@@ -24,6 +34,7 @@ __all__ = [
     "VERDICTS",
     "BatchHistogram",
     "Metrics",
+    "register_process_collectors",
 ]
 
 PREFIX: Final = "harness_agui_"
@@ -40,6 +51,13 @@ _REBUILD_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 _DELAY_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
 )
+
+
+def register_process_collectors(registry: CollectorRegistry) -> None:
+    """Add prometheus-client's own collectors to `registry`: `process_*` (CPU, memory, file descriptors, start
+    time), `python_info` and `python_gc_*` (collections and objects by generation)."""
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
 
 
 class _WithoutCreated(Collector):
@@ -233,6 +251,8 @@ class Metrics:
             f"{p}worker_info", "Always 1; labelled with the worker version.", ["version"], registry=r
         )
         self.worker_info.labels(version=version or package_version()).set(1)
+        self.loop = LoopMetrics(r, p)
+        register_process_collectors(r)
         for result in TRANSACTION_RESULTS:
             self.transactions_total.labels(result=result)
         for cause in AUTHENTICATION_CAUSES:
