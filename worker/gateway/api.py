@@ -327,6 +327,7 @@ class GatewayApi:
     async def drain(self, timeout_s: float) -> None:
         """Refuse new streams and end the open ones, waiting at most `timeout_s` for them to finish."""
         self.draining = True
+        self._forwarder.drain()
         for connection in list(self._open):
             if connection.task is not None:
                 connection.task.cancel()

@@ -10,6 +10,7 @@ request waits for one, up to `forward_wait_ms`, and is then answered 503 with Re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -100,6 +101,11 @@ class Forwarder:
         self._wait_s = wait_s
         self._retry_after_s = retry_after_s
         self._session: aiohttp.ClientSession | None = None
+        self._closing = asyncio.Event()
+
+    def drain(self) -> None:
+        """Requests waiting for an owner are answered 503 at once (this replica is shutting down)."""
+        self._closing.set()
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, connect=_CONNECT_S, sock_connect=_CONNECT_S)
@@ -139,11 +145,12 @@ class Forwarder:
                     failure = f"the replica owning run {run_id!r} answered 503: {await _message(answer)}"
                     answer.release()
                     self._metrics.forwarded.labels(outcome="retried").inc()
-            if time.monotonic() + backoff > deadline:
+            if time.monotonic() + backoff > deadline or self._closing.is_set():
                 _log.warning("request for run %s not served: %s", run_id, failure)
                 self._metrics.forwarded.labels(outcome="no-owner").inc()
                 raise Unavailable(failure + ": retry", self._retry_after_s, code="no-owner")
-            await asyncio.sleep(backoff)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
             route = self._owners.route(run_id)
 
