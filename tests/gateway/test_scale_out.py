@@ -73,10 +73,8 @@ class _Reader:
                                 continue
                             assert frame.id is not None, f"{self.run.key}: a frame without an id: {frame.data[:200]}"
                             self.frames.append(frame)
-                            if frame.event()["type"] in ("RUN_FINISHED", "RUN_ERROR") and \
-                                    frame.id.startswith(f"{self.run.key}:"):  # fmt: skip
-                                if frame.id == f"{self.run.key}:{len(self.run.events) - 1}":
-                                    return
+                            if frame.id == f"{self.run.key}:{len(self.run.events) - 1}":
+                                return  # the run's last event
             except (aiohttp.ClientError, OSError, TimeoutError):
                 pass  # the replica went away: attach again elsewhere, as a browser does
             await asyncio.sleep(0.1)
