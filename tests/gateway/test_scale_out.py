@@ -110,7 +110,7 @@ def test_any_replica_serves_any_run_exactly_through_a_kill_a_start_and_scaling(
         deadline = time.monotonic() + 300
         async with aiohttp.ClientSession() as session:
             following = [asyncio.create_task(r.follow(session, deadline)) for r in readers]
-            source = asyncio.create_task(produce(kafka_bootstrap, topics.source, interleave(runs), pace_s=0.06))  # ~50 s
+            source = asyncio.create_task(produce(kafka_bootstrap, topics.source, interleave(runs), pace_s=0.06))
             await asyncio.sleep(3)
             victim = live.pop(1)  # killed -9: its streams break, the group notices after the session timeout
             victim.kill()
