@@ -19,10 +19,11 @@ import orjson
 from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
-from worker.gateway.forwarding import PEER_HEADER, Forwarder, PeerKey, Unavailable, UpstreamLost
+from worker.gateway.forwarding import PEER_HEADER, THREAD_HEADER, Forwarder, PeerKey, Unavailable, UpstreamLost
 from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.owners import Owners, Route, Where
+from worker.gateway.relay import Relays
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import PartitionMoved, RunStream, RunStreams, StreamRequest
 from worker.gateway.tokens import Grant, TokenCheck
@@ -50,12 +51,16 @@ def _error(exc: GatewayError, metrics: GatewayMetrics) -> web.Response:
 class _Connection:
     """A stream's handler task and why it was interrupted (`dropped`: too slow; `draining`: shutdown)."""
 
-    __slots__ = ("dropped", "request", "task")
+    __slots__ = ("dropped", "request", "task", "writing")
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.task = asyncio.current_task()
         self.dropped = False
+        self.writing = False  # its writer waits on the socket
+
+    def blocked(self) -> bool:
+        return self.writing
 
     def drop(self) -> None:
         self.dropped = True
@@ -68,13 +73,14 @@ class GatewayApi:
 
     def __init__(
         self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics, tokens: TokenCheck | None,
-        *, owners: Owners, forwarder: Forwarder, peers: PeerKey,
+        *, owners: Owners, forwarder: Forwarder, peers: PeerKey, relays: Relays,
     ) -> None:  # fmt: skip
         self._settings = settings
         self._streams = streams
         self._owners = owners
         self._forwarder = forwarder
         self._peers = peers
+        self._relays = relays
         self._metrics = metrics
         self._tokens = tokens
         self._origins = settings.allowed_origins
@@ -145,9 +151,10 @@ class GatewayApi:
             raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, "
                                                  f"not run {run_id!r}")  # fmt: skip
 
-    def _route(self, request: web.Request, run_id: str) -> Route:
-        """Where the run is served: here, or by the peer a request goes to after its token was checked here. A
-        request a peer forwarded is served here or answered 503, never forwarded again."""
+    def _route(self, request: web.Request, run_id: str) -> tuple[Route, Grant | None]:
+        """Where the run is served: here, or by the peer a request goes to after its token was verified here (the
+        grant, None without access control). A request a peer forwarded is served here or answered 503, never
+        forwarded again."""
         route = self._owners.route(run_id)
         mark = request.headers.get(PEER_HEADER)
         if mark is not None:
@@ -155,14 +162,12 @@ class GatewayApi:
             if route.where is not Where.HERE:
                 raise Unavailable(f"run {run_id!r} is not served by this replica now: retry",
                                   self._settings.retry_after_s, code="not-owner")  # fmt: skip
-            return route
-        if route.where is not Where.HERE:
-            self._grant(request)
-        return route
+            return route, None
+        return route, self._grant(request) if route.where is not Where.HERE else None
 
     async def display(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route = self._route(request, run_id)
+        route, _ = self._route(request, run_id)
         if route.where is not Where.HERE:
             answer = await self._forwarder.fetch(request, run_id, route)
             if answer is not None:
@@ -178,28 +183,27 @@ class GatewayApi:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route = self._route(request, run_id)
-        if route.where is not Where.HERE:
-            relayed = await self._relayed(request, StreamRequest(run_id, None, "sse"), route)
-            if relayed is not None:
-                return relayed
-        self._authorize(request, run_id)
+        route, grant = self._route(request, run_id)
+        asked = StreamRequest(run_id, None, "sse")
         cursor = request.headers.get("Last-Event-ID")
-        after: int | None = None
         if cursor is not None and cursor.strip():
             after = parse_cursor(cursor, run_id)
-            if after is None:
-                return await self._stream(request, StreamRequest(run_id, None, "sse", foreign=True))
+            asked = StreamRequest(run_id, after, "sse", foreign=after is None)
         elif "after" in request.query:
             text = request.query["after"]
             if not text.isdigit() or len(text) > 18:
                 raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
-            after = int(text)
-        return await self._stream(request, StreamRequest(run_id, after, "sse"))
+            asked = StreamRequest(run_id, int(text), "sse")
+        if route.where is not Where.HERE:
+            followed = await self._follow(request, asked, route, grant)
+            if followed is not None:
+                return followed
+        self._authorize(request, run_id)
+        return await self._stream(request, asked)
 
     async def agent(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route = self._route(request, run_id)
+        route, _ = self._route(request, run_id)
         body = await request.read()
         if route.where is not Where.HERE:
             relayed = await self._relayed(request, StreamRequest(run_id, None, "agent"), route, body)
@@ -237,13 +241,38 @@ class GatewayApi:
 
     async def _relayed(self, request: web.Request, asked: StreamRequest, route: Route,
                        body: bytes | None = None) -> web.StreamResponse | None:  # fmt: skip
-        """The owner's stream relayed to the client, or None when the run turned out to be served here."""
+        """The owner's stream relayed to this client alone, or None when the run turned out to be served here."""
         self._admit()
         connection = _Connection(request)
-        chunks = await self._forwarder.forward(request, asked.run_id, route, body)
-        if chunks is None:
+        upstream = await self._forwarder.forward(request, asked.run_id, route, body)
+        if upstream is None:
             return None
-        return await self._write(request, asked, connection, chunks, stream=None, label="forwarded")
+        return await self._write(request, asked, connection, upstream.chunks, stream=None, label="forwarded")
+
+    async def _follow(self, request: web.Request, asked: StreamRequest, route: Route,
+                      grant: Grant | None) -> web.StreamResponse | None:  # fmt: skip
+        """An `EventSource` stream of a run another replica owns: a relay of it here that holds the wanted events
+        is followed, else a new one is opened with this request; None when the run turned out to be served here."""
+        self._admit()
+        connection = _Connection(request)
+        run_id = asked.run_id
+        want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
+        relay = None if want is None else self._relays.find(run_id, want)
+        if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
+            relay = None  # the owner decides on this token
+        if relay is None:
+            upstream = await self._forwarder.forward(request, run_id, route)
+            if upstream is None:
+                return None
+            relay = self._relays.open(run_id, upstream.chunks, upstream.thread_id, want)
+            follower = relay.join(None, creator=True, on_drop=lambda: self._drop(connection),
+                                  blocked=connection.blocked)  # fmt: skip
+        else:
+            follower = relay.join(want, creator=False, on_drop=lambda: self._drop(connection),
+                                  blocked=connection.blocked)  # fmt: skip
+            self._metrics.relayed.inc()
+        return await self._write(request, asked, connection, self._relays.follow(relay, follower), stream=None,
+                                 label="forwarded")  # fmt: skip
 
     async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
         self._admit()
@@ -265,6 +294,8 @@ class GatewayApi:
             await chunks.aclose()
             raise
         response = web.StreamResponse(headers=_STREAM_HEADERS)
+        if stream is not None and stream.pointer is not None and PEER_HEADER in request.headers:
+            response.headers[THREAD_HEADER] = stream.pointer.thread_id  # lets the peer share the stream
         self._cors(request, response)
         self._open.add(connection)
         gauge = self._metrics.connections.labels(reader=label)
@@ -274,9 +305,11 @@ class GatewayApi:
             if first:
                 await response.write(first)
             async for chunk in chunks:
+                connection.writing = True
                 if stream is not None:
                     stream.writing = True
                 await response.write(chunk)
+                connection.writing = False
                 if stream is not None:
                     stream.writing = False
             await response.write_eof()
@@ -317,6 +350,11 @@ class GatewayApi:
             async with asyncio.timeout(1.0):
                 await response.write(frame + comment_frame(comment))
                 await response.write_eof()
+
+    def _drop(self, connection: _Connection) -> None:
+        """A client that fell a whole queue behind: counted and cut off."""
+        self._metrics.drops.inc()
+        connection.drop()
 
     @staticmethod
     def _abort(request: web.Request) -> None:

@@ -16,6 +16,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncGenerator
+from typing import NamedTuple
 
 import aiohttp
 import orjson
@@ -25,10 +26,11 @@ from worker.errors import GatewayError
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.owners import Owners, Route, Where
 
-__all__ = ["PEER_HEADER", "Forwarder", "PeerKey", "Unavailable", "UpstreamLost"]
+__all__ = ["PEER_HEADER", "THREAD_HEADER", "Forwarder", "PeerKey", "Unavailable", "Upstream", "UpstreamLost"]
 
 _log = logging.getLogger(__name__)
 PEER_HEADER = "X-Harness-Gateway-Peer"
+THREAD_HEADER = "X-Harness-Gateway-Thread"  # the run's thread, in an owner's answer to a peer
 _PASSED_HEADERS = ("Authorization", "Last-Event-ID", "Content-Type", "Accept")
 _PEER_TTL_S = 60
 _FIRST_BACKOFF_S = 0.1
@@ -52,6 +54,13 @@ class UpstreamLost(GatewayError):
     def __init__(self, run_id: str) -> None:
         super().__init__(503, "owner-lost", f"the replica serving run {run_id!r} went away: attach again from your "
                                             "last event id")  # fmt: skip
+
+
+class Upstream(NamedTuple):
+    """The owner's stream, whole frames at a time, and the run's thread as the owner knows it ("" if not)."""
+
+    chunks: AsyncGenerator[bytes, None]
+    thread_id: str
 
 
 class PeerKey:
@@ -167,7 +176,7 @@ class Forwarder:
                                 content_type=answer.content_type)  # fmt: skip
 
     async def forward(self, request: web.Request, run_id: str, route: Route,
-                      body: bytes | None = None) -> AsyncGenerator[bytes, None] | None:  # fmt: skip
+                      body: bytes | None = None) -> Upstream | None:  # fmt: skip
         """The owner's stream for `request`, whole frames at a time, or None when the run is served here.
         GatewayError (the owner's own, with its status and code) before the first chunk when the owner refused;
         UpstreamLost when the owner's stream broke off before its end."""
@@ -177,7 +186,7 @@ class Forwarder:
         if answer.status != 200 or answer.content_type != "text/event-stream":
             async with answer:
                 raise await _refusal(answer)
-        return _frames(answer, run_id)
+        return Upstream(_frames(answer, run_id), answer.headers.get(THREAD_HEADER, ""))
 
 
 async def _message(answer: aiohttp.ClientResponse) -> str:

@@ -81,6 +81,11 @@ class GatewayMetrics:
             "Requests for runs another replica owns, by outcome: `ok` (the owner answered), `retried` (it answered "
             "503), `unreachable` (no connection), `no-owner` (answered 503 after forward_wait_ms)."),
             ["outcome"], registry=registry)  # fmt: skip
+        self.relayed = Counter("harness_agui_gateway_relayed_streams_total", (
+            "Streams of runs another replica owns that followed a stream this replica already had open to the owner "
+            "instead of opening one more."), registry=registry)  # fmt: skip
+        self.relays = Gauge("harness_agui_gateway_relays", "Streams this replica has open to the owners of runs.",
+                            registry=registry)  # fmt: skip
         self.partitions = Gauge("harness_agui_gateway_partitions", (
             "Output topic partitions this replica owns in the gateway group, by state: `loading` (its display "
             "records still being read) or `serving`."), ["state"], registry=registry)  # fmt: skip

@@ -22,6 +22,7 @@ from worker.gateway.hub import Hub
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.owners import Owners
 from worker.gateway.reader import HistoryReader, TopicTail
+from worker.gateway.relay import Relays
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_token, read_key
@@ -70,10 +71,11 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     return runner, int(runner.addresses[0][1]) if runner.addresses else port
 
 
-async def _sweep(hub: Hub, directory: RunDirectory, owners: Owners, metrics: GatewayMetrics,
-                 stop: asyncio.Event) -> None:  # fmt: skip
+async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event, *,
+                 owners: Owners, relays: Relays) -> None:  # fmt: skip
     while not stop.is_set():
         hub.sweep()
+        metrics.relays.set(relays.upstreams)
         metrics.partitions.labels(state="serving").set(owners.serving)
         metrics.partitions.labels(state="loading").set(len(owners.mine) - owners.serving)
         metrics.topic_partitions.set(owners.partitions)
@@ -106,7 +108,9 @@ async def _serve(settings: GatewaySettings) -> int:
                          hold_events=settings.recent_events_per_run)  # fmt: skip
     forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
                           retry_after_s=settings.retry_after_s)  # fmt: skip
-    api = GatewayApi(settings, streams, metrics, tokens, owners=owners, forwarder=forwarder, peers=peers)
+    relays = Relays(bound=settings.recent_events_per_run, queue_events=settings.connection_queue_events)
+    api = GatewayApi(settings, streams, metrics, tokens, owners=owners, forwarder=forwarder, peers=peers,
+                     relays=relays)  # fmt: skip
     probes = None
     listening = asyncio.Event()
     if settings.metrics_port:
@@ -124,7 +128,7 @@ async def _serve(settings: GatewaySettings) -> int:
             await probes.cleanup()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
-             asyncio.create_task(_sweep(hub, directory, owners, metrics, stop)),
+             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, relays=relays)),
              asyncio.create_task(LoopMonitor(metrics.loop).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
