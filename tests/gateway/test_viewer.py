@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.support import GatewayProcess, Topics, run_scenario, start_node, start_worker, wait_converted
+from tests.gateway.support import (
+    GatewayProcess,
+    Topics,
+    partition_of,
+    run_scenario,
+    start_node,
+    start_worker,
+    wait_converted,
+)
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, produce
 
@@ -81,3 +89,53 @@ def test_the_viewer_page_reconnects_after_a_gateway_kill_and_shows_the_whole_run
     assert state["lastSeq"] == len(run.events) - 1
     assert _shown(state) == _reference(run)
     assert state["rendered"] > 0
+
+
+def test_the_viewer_page_on_a_non_owner_replica_survives_the_owner_kill_and_shows_the_whole_run_once(
+    kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    (run,) = corpus(names=["r0097"])
+    topics = Topics.create(topic_factory)
+    worker = start_worker(tmp_path, kafka_bootstrap, topics)
+    flags = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "500")
+    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, flags, name=f"g{i}") for i in range(2)]
+    lines = [(run.key.encode(), line) for line in run.lines]
+    third = len(lines) // 3
+
+    def owns(gateway: GatewayProcess) -> bool:
+        assigned = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
+        return bool(assigned) and partition_of(run.key) in assigned[-1]["partitions"]
+
+    async def scenario() -> dict:
+        await produce(kafka_bootstrap, topics.source, lines[:1])
+        await wait_converted(kafka_bootstrap, topics, [run.key])
+        for gateway in gateways:
+            gateway.start()
+        for _ in range(300):
+            if sum(g.metric("harness_agui_gateway_partitions", state="serving") for g in gateways) == 2 and \
+                    any(owns(g) for g in gateways):  # fmt: skip
+                break
+            await asyncio.sleep(0.2)
+        owner, other = sorted(gateways, key=lambda g: not owns(g))
+        assert not owns(other)
+        page = await start_node("viewer.mjs", f"{other.url}/view/{run.key}", "180")
+        assert page.stdout is not None
+        assert json.loads(await asyncio.wait_for(page.stdout.readline(), 60)) == {"ready": True}
+        await produce(kafka_bootstrap, topics.source, lines[1:third], pace_s=0.02)
+        await asyncio.sleep(1.0)
+        owner.kill()  # the non-owner's stream to it breaks; the group gives its partition over after 6 s
+        await produce(kafka_bootstrap, topics.source, lines[third:], pace_s=0.02)
+        state = json.loads(await asyncio.wait_for(page.stdout.readline(), 200))
+        await asyncio.wait_for(page.wait(), 30)
+        assert other.metric("harness_agui_gateway_partitions", state="serving") == 2
+        return state
+
+    try:
+        state = run_scenario(scenario(), gateways[1], worker)
+    finally:
+        for gateway in gateways:
+            gateway.kill()
+    assert state["status"] == "finished", state["status"]
+    assert state["reconnects"] >= 1, "the page never lost its stream"
+    assert state["lastSeq"] == len(run.events) - 1
+    assert _shown(state) == _reference(run)
