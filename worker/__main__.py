@@ -1,5 +1,5 @@
-"""`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `gateway` (AG-UI over HTTP);
-`--version`."""
+"""`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `check` (is the cluster ready
+for it), `gateway` (AG-UI over HTTP); `--version`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="files of Harness wire items, one JSON object per line; none: standard input")
     # `run` is dispatched to worker.app.main_run before parsing; registered here for --help only.
     commands.add_parser("run", help="run the Kafka worker (see `python -m worker run --help`)", add_help=False)
+    # `check` likewise, dispatched to worker.app.main_check.
+    commands.add_parser("check", help="check that the cluster is ready for `run`'s settings (see `python -m worker "
+                        "check --help`)", add_help=False)
     # `gateway` likewise, dispatched to worker.gateway.server.main_gateway.
     commands.add_parser("gateway", help="serve runs over HTTP/SSE (see `python -m worker gateway --help`)",
                         add_help=False)
@@ -45,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
 
         return main_run(args_list[1:], early=early)
+    if args_list and args_list[0] == "check":
+        from worker.app import main_check  # noqa: PLC0415
+
+        return main_check(args_list[1:])
     if args_list and args_list[0] == "gateway":
         from worker.gateway.server import main_gateway  # noqa: PLC0415 - the server stack loads only for `gateway`
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
-from typing import Any, TypeVar, overload
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
@@ -18,7 +21,11 @@ from worker._signals import hold_stop_requests
 from worker.errors import ConfigError
 from worker.settings import Settings, is_secret
 
-__all__ = ["build_parser", "main_run", "settings_from_args"]
+if TYPE_CHECKING:
+    from worker.kafka.preflight import Check
+
+__all__ = ["add_check_flags", "build_parser", "main_check", "main_run", "print_checks", "quiet_client_logs",
+           "settings_from_args"]  # fmt: skip
 
 _log = logging.getLogger("worker")
 _S = TypeVar("_S", bound=BaseSettings)
@@ -157,3 +164,65 @@ def main_run(
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
+
+
+_MARKS = {"pass": "✓", "fail": "✗", "skip": "-"}
+
+
+def add_check_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags `check` and `gateway check` take beside the settings."""
+    parser.add_argument("--json", action="store_true", help="print the checks as one JSON object")
+    parser.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
+                        help="longest wait for the brokers' answers to one check (default 30000)")
+
+
+def print_checks(rows: Sequence[Check], as_json: bool) -> int:
+    """Print the checks, one row each (what, ✓, ✗ or - for not asked, what was found or the problem and its fix),
+    or as JSON; returns the exit status: 0 when none failed, else 1."""
+    ok = all(row.status != "fail" for row in rows)
+    if as_json:
+        text = json.dumps({"ok": ok, "checks": [row.as_json() for row in rows]}, ensure_ascii=False, indent=2)
+    else:
+        width = min(max((len(row.what) for row in rows), default=0), 64)
+        lines = [f"{_MARKS[row.status]} {row.what:<{width}}  {row.detail}" for row in rows]
+        failed = sum(row.status == "fail" for row in rows)
+        lines.append(f"{len(rows)} checks: " + ("all passed" if ok else f"{failed} failed"))
+        text = "\n".join(lines)
+    sys.stdout.buffer.write(text.encode() + b"\n")
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+def quiet_client_logs() -> None:
+    """Only errors reach standard error: the client's own warnings are said by the checks' rows."""
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+def main_check(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker check`: the checks of `worker/kafka/preflight.py` for `run`'s settings;
+    exit status 0 when every check passed, 1 when one failed, 2 for settings that cannot work."""
+    parser = build_parser(argparse.ArgumentParser(
+        prog="python -m worker check", allow_abbrev=False,
+        description="Check, changing nothing, that the cluster is ready for these settings of `run`.",
+    ))  # fmt: skip
+    add_check_flags(parser)
+    parser.add_argument("--cgroup-root", default="/sys/fs/cgroup", metavar="DIR",
+                        help="where the cgroup file system is mounted: the memory limit is read there "
+                        "(default /sys/fs/cgroup)")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        settings.check_files()
+    except ConfigError as exc:
+        print(f"worker check: {exc}", file=sys.stderr)
+        return 2
+    from worker.kafka.preflight import check_worker  # noqa: PLC0415 - the Kafka stack loads only for `check`
+
+    quiet_client_logs()
+    try:
+        rows = asyncio.run(check_worker(settings, cgroup_root=Path(args.cgroup_root), timeout_s=args.timeout_ms / 1000))
+    except ConfigError as exc:
+        print(f"worker check: {exc}", file=sys.stderr)
+        return 2
+    return print_checks(rows, args.json)

@@ -92,7 +92,7 @@ def test_lint_strict_for_every_option(helm: Any, tmp_path: Any) -> None:
 def test_defaults_render_a_deployment_with_service_and_pdb(render: Render) -> None:
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"]
+    assert kinds == ["Deployment", "Pod", "PodDisruptionBudget", "Service", "ServiceAccount"]  # Pod: `helm test`
     w = workload(objs)
     assert w["spec"]["replicas"] == VALUES["replicaCount"]
     assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()

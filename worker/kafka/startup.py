@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError, SaslAuthenticationFailed
 
-from worker.errors import AuthorizationError
+from worker.errors import AuthorizationError, KafkaWorkerError
 from worker.kafka.clients import connection_options
-from worker.kafka.handshake import refusal_in
+from worker.kafka.handshake import Refusal, refusal_in
 from worker.settings import ConnectionSettings
 
-__all__ = ["reach_brokers", "until_reachable", "wait_beating"]
+__all__ = ["reach_brokers", "reach_once", "until_reachable", "wait_beating"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -88,20 +88,16 @@ async def until_reachable(
             backoff = min(backoff * 2, max_backoff_s)
             continue
         except (KafkaError, OSError, TimeoutError) as exc:
-            told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
-            named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
-            reason = "; ".join(told) or named
-            refusal = refusal_in([exc, *(a for r in held.records for a in _args(r) if isinstance(a, BaseException))])
+            reason, refusal = _failure(exc, held)
         else:
             for record in held.records:  # a success may still have news: a bootstrap server that is down
                 logging.getLogger(record.name).handle(record)
             return result
         if refusal is None:
-            _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff,
-                         " ".join(reason.split()))
+            _log.warning("Kafka brokers not ready (attempt %d), retrying in %.1f s: %s", number, backoff, reason)
         else:
             _log.error("Kafka brokers refused the connection (attempt %d), retrying in %.1f s: %s. %s", number,
-                       backoff, refusal.meaning, " ".join(reason.split()), extra={"cause": refusal.cause})
+                       backoff, refusal.meaning, reason, extra={"cause": refusal.cause})
             if on_refusal is not None:
                 on_refusal(refusal.cause)
         await _beating(stop, beat, seconds=backoff)
@@ -114,6 +110,15 @@ def _args(record: logging.LogRecord) -> tuple[object, ...]:
     return args if isinstance(args, tuple) else ()
 
 
+def _failure(exc: BaseException, held: _Held) -> tuple[str, Refusal | None]:
+    """What a failed attempt says, in one line (the client's own warnings folded in), and the handshake refusal
+    that caused it, if one did."""
+    told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
+    named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
+    reason = " ".join(("; ".join(told) or named).split())
+    return reason, refusal_in([exc, *(a for r in held.records for a in _args(r) if isinstance(a, BaseException))])
+
+
 async def reach_brokers(
     settings: ConnectionSettings, stop: asyncio.Event, beat: Callable[[], None], *,
     on_refusal: Callable[[str], None] | None = None, topics: tuple[str, ...] = (),
@@ -122,26 +127,44 @@ async def reach_brokers(
     accept this client's TLS and credentials; then the partition count of each of `topics` the client may see.
     None when `stop` is set first."""
 
-    async def attempt() -> dict[str, int]:
-        client = AIOKafkaClient(client_id=f"{settings.client_id}-connect", request_timeout_ms=30_000,
-                                **connection_options(settings))  # fmt: skip
-        try:
-            await client.bootstrap()
-            if settings.sasl_mechanism == "OAUTHBEARER" and not client.cluster.brokers():
-                # A broker refuses a token with a challenge that aiokafka takes for success; the metadata it then
-                # answers names no broker.
-                raise SaslAuthenticationFailed(
-                    "the brokers refused the OAUTHBEARER token (invalid_token): check that its audience, issuer and "
-                    "signing key are those the brokers' sasl.oauthbearer.* settings expect"
-                )
-            if not topics:
-                return {}
-            metadata = await client.fetch_all_metadata()
-            return {topic: len(parts) for topic in topics if (parts := metadata.partitions_for_topic(topic))}
-        finally:
-            await client.close()
+    return await until_reachable(lambda: _connect(settings, topics), stop, beat, on_refusal=on_refusal)
 
-    return await until_reachable(attempt, stop, beat, on_refusal=on_refusal)
+
+async def reach_once(settings: ConnectionSettings, *, topics: tuple[str, ...] = (), timeout_s: float = 30.0,
+                     ) -> dict[str, int]:  # fmt: skip
+    """One attempt of `reach_brokers`, within `timeout_s`: the partition count of each of `topics` the client may
+    see. KafkaWorkerError saying in one line why it failed, starting with the cause of a TLS or SASL refusal
+    (`worker.kafka.handshake.CAUSES`) and what to check."""
+    with _client_log_held() as held:
+        try:
+            return await asyncio.wait_for(_connect(settings, topics), timeout_s)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            reason, refusal = _failure(exc, held)
+    if refusal is None:
+        raise KafkaWorkerError(f"Kafka brokers not reachable: {reason}")
+    raise KafkaWorkerError(f"Kafka brokers refused the connection ({refusal.cause}): {refusal.meaning}. {reason}")
+
+
+async def _connect(settings: ConnectionSettings, topics: tuple[str, ...]) -> dict[str, int]:
+    """Connect, authenticate and read the cluster's metadata once; the partition count of each of `topics` the
+    client may see."""
+    client = AIOKafkaClient(client_id=f"{settings.client_id}-connect", request_timeout_ms=30_000,
+                            **connection_options(settings))  # fmt: skip
+    try:
+        await client.bootstrap()
+        if settings.sasl_mechanism == "OAUTHBEARER" and not client.cluster.brokers():
+            # A broker refuses a token with a challenge that aiokafka takes for success; the metadata it then
+            # answers names no broker.
+            raise SaslAuthenticationFailed(
+                "the brokers refused the OAUTHBEARER token (invalid_token): check that its audience, issuer and "
+                "signing key are those the brokers' sasl.oauthbearer.* settings expect"
+            )
+        if not topics:
+            return {}
+        metadata = await client.fetch_all_metadata()
+        return {topic: len(parts) for topic in topics if (parts := metadata.partitions_for_topic(topic))}
+    finally:
+        await client.close()
 
 
 async def _beating(

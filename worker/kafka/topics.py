@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -19,11 +19,25 @@ from worker.kafka.diagnosis import Denied, authorization_error
 from worker.settings import Settings
 
 __all__ = [
+    "BROKER_TIMEOUTS",
+    "CHANGELOG_CONFIGS",
+    "CHANGELOG_SEGMENT_BYTES",
+    "CHANGELOG_WHY",
+    "DISPLAY_CONFIGS",
+    "DISPLAY_WHY",
     "MIN_TOPIC_RECORD_BYTES",
     "SIZE_MARGIN_BYTES",
     "TopicInspector",
     "TopicLimits",
+    "broker_configs",
+    "check_broker_timeouts",
+    "check_changelog_policy",
+    "check_changelog_room",
+    "check_copartitioned",
+    "check_display_policy",
     "check_output_partitions",
+    "check_record_room",
+    "config_value",
     "record_limit",
 ]
 
@@ -39,6 +53,23 @@ _COMPACTED = frozenset({"compact", "compact,delete", "delete,compact"})
 # A restore reads its whole changelog partition, and the active segment is never compacted: small segments keep
 # what a restore reads near the live state, however long the history (Kafka's default is 1 GiB).
 CHANGELOG_SEGMENT_BYTES = 8 * 1024 * 1024
+CHANGELOG_CONFIGS: Final = {_CLEANUP: "compact", _MAX_MESSAGE: str(MAX_REQUEST_BYTES),
+                            "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)}  # fmt: skip
+"""The configs the worker creates a missing changelog topic with."""
+DISPLAY_CONFIGS: Final = {_CLEANUP: "compact"}
+"""The configs the worker creates a missing display topic with."""
+CHANGELOG_WHY: Final = (
+    "the state of source partition p lives in changelog partition p. Delete the changelog topic (the next rebuilds "
+    "replay the source instead) or name a new one with --changelog-topic"
+)
+"""Why the changelog must have the source's partition count, and what to do when it has not."""
+DISPLAY_WHY: Final = (
+    "a run's display record must be in the partition of its events. Recreate the display topic with the output's "
+    "partition count, or name a new one with --display-topic"
+)
+"""Why the display topic must have the output's partition count, and what to do when it has not."""
+BROKER_TIMEOUTS: Final = ("transaction.max.timeout.ms", "group.min.session.timeout.ms", "group.max.session.timeout.ms")
+"""The broker configs the worker's timeouts must lie within."""
 
 
 def _check_described(code: int, topic: str, role: str, who: str) -> None:
@@ -116,16 +147,8 @@ class TopicInspector:
             display_partitions=len(described[s.display_topic]["partitions"]) if s.display_topic else None,
             display_record_bytes=record_limit(sizes[s.display_topic]) if s.display_topic else None,
         )
-        checked = [(s.output_topic, "output_topic", limits.output_record_bytes),
-                   (s.dlq_topic, "dlq_topic", limits.dead_letter_record_bytes)]  # fmt: skip
-        if limits.display_record_bytes is not None:
-            checked.append((s.display_topic, "display_topic", limits.display_record_bytes))
-        for topic, role, limit in checked:
-            if limit < MIN_TOPIC_RECORD_BYTES:
-                raise ConfigError(
-                    f"{role} {topic!r} takes records of at most {sizes[topic]} bytes ({_MAX_MESSAGE}); the worker "
-                    f"needs at least {MIN_TOPIC_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
-                )
+        for topic, size in sizes.items():
+            check_record_room(roles[topic], topic, size)
         return limits
 
     async def display(self) -> None:
@@ -137,19 +160,11 @@ class TopicInspector:
         existing = set(await self._admin.list_topics())
         if output not in existing:
             return  # `limits` names the missing output topic
-        await self._copartitioned(
-            topic, "display_topic", output, "output_topic", missing=topic not in existing, replication=None,
-            configs={_CLEANUP: "compact"},
-            why="a run's display record must be in the partition of its events. Recreate the display topic with the "
-            "output's partition count, or name a new one with --display-topic",
-        )  # fmt: skip
+        await self._copartitioned(topic, "display_topic", output, "output_topic", missing=topic not in existing,
+                                  replication=None, configs=DISPLAY_CONFIGS, why=DISPLAY_WHY)  # fmt: skip
         policy = (await self._configs(topic, (_CLEANUP,))).get(_CLEANUP)
-        if policy is not None and policy.replace(" ", "") not in _COMPACTED:
-            raise ConfigError(
-                f"display_topic {topic!r} has {_CLEANUP}={policy}; it must be compacted ('compact', or "
-                "'compact,delete' with the retention ended runs' displays should have): set it with kafka-configs.sh "
-                f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
-            )
+        if policy is not None:
+            check_display_policy(topic, policy)
 
     async def changelog(self, display_record_bytes: int | None = None) -> int:
         """Create the changelog topic when missing (compacted, with the source's partition count and, unless set,
@@ -161,34 +176,18 @@ class TopicInspector:
         topic, source = s.changelog_topic_name, s.source_topic
         await self._copartitioned(
             topic, "changelog_topic", source, "source_topic", missing=topic not in set(await self._admin.list_topics()),
-            replication=s.changelog_replication_factor,
-            configs={_CLEANUP: "compact", _MAX_MESSAGE: str(MAX_REQUEST_BYTES),
-                     "segment.bytes": str(CHANGELOG_SEGMENT_BYTES)},
-            why="the state of source partition p lives in changelog partition p. Delete the changelog topic (the next "
-            "rebuilds replay the source instead) or name a new one with --changelog-topic",
+            replication=s.changelog_replication_factor, configs=CHANGELOG_CONFIGS, why=CHANGELOG_WHY,
         )  # fmt: skip
         configs = await self._configs(topic, (_CLEANUP, _MAX_MESSAGE))
         policy = configs.get(_CLEANUP)
-        if policy is not None and policy.replace(" ", "") != "compact":
-            raise ConfigError(
-                f"changelog_topic {topic!r} has {_CLEANUP}={policy}; it must be exactly 'compact' (with 'delete', "
-                "retention would drop the state of runs that stay open longer): set it with kafka-configs.sh "
-                f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
-            )
+        if policy is not None:
+            check_changelog_policy(topic, policy)
         size = configs.get(_MAX_MESSAGE)
         if size is None:
             self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable%s: using --assumed-max-message-bytes %d",
                             _MAX_MESSAGE, topic, " (no DescribeConfigs right?)", s.assumed_max_message_bytes)
-        limit = record_limit(int(size) if size is not None else s.assumed_max_message_bytes)
-        if display_record_bytes is not None and limit < display_record_bytes:
-            raise ConfigError(
-                f"changelog_topic {topic!r} takes records of at most {size} bytes ({_MAX_MESSAGE}), less than "
-                f"display_topic {s.display_topic!r}: an open run's changelog record holds its display state, about "
-                f"as large as its display record. Raise the changelog's {_MAX_MESSAGE} to at least the display "
-                f"topic's with kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
-                f"{_MAX_MESSAGE}={MAX_REQUEST_BYTES}"
-            )
-        return limit
+        return check_changelog_room(s, int(size) if size is not None else s.assumed_max_message_bytes,
+                                    display_record_bytes)
 
     async def _copartitioned(
         self, topic: str, role: str, base: str, base_role: str, *, missing: bool, replication: int | None,
@@ -203,11 +202,8 @@ class TopicInspector:
             await self._create(topic, role, partitions, replication or len(described["partitions"][0]["replicas"]),
                                configs=configs, like=f"like the {base_role.removesuffix('_topic')}")  # fmt: skip
         found = await self._described(topic, role)
-        if len(found["partitions"]) != partitions:
-            raise ConfigError(
-                f"{role} {topic!r} has {len(found['partitions'])} partitions and {base_role} {base!r} {partitions}: "
-                f"{why}"
-            )
+        check_copartitioned(role, topic, len(found["partitions"]), base_role=base_role, base=base,
+                            base_partitions=partitions, why=why)
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
@@ -234,7 +230,7 @@ class TopicInspector:
         for response in await self._admin.describe_configs([resource]):
             for entry in response.to_object()["resources"]:
                 for name in names:
-                    value = _config(entry, name)
+                    value = config_value(entry, name)
                     if value is not None:
                         found[name] = value
                     elif name != _MAX_MESSAGE:  # the changelog's is warned about by the caller, with the assumption
@@ -249,7 +245,7 @@ class TopicInspector:
         for response in await self._admin.describe_configs(resources):
             for resource in response.to_object()["resources"]:
                 topic = resource["resource_name"]
-                value = _config(resource, _MAX_MESSAGE)
+                value = config_value(resource, _MAX_MESSAGE)
                 if value is not None:
                     found[topic] = int(value)
                 else:
@@ -262,34 +258,19 @@ class TopicInspector:
     async def check_broker(self) -> None:
         """ConfigError when the transaction or session timeout lies outside what the brokers accept; a broker
         whose configs this client may not read is warned about and not checked."""
-        s = self._s
-        brokers = (await self._admin.describe_cluster())["brokers"]
-        if not brokers:
+        read = await broker_configs(self._admin)
+        if read is None:
             return
-        node = str(min(int(b["node_id"]) for b in brokers))
-        names = ("transaction.max.timeout.ms", "group.min.session.timeout.ms", "group.max.session.timeout.ms")
-        (response,) = await self._admin.describe_configs(
-            [ConfigResource(ConfigResourceType.BROKER, node, dict.fromkeys(names))]
-        )
-        (resource,) = response.to_object()["resources"]
-        values = {name: _config(resource, name) for name in names}
+        node, resource = read
+        values = {name: config_value(resource, name) for name in BROKER_TIMEOUTS}
         if any(v is None for v in values.values()):
             self._warn_once("broker", "broker %s configs are unreadable (error code %d%s): the transaction and "
                             "session timeouts are not checked against them", node, resource["error_code"],
                             ", no DescribeConfigs right on the cluster" if resource["error_code"] == _CLUSTER_DENIED
                             else "")  # fmt: skip
             return
-        txn_max, session_min, session_max = (int(values[name] or 0) for name in names)
-        if s.transaction_timeout_ms > txn_max:
-            raise ConfigError(
-                f"transaction_timeout_ms ({s.transaction_timeout_ms}) exceeds the brokers' "
-                f"transaction.max.timeout.ms ({txn_max}): lower it, or raise the broker setting"
-            )
-        if not session_min <= s.session_timeout_ms <= session_max:
-            raise ConfigError(
-                f"session_timeout_ms ({s.session_timeout_ms}) lies outside the brokers' group.min.session.timeout.ms"
-                f" and group.max.session.timeout.ms ({session_min} to {session_max}): set it within them"
-            )
+        txn_max, session_min, session_max = (int(values[name] or 0) for name in BROKER_TIMEOUTS)
+        check_broker_timeouts(self._s, txn_max, session_min, session_max)
 
     def _warn_once(self, what: str, message: str, *args: Any) -> None:
         if what not in self._warned:
@@ -297,7 +278,8 @@ class TopicInspector:
             _log.warning(message, *args)
 
 
-def _config(resource: dict[str, Any], name: str) -> str | None:
+def config_value(resource: dict[str, Any], name: str) -> str | None:
+    """The value of config `name` in one resource of a DescribeConfigs answer; None when unreadable or absent."""
     if resource["error_code"]:
         return None
     return next((e["config_value"] for e in resource["config_entries"] if e["config_names"] == name), None)
@@ -319,3 +301,89 @@ def check_output_partitions(settings: Settings, started: int, now: TopicLimits) 
             "events split across partitions. Replay into an output topic that keeps its partition count, or "
             "restart the workers to route by the new count, accepting that split"
         )
+
+
+async def broker_configs(admin: AIOKafkaAdminClient) -> tuple[str, dict[str, Any]] | None:
+    """The node id of the broker with the lowest id and its DescribeConfigs answer for BROKER_TIMEOUTS (its
+    `error_code` nonzero when this client may not read them); None when the cluster names no broker."""
+    brokers = (await admin.describe_cluster())["brokers"]
+    if not brokers:
+        return None
+    node = str(min(int(b["node_id"]) for b in brokers))
+    (response,) = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, node, dict.fromkeys(BROKER_TIMEOUTS))]
+    )
+    (resource,) = response.to_object()["resources"]
+    return node, dict(resource)
+
+
+def check_broker_timeouts(settings: Settings, txn_max: int, session_min: int, session_max: int) -> None:
+    """ConfigError when the transaction or session timeout lies outside the brokers' limits."""
+    s = settings
+    if s.transaction_timeout_ms > txn_max:
+        raise ConfigError(
+            f"transaction_timeout_ms ({s.transaction_timeout_ms}) exceeds the brokers' "
+            f"transaction.max.timeout.ms ({txn_max}): lower it, or raise the broker setting"
+        )
+    if not session_min <= s.session_timeout_ms <= session_max:
+        raise ConfigError(
+            f"session_timeout_ms ({s.session_timeout_ms}) lies outside the brokers' group.min.session.timeout.ms"
+            f" and group.max.session.timeout.ms ({session_min} to {session_max}): set it within them"
+        )
+
+
+def check_copartitioned(
+    role: str, topic: str, partitions: int, *, base_role: str, base: str, base_partitions: int, why: str
+) -> None:
+    """ConfigError when `topic` has another partition count than `base` (`why` says why it must not, and what to
+    do)."""
+    if partitions != base_partitions:
+        raise ConfigError(f"{role} {topic!r} has {partitions} partitions and {base_role} {base!r} {base_partitions}: "
+                          f"{why}")  # fmt: skip
+
+
+def check_changelog_policy(topic: str, policy: str) -> None:
+    """ConfigError unless the changelog's `cleanup.policy` is exactly `compact`."""
+    if policy.replace(" ", "") != "compact":
+        raise ConfigError(
+            f"changelog_topic {topic!r} has {_CLEANUP}={policy}; it must be exactly 'compact' (with 'delete', "
+            "retention would drop the state of runs that stay open longer): set it with kafka-configs.sh "
+            f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
+        )
+
+
+def check_display_policy(topic: str, policy: str) -> None:
+    """ConfigError unless the display topic's `cleanup.policy` compacts."""
+    if policy.replace(" ", "") not in _COMPACTED:
+        raise ConfigError(
+            f"display_topic {topic!r} has {_CLEANUP}={policy}; it must be compacted ('compact', or "
+            "'compact,delete' with the retention ended runs' displays should have): set it with kafka-configs.sh "
+            f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
+        )
+
+
+def check_record_room(role: str, topic: str, max_message_bytes: int) -> None:
+    """ConfigError when a topic the worker writes output, dead letters or display records to takes records too
+    small for a dead letter's own headers."""
+    if record_limit(max_message_bytes) < MIN_TOPIC_RECORD_BYTES:
+        raise ConfigError(
+            f"{role} {topic!r} takes records of at most {max_message_bytes} bytes ({_MAX_MESSAGE}); the worker "
+            f"needs at least {MIN_TOPIC_RECORD_BYTES + SIZE_MARGIN_BYTES}: raise the topic's {_MAX_MESSAGE}"
+        )
+
+
+def check_changelog_room(settings: Settings, max_message_bytes: int, display_record_bytes: int | None) -> int:
+    """The largest changelog record a changelog whose `max.message.bytes` is given takes; ConfigError when that
+    is less than the display topic's largest record (`display_record_bytes`, None with the display off): an
+    open run's changelog record holds its display state, about as large as its display record."""
+    topic = settings.changelog_topic_name
+    limit = record_limit(max_message_bytes)
+    if display_record_bytes is not None and limit < display_record_bytes:
+        raise ConfigError(
+            f"changelog_topic {topic!r} takes records of at most {max_message_bytes} bytes ({_MAX_MESSAGE}), less "
+            f"than display_topic {settings.display_topic!r}: an open run's changelog record holds its display state, "
+            f"about as large as its display record. Raise the changelog's {_MAX_MESSAGE} to at least the display "
+            f"topic's with kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+            f"{_MAX_MESSAGE}={MAX_REQUEST_BYTES}"
+        )
+    return limit

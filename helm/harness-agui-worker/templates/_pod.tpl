@@ -82,6 +82,36 @@
 {{- end }}
 {{- end -}}
 
+{{/* The worker's volume mounts: a writable /tmp, the Kafka TLS files, extraVolumeMounts. */}}
+{{- define "haw.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.kafka.ssl.existingSecret }}
+- name: kafka-tls
+  mountPath: {{ include "haw.tlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The volumes behind haw.volumeMounts. */}}
+{{- define "haw.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.kafka.ssl.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .Values.kafka.ssl.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/* The pod template shared by the Deployment and the StatefulSet. */}}
 {{- define "haw.podTemplate" -}}
 metadata:
@@ -143,29 +173,9 @@ spec:
       securityContext:
         {{- toYaml .Values.securityContext | nindent 8 }}
       volumeMounts:
-        - name: tmp
-          mountPath: /tmp
-        {{- if .Values.kafka.ssl.existingSecret }}
-        - name: kafka-tls
-          mountPath: {{ include "haw.tlsDir" . }}
-          readOnly: true
-        {{- end }}
-        {{- with .Values.extraVolumeMounts }}
-        {{- toYaml . | nindent 8 }}
-        {{- end }}
+        {{- include "haw.volumeMounts" . | trim | nindent 8 }}
   volumes:
-    - name: tmp
-      emptyDir:
-        sizeLimit: 64Mi
-    {{- if .Values.kafka.ssl.existingSecret }}
-    - name: kafka-tls
-      secret:
-        secretName: {{ .Values.kafka.ssl.existingSecret }}
-        defaultMode: 0440
-    {{- end }}
-    {{- with .Values.extraVolumes }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- include "haw.volumes" . | trim | nindent 4 }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}
