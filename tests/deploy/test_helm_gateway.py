@@ -37,6 +37,7 @@ def test_the_gateway_deploys_beside_the_worker(render: Render, monkeypatch: pyte
         assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
     env = {e["name"]: e for e in container["env"]}
     assert env["WORKER_AUTH_KEY_FILE"]["value"] == "/etc/harness-agui-worker/gateway-auth/key"
+    assert env["WORKER_AUTH_KEYS_DIR"]["value"] == "/etc/harness-agui-worker/gateway-auth"  # rotation by kid
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["gateway-auth"]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -105,6 +106,14 @@ def test_the_gateway_ingress_routes_runs_and_the_viewer(render: Render) -> None:
     assert rule["host"] == "runs.example"
     assert [p["path"] for p in rule["http"]["paths"]] == ["/runs", "/view"]
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+
+
+def test_the_gateway_with_an_identity_provider_needs_no_secret(render: Render) -> None:
+    idp = {"auth_jwks_url": "https://idp.example/jwks", "auth_audience": "agui", "auth_issuer": "https://idp.example"}
+    gateway = _named(render({"gateway": {"enabled": True, "config": {"display_topic": "d", **idp}}}), "Deployment")
+    env = {e["name"]: e.get("value") for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WORKER_AUTH_JWKS_URL"] == idp["auth_jwks_url"] and "WORKER_AUTH_KEY_FILE" not in env
+    assert "WORKER_INSECURE_NO_AUTH" not in env
 
 
 @pytest.mark.parametrize("values", [

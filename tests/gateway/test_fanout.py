@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from worker.errors import GatewayError
 from worker.gateway.hub import Hub, Subscription
-from worker.gateway.tokens import TokenCheck, mint_token
 
 
 def _hub(**kwargs: object) -> Hub:
@@ -52,20 +48,6 @@ async def test_recent_events_covered_by_a_display_record_go_after_the_window() -
     assert log is not None and [e.seq for e in log.recent] == [4, 5] and log.recent_from == 4
     assert not log.covers(3) and log.covers(4)
     await asyncio.sleep(0)
-
-
-def test_tokens_grant_their_run_or_thread_until_they_expire() -> None:
-    key = b"s" * 32
-    check = TokenCheck(key)
-    grant = check.verify(mint_token(key, "thread", "thread-1", 60))
-    assert grant.allows("any-run", "thread-1") and not grant.allows("any-run", "thread-2")
-    assert check.verify(mint_token(key, "run", "run-1", 60)).allows("run-1", None)
-    with pytest.raises(GatewayError) as expired:
-        check.verify(mint_token(key, "run", "run-1", 60, now=0))
-    assert expired.value.code == "expired-token"
-    with pytest.raises(GatewayError) as forged:
-        check.verify(mint_token(b"x" * 32, "run", "run-1", 60))
-    assert forged.value.code == "bad-token"
 
 
 async def test_a_waiting_writer_wakes_on_a_delivery_or_after_its_keep_alive_interval() -> None:

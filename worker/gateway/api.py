@@ -130,7 +130,7 @@ class GatewayApi:
         response.headers["Access-Control-Max-Age"] = "600"
         return response
 
-    def _grant(self, request: web.Request) -> Grant | None:
+    async def _grant(self, request: web.Request) -> Grant | None:
         """The request's verified token (bearer header or `token` query parameter), None without access control;
         checked before the run is looked up, so an unauthenticated caller learns nothing of which runs exist."""
         if self._tokens is None:
@@ -139,11 +139,11 @@ class GatewayApi:
         token = header[7:].strip() if header.lower().startswith("bearer ") else request.query.get("token", "")
         if not token:
             raise GatewayError(401, "no-token", "an access token is required (Authorization: Bearer, or ?token=)")
-        return self._tokens.verify(token)
+        return await self._tokens.verify(token)
 
-    def _authorize(self, request: web.Request, run_id: str) -> None:
+    async def _authorize(self, request: web.Request, run_id: str) -> None:
         """Check the token and its subject against the run."""
-        grant = self._grant(request)
+        grant = await self._grant(request)
         if grant is None or (grant.scope == "run" and grant.allows(run_id, None)):
             return
         pointer = self._streams.known(run_id)
@@ -151,7 +151,7 @@ class GatewayApi:
             raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, "
                                                  f"not run {run_id!r}")  # fmt: skip
 
-    def _route(self, request: web.Request, run_id: str) -> tuple[Route, Grant | None]:
+    async def _route(self, request: web.Request, run_id: str) -> tuple[Route, Grant | None]:
         """Where the run is served: here, or by the peer a request goes to after its token was verified here (the
         grant, None without access control). A request a peer forwarded is served here or answered 503, never
         forwarded again."""
@@ -163,16 +163,16 @@ class GatewayApi:
                 raise Unavailable(f"run {run_id!r} is not served by this replica now: retry",
                                   self._settings.retry_after_s, code="not-owner")  # fmt: skip
             return route, None
-        return route, self._grant(request) if route.where is not Where.HERE else None
+        return route, await self._grant(request) if route.where is not Where.HERE else None
 
     async def display(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, _ = self._route(request, run_id)
+        route, _ = await self._route(request, run_id)
         if route.where is not Where.HERE:
             answer = await self._forwarder.fetch(request, run_id, route)
             if answer is not None:
                 return answer
-        self._authorize(request, run_id)
+        await self._authorize(request, run_id)
         pointer, value = await self._streams.display(run_id)
         body = b'{"runId":%s,"threadId":%s,"aguiSeq":%d,"snapshot":%s}' % (
             orjson.dumps(run_id), orjson.dumps(pointer.thread_id), pointer.seq, value)
@@ -183,7 +183,7 @@ class GatewayApi:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, grant = self._route(request, run_id)
+        route, grant = await self._route(request, run_id)
         asked = StreamRequest(run_id, None, "sse")
         cursor = request.headers.get("Last-Event-ID")
         if cursor is not None and cursor.strip():
@@ -198,18 +198,18 @@ class GatewayApi:
             followed = await self._follow(request, asked, route, grant)
             if followed is not None:
                 return followed
-        self._authorize(request, run_id)
+        await self._authorize(request, run_id)
         return await self._stream(request, asked)
 
     async def agent(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, _ = self._route(request, run_id)
+        route, _ = await self._route(request, run_id)
         body = await request.read()
         if route.where is not Where.HERE:
             relayed = await self._relayed(request, StreamRequest(run_id, None, "agent"), route, body)
             if relayed is not None:
                 return relayed
-        self._authorize(request, run_id)
+        await self._authorize(request, run_id)
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:

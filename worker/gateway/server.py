@@ -19,13 +19,14 @@ from worker.gateway.api import GatewayApi
 from worker.gateway.directory import RunDirectory
 from worker.gateway.forwarding import Forwarder, PeerKey
 from worker.gateway.hub import Hub
+from worker.gateway.keys import read_key
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.owners import Owners
 from worker.gateway.reader import HistoryReader, TopicTail
 from worker.gateway.relay import Relays
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
-from worker.gateway.tokens import TokenCheck, mint_token, read_key
+from worker.gateway.tokens import TokenCheck, mint_jwt
 from worker.kafka.startup import reach_brokers
 from worker.ops.loop import LoopMonitor
 
@@ -91,7 +92,7 @@ async def _serve(settings: GatewaySettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tokens = None if settings.insecure_no_auth else TokenCheck(read_key(str(settings.auth_key_file)))
+    tokens = None if settings.insecure_no_auth else TokenCheck.from_settings(settings)
     peer_key = settings.peer_key_file or settings.auth_key_file
     peers = PeerKey(read_key(peer_key) if peer_key else None)
     if tokens is None:
@@ -152,6 +153,8 @@ async def _serve(settings: GatewaySettings) -> int:
         await forwarder.close()
         await history.stop()
         await tail.stop()
+        if tokens is not None:
+            await tokens.close()
         if probes is not None:
             await probes.cleanup()
     _log.info("gateway stopped cleanly")
@@ -160,16 +163,20 @@ async def _serve(settings: GatewaySettings) -> int:
 
 def _mint(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker gateway token",
-                                     description="Print an access token for one run or one thread.")
-    parser.add_argument("--auth-key-file", required=True, help="the file holding the gateway's HMAC key")
+                                     description="Print an access token (an HS256 JWT) for one run or one thread.")
+    parser.add_argument("--auth-key-file", required=True, help="the file holding one of the gateway's HMAC keys")
     scope = parser.add_mutually_exclusive_group(required=True)
     scope.add_argument("--run-id", help="grant this run")
     scope.add_argument("--thread-id", help="grant every run of this thread")
     parser.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    parser.add_argument("--kid", help="the key's name (its file name in auth_keys_dir); none for auth_key_file")
+    parser.add_argument("--audience", help="the gateway's auth_audience, when it has one")
+    parser.add_argument("--issuer", help="the gateway's auth_issuer, when it has one")
     args = parser.parse_args(argv)
     try:
         key = read_key(args.auth_key_file)
-        token = mint_token(key, "run" if args.run_id else "thread", args.run_id or args.thread_id, args.ttl)
+        token = mint_jwt(key, "run" if args.run_id else "thread", args.run_id or args.thread_id, args.ttl,
+                         kid=args.kid, audience=args.audience, issuer=args.issuer)  # fmt: skip
     except ConfigError as exc:
         print(f"worker gateway token: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
@@ -32,7 +33,8 @@ class GatewaySettings(ConnectionSettings):
         9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
     )
     auth_key_file: str | None = Field(None, description=(
-        "File holding the HMAC key (at least 32 bytes) that signs access tokens; required unless "
+        "File holding the HMAC key (at least 32 bytes) that signs access tokens naming no `kid` (HS256 JWTs, and "
+        "v1 tokens until 0.5.0); one of auth_key_file, auth_keys_dir and auth_jwks_url is required unless "
         "insecure_no_auth."
     ))
     insecure_no_auth: bool = Field(
@@ -109,6 +111,30 @@ class GatewaySettings(ConnectionSettings):
         "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    auth_keys_dir: str | None = Field(None, description=(
+        "Directory of HMAC keys (at least 32 bytes each) for HS256 JWTs, one file per key named by the `kid` of "
+        "the tokens it signs (a mounted Kubernetes Secret works as it is); names starting with a dot are left out."
+    ))
+    auth_jwks_url: str | None = Field(None, description=(
+        "JWKS URL of the identity provider whose RS256 and ES256 JWTs are accepted (https; http on a loopback "
+        "address only); needs auth_audience and auth_issuer."
+    ))
+    auth_audience: str | None = Field(
+        None, description="The `aud` every JWT must name; required with auth_jwks_url, unchecked when unset."
+    )
+    auth_issuer: str | None = Field(
+        None, description="The `iss` every JWT must carry; required with auth_jwks_url, unchecked when unset."
+    )
+    auth_keys_max_age_s: int = Field(300, ge=1, le=86_400, description=(
+        "The keys are read again (the files, the JWKS URL) once this old, so a key taken away is refused soon."
+    ))
+    auth_keys_min_refresh_s: int = Field(30, ge=0, le=3600, description=(
+        "A token naming a `kid` the gateway lacks makes it read its keys again at most this often, however "
+        "many such tokens come."
+    ))
+    auth_leeway_s: int = Field(
+        30, ge=0, le=300, description="Clock difference allowed when checking a JWT's `exp` and `nbf`, in seconds."
+    )
 
     @model_validator(mode="after")
     def _servable(self) -> Self:
@@ -116,15 +142,27 @@ class GatewaySettings(ConnectionSettings):
             raise ConfigError("display_topic is required: the gateway finds runs and builds late joins from it")
         if self.display_topic == self.output_topic:
             raise ConfigError(f"display_topic and output_topic must differ, both are {self.output_topic!r}")
-        if self.auth_key_file is None and not self.insecure_no_auth:
+        if not (self.auth_key_file or self.auth_keys_dir or self.auth_jwks_url or self.insecure_no_auth):
             raise ConfigError(
-                "auth_key_file is required (the HMAC key that signs access tokens); for a local try only, "
-                "--insecure-no-auth serves every run to anyone"
+                "auth_key_file, auth_keys_dir or auth_jwks_url is required (the keys that sign access tokens); for "
+                "a local try only, --insecure-no-auth serves every run to anyone"
             )
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
                               f"session_timeout_ms ({self.session_timeout_ms})")
+        if self.auth_jwks_url:
+            self._jwks_usable(self.auth_jwks_url)
         return self
+
+    def _jwks_usable(self, url: str) -> None:
+        if not (self.auth_audience and self.auth_issuer):
+            raise ConfigError("auth_jwks_url needs auth_audience and auth_issuer: without them the identity "
+                              "provider's tokens for any application would be accepted")  # fmt: skip
+        parts = urllib.parse.urlsplit(url)
+        loopback = parts.hostname in ("localhost", "::1") or (parts.hostname or "").startswith("127.")
+        if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+            raise ConfigError(f"auth_jwks_url {url!r} must be an https URL (http only on a loopback address): "
+                              "whoever can change the keys in transit could mint tokens")  # fmt: skip
 
     @property
     def group(self) -> str:
