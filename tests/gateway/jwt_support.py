@@ -3,6 +3,7 @@ with PyJWT or with the `jose` package under Node."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -50,12 +51,13 @@ class SigningKey:
 
 @dataclass
 class JwksServer:
-    """`GET /jwks` on 127.0.0.1 in the running event loop: the public JWKs of `keys` (plus `extra` raw JWKs), or
-    503 while `down`; `fetches` counts the requests."""
+    """`GET /jwks` on 127.0.0.1 in the running event loop: the public JWKs of `keys` (plus `extra` raw JWKs) after
+    `delay_s`, or 503 while `down`; `fetches` counts the requests."""
 
     keys: list[SigningKey]
     extra: list[dict[str, Any]] = field(default_factory=list)
     down: bool = False
+    delay_s: float = 0.0
     fetches: int = 0
     _runner: web.AppRunner | None = None
     port: int = 0
@@ -66,6 +68,7 @@ class JwksServer:
 
     async def _serve(self, request: web.Request) -> web.Response:
         self.fetches += 1
+        await asyncio.sleep(self.delay_s)
         if self.down:
             return web.json_response({"error": "unavailable"}, status=503)
         return web.json_response({"keys": [k.public_jwk() for k in self.keys] + self.extra})

@@ -170,6 +170,17 @@ async def test_an_unreachable_identity_provider_is_a_503_not_a_refused_token() -
         await check.close()
 
 
+async def test_a_request_that_goes_away_does_not_cut_the_fetch_of_the_keys_short() -> None:
+    async with JwksServer([SigningKey("k1", "ES256")], delay_s=0.5) as idp:
+        check = _check(None, JwksKeys(idp.url, 300, 60))
+        token = mint(idp.keys[0], claims(run_id="r"))
+        gone = asyncio.create_task(check.verify(token))
+        await asyncio.sleep(0.1)
+        gone.cancel()  # as aiohttp cancels the handler of a client that disconnected
+        assert await check.verify(token) == Grant("run", "r") and idp.fetches == 1
+        await check.close()
+
+
 async def test_a_key_file_added_to_the_directory_is_read_without_a_restart_and_a_removed_one_goes(
     tmp_path: Path,
 ) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,23 +49,24 @@ class Key(NamedTuple):
 
 class _KeySet:
     """Keys by kid, re-read by `_read` when older than `max_age_s` or when a kid is missing, never more often
-    than every `min_refresh_s`; one re-read at a time serves every token waiting for it."""
+    than every `min_refresh_s`; one re-read at a time serves every token waiting for it, and a waiting request
+    that goes away does not cut it short."""
 
-    def __init__(self, max_age_s: float, min_refresh_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_age_s: float, min_refresh_s: float) -> None:
         self._max_age_s = max_age_s
         self._min_refresh_s = min_refresh_s
-        self._clock = clock
         self._keys: dict[str | None, Key] | None = None
         self._read_at = -float("inf")
         self._tried_at = -float("inf")
-        self._lock = asyncio.Lock()
+        self._reading: asyncio.Task[None] | None = None
 
     async def get(self, kid: str | None) -> Key | None:
         """The key named `kid` (None: the key for tokens that name none), re-reading the set when due."""
-        if self._lock.locked() or self._due(kid):  # a re-read under way serves this token too
-            async with self._lock:
-                if self._due(kid):
-                    await self._refresh()
+        reading = self._reading
+        if reading is None and self._due(kid):
+            reading = self._reading = asyncio.create_task(self._refresh())
+        if reading is not None:
+            await asyncio.shield(reading)
         return None if self._keys is None else self._keys.get(kid)
 
     @property
@@ -75,21 +75,23 @@ class _KeySet:
         return self._keys is not None
 
     def _due(self, kid: str | None) -> bool:
-        now = self._clock()
+        now = time.monotonic()
         if now - self._tried_at < self._min_refresh_s:
             return False
         return self._keys is None or now - self._read_at >= self._max_age_s or kid not in self._keys
 
     async def _refresh(self) -> None:
-        self._tried_at = self._clock()
+        self._tried_at = time.monotonic()
         try:
             keys = await self._read()
         except (OSError, ValueError, aiohttp.ClientError, TimeoutError, PyJWTError, ConfigError) as exc:
-            _log.warning("%s: %s; the keys read before stay in use", self._what(), exc)
+            _log.warning("%s: %s; the keys read before stay in use", self._what(), str(exc) or type(exc).__name__)
             return
-        if self._keys is not None and set(keys) != set(self._keys):
+        finally:
+            self._reading = None
+        if self._keys is None or set(keys) != set(self._keys):
             _log.info("%s: keys %s", self._what(), ", ".join(sorted(str(k) for k in keys if k is not None)))
-        self._keys, self._read_at = keys, self._clock()
+        self._keys, self._read_at = keys, time.monotonic()
 
     async def _read(self) -> dict[str | None, Key]:
         raise NotImplementedError
@@ -107,7 +109,7 @@ class HmacKeys(_KeySet):
         self._file = key_file
         self._dir = key_dir
         first = self._read_files()  # unreadable or short keys stop the gateway at start
-        self._keys, self._read_at = first, self._clock()
+        self._keys, self._read_at = first, time.monotonic()
 
     @property
     def default(self) -> bytes | None:
