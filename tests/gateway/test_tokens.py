@@ -17,7 +17,7 @@ import pytest
 
 from tests.gateway.jwt_support import AUDIENCE, ISSUER, JwksServer, SigningKey, claims, mint, node_tokens
 from worker.errors import ConfigError, GatewayError
-from worker.gateway.keys import HmacKeys, JwksKeys
+from worker.gateway.keys import HmacKeys, JwksKeys, check_keys
 from worker.gateway.server import main_gateway
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.tokens import Grant, TokenCheck, mint_token
@@ -212,6 +212,28 @@ async def test_the_token_command_prints_a_jwt_the_gateway_accepts(
     assert await _refusal(check, capsys.readouterr().out.strip()) == (401, "wrong-issuer")  # neither iss nor aud
     assert main_gateway(["token", "--auth-key-file", str(tmp_path / "keys" / ".hidden"), "--run-id", "r"]) == 2
     assert "at least 32" in capsys.readouterr().err
+
+
+async def test_the_check_reads_every_key_source_and_names_what_fails(tmp_path: Path) -> None:
+    _keys(tmp_path)
+    async with JwksServer([SigningKey("k1", "RS256"), SigningKey("k2", "ES256")]) as idp:
+        rows = await check_keys(str(tmp_path / "gateway.key"), str(tmp_path / "keys"), idp.url)
+        assert rows == [("auth_key_file and auth_keys_dir: HMAC keys", True, "kids 2026-01, gateway.key"),
+                        ("auth_jwks_url: signing keys", True, "k1 (RS256), k2 (ES256)")]  # fmt: skip
+        idp.down = True
+        [(what, ok, detail)] = await check_keys(None, None, idp.url)
+        assert (what, ok) == ("auth_jwks_url: signing keys", False) and "HTTP 503" in detail, detail
+
+
+def test_gateway_check_has_a_row_per_key_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "2026-01").write_bytes(b"short")
+    status = main_gateway(["check", "--bootstrap-servers", "127.0.0.1:1", "--display-topic", "agui.display",
+                           "--auth-keys-dir", str(tmp_path / "keys"), "--timeout-ms", "1000", "--json"])
+    rows = {row["check"]: row for row in json.loads(capsys.readouterr().out)["checks"]}
+    assert status == 1 and rows["connect"]["status"] == "fail"
+    assert rows["auth_keys_dir: HMAC keys"]["status"] == "fail"
+    assert "at least 32" in rows["auth_keys_dir: HMAC keys"]["detail"]
 
 
 def test_keys_that_cannot_work_stop_the_gateway_at_start(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from jwt import PyJWK, PyJWKSet, PyJWTError
 
 from worker.errors import ConfigError, GatewayError
 
-__all__ = ["MIN_KEY_BYTES", "HmacKeys", "JwksKeys", "Key", "read_key"]
+__all__ = ["MIN_KEY_BYTES", "HmacKeys", "JwksKeys", "Key", "check_keys", "read_key"]
 
 MIN_KEY_BYTES = 32
 JWKS_ALGORITHMS = ("RS256", "ES256")
@@ -111,6 +111,10 @@ class HmacKeys(_KeySet):
         first = self._read_files()  # unreadable or short keys stop the gateway at start
         self._keys, self._read_at = first, time.monotonic()
 
+    def kids(self) -> list[str | None]:
+        """The names of the keys as last read (None: the key for tokens that name none)."""
+        return [] if self._keys is None else list(self._keys)
+
     @property
     def default(self) -> bytes | None:
         """The key of `key_file` as last read, for tokens that name no kid."""
@@ -186,7 +190,36 @@ class JwksKeys(_KeySet):
     def _what(self) -> str:
         return f"auth_jwks_url {self._url}"
 
+    async def read_now(self) -> dict[str, Key]:
+        """The provider's signing keys by kid, fetched now; the fetch's error when it fails."""
+        return {kid: key for kid, key in (await self._read()).items() if kid is not None}
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def check_keys(key_file: str | None, key_dir: str | None, jwks_url: str | None) -> list[tuple[str, bool, str]]:
+    """One row per key source the settings name, for `worker gateway check`: (what, whether its keys could be
+    read, the kids found or what to fix)."""
+    rows: list[tuple[str, bool, str]] = []
+    if key_file or key_dir:
+        what = " and ".join(name for name, path in (("auth_key_file", key_file), ("auth_keys_dir", key_dir)) if path)
+        try:
+            names = sorted(str(kid) for kid in HmacKeys(key_file, key_dir, 1, 0).kids() if kid is not None)
+            rows.append((f"{what}: HMAC keys", True, f"kids {', '.join(names)}"))
+        except ConfigError as exc:
+            rows.append((f"{what}: HMAC keys", False, str(exc)))
+    if jwks_url:
+        jwks = JwksKeys(jwks_url, 1, 0)
+        try:
+            found = await jwks.read_now()
+            rows.append(("auth_jwks_url: signing keys", True, ", ".join(f"{kid} ({key.algorithm})"
+                                                                         for kid, key in sorted(found.items()))))
+        except (OSError, ValueError, aiohttp.ClientError, TimeoutError, PyJWTError) as exc:
+            rows.append(("auth_jwks_url: signing keys", False, f"{jwks_url}: {str(exc) or type(exc).__name__}: check "
+                         "the URL, and that the gateway reaches the identity provider"))  # fmt: skip
+        finally:
+            await jwks.close()
+    return rows

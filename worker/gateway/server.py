@@ -19,7 +19,7 @@ from worker.gateway.api import GatewayApi
 from worker.gateway.directory import RunDirectory
 from worker.gateway.forwarding import Forwarder, PeerKey
 from worker.gateway.hub import Hub
-from worker.gateway.keys import read_key
+from worker.gateway.keys import check_keys, read_key
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.owners import Owners
 from worker.gateway.reader import HistoryReader, TopicTail
@@ -199,12 +199,14 @@ def _check(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"worker gateway check: {exc}", file=sys.stderr)
         return 2
-    from worker.kafka.preflight import check_gateway  # noqa: PLC0415
+    from worker.kafka.preflight import Check, check_gateway  # noqa: PLC0415
 
     quiet_client_logs()
     rows = asyncio.run(check_gateway(settings, settings.output_topic, settings.display_topic, settings.group,
                                      timeout_s=args.timeout_ms / 1000))  # fmt: skip
-    return print_checks(rows, args.json)
+    keys = asyncio.run(check_keys(settings.auth_key_file, settings.auth_keys_dir, settings.auth_jwks_url))
+    return print_checks([*rows, *(Check(what, "pass" if ok else "fail", detail) for what, ok, detail in keys)],
+                        args.json)
 
 
 def main_gateway(argv: list[str] | None = None) -> int:
