@@ -18,8 +18,8 @@ from tests.kafka.support import RecordBatch
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
+from worker.kafka.pipeline import CommitPolicy
 from worker.kafka.source import to_source_record
-from worker.kafka.transaction import CommitPolicy
 from worker.settings import Settings
 from worker.stream import PartitionState, decode_replay_metadata, read_checkpoint_header
 

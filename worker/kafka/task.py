@@ -1,7 +1,8 @@
 """One task per assigned partition, owning all of it: rebuild, go live, process and commit, contain a failure, retry.
 
-The task is the partition's only writer: its state, its producer and transactions (`Commits`), the records
-fetched for it and its readiness live here and nowhere else. It is also the only task that waits for the broker
+The task is the partition's only writer: its state, its producer and transactions (`CommitPipeline`), the records
+fetched for it and its readiness live here and nowhere else; it cuts the state's checkpoints itself, and the
+pipeline gets finished records only. It is also the only task that waits for the broker
 on the partition's behalf: the poll loop hands it fetched records and never waits, the rebalance callbacks wait
 for it only within the revocation budget, and nothing it awaits is under a lock another partition needs. Every
 broker call has a deadline; when one expires or a transaction fails, this partition alone is paused, its producer
@@ -24,15 +25,15 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from worker.errors import CheckpointVersionError, DeadlineError, WorkerError
-from worker.kafka._aiokafka import observe_producer
 from worker.kafka.deadlines import Deadlines, backoff_s
 from worker.kafka.diagnosis import Diagnosis, Fault, Names, diagnose
 from worker.kafka.ownership import Ownership
+from worker.kafka.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
 from worker.kafka.publishing import Routes
 from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import Progress
 from worker.kafka.source import to_source_record
-from worker.kafka.transaction import CommitPolicy, Commits, Transaction
+from worker.kafka.transaction import Transaction
 from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
 from worker.stream import Outcome, PartitionState, Verdict
@@ -112,11 +113,12 @@ class PartitionTask:
         self._policy = CommitPolicy(member.settings)
         self._stage = Stage.REBUILDING
         self._state = member.rebuilder.fresh_state(tp)
-        self._commits: Commits | None = None  # while live
+        self._pipeline: CommitPipeline | None = None  # while live
+        self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint cut
         self._parked = parked  # kept through the rebalance: adopted when the committed offset did not move
         self._inbox: list[list[Any]] = []
         self._inbox_records = 0
-        self._taken = 0  # records taken from the inbox whose outcomes are not yet handed to the commits
+        self._taken = 0  # records taken from the inbox whose outcomes are not yet handed to the pipeline
         self._wake = asyncio.Event()
         self._fault: BaseException | None = None
         self._throttled = False  # fetching paused because the backlog passed its bound
@@ -136,12 +138,12 @@ class PartitionTask:
     @property
     def committed(self) -> int | None:
         """The offset the partition last committed while live (None while not live)."""
-        return self._commits.committed if self._commits is not None else None
+        return self._pipeline.committed if self._pipeline is not None else None
 
     @property
     def next_offset(self) -> int | None:
         """The next source offset the live partition processes (None while not live)."""
-        return self._commits.next_offset if self._commits is not None else None
+        return self._pipeline.next_offset if self._pipeline is not None else None
 
     @property
     def done(self) -> bool:
@@ -160,9 +162,9 @@ class PartitionTask:
 
     def observe_lag(self, end: int | None) -> None:
         """Report how far the live partition is behind `end`, the partition's last stable offset."""
-        commits = self._commits
-        if self._stage is Stage.LIVE and commits is not None and end is not None:
-            self._m.metrics.consumer_lag_records.labels(*self._label).set(max(0, end - commits.next_offset))
+        pipeline = self._pipeline
+        if self._stage is Stage.LIVE and pipeline is not None and end is not None:
+            self._m.metrics.consumer_lag_records.labels(*self._label).set(max(0, end - pipeline.next_offset))
 
     async def stop(self, budget_s: float) -> Parked | None:
         """End the task. A live partition commits what it has open, within `budget_s`, and is handed back for
@@ -274,8 +276,10 @@ class PartitionTask:
         m, s, d = self._m.metrics, self._m.settings, self._m.deadlines
         self._state = rebuilt.state
         txn = Transaction(rebuilt.producer, self.tp, s.group_id, d.call_s)
-        self._commits = Commits(txn, rebuilt.state, rebuilt.committed, policy=self._policy, routes=self._m.routes,
-                                metrics=m, on_failure=self._failed, on_end=self._wake.set)  # fmt: skip
+        self._pipeline = CommitPipeline(txn, rebuilt.committed, policy=self._policy, routes=self._m.routes, metrics=m,
+                                        checkpoint=self._cut_checkpoint, on_failure=self._failed,
+                                        on_end=self._wake.set)  # fmt: skip
+        self._checkpointed_at = time.monotonic()
         self._inbox, self._inbox_records, self._taken, self._fault = [], 0, 0, None
         self._throttled = False
         self._stage = Stage.LIVE
@@ -313,8 +317,8 @@ class PartitionTask:
 
     async def _live(self) -> _End:
         """Process fetched records and commit on time until the partition fails, halts or is stopped."""
-        commits = self._commits
-        assert commits is not None
+        pipeline = self._pipeline
+        assert pipeline is not None
         while True:
             if self._stage is Stage.FAILED:
                 return _End.FAILED
@@ -326,26 +330,25 @@ class PartitionTask:
                 batches = self._take_inbox()
                 self._taken = sum(len(recs) for recs in batches)  # still part of the backlog until converted
                 for recs in batches:
-                    await self._process(commits, recs)
+                    await self._process(pipeline, recs)
                     if self._stage is not Stage.LIVE or self._stopping:
                         break
-                    commits.commit_if_due()
+                    await pipeline.tick()
                 self._taken = 0
                 self._throttle()
                 continue
-            commits.commit_if_due()
+            self._wake.clear()  # before the tick: a wake during it is not lost
+            due = await pipeline.tick()
             self._throttle()
-            self._wake.clear()
-            due = commits.due_in()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(due):
                     await self._wake.wait()
 
-    async def _process(self, commits: Commits, recs: list[Any]) -> None:
+    async def _process(self, pipeline: CommitPipeline, recs: list[Any]) -> None:
         """Process fetched records in offset order and hand their outcomes to the transactions."""
         tally: dict[Verdict, int] = {}
         try:
-            await self._consume(commits, recs, tally)
+            await self._consume(pipeline, recs, tally)
         except Exception as exc:  # a bug, not a record's fault: this partition fails, the rest go on
             _log.exception("processing failed unexpectedly", extra=self._fields())
             self._failed(exc)
@@ -365,11 +368,10 @@ class PartitionTask:
                 if withheld:
                     metrics.display_withheld_total.inc(withheld)
 
-    async def _consume(self, commits: Commits, recs: list[Any], tally: dict[Verdict, int]) -> None:
-        state, policy = self._state, self._policy
+    async def _consume(self, pipeline: CommitPipeline, recs: list[Any], tally: dict[Verdict, int]) -> None:
+        state = self._state
         yield_at = time.monotonic() + _YIELD_EVERY_S
-        wall_ahead = time.time() - time.monotonic()  # source timestamps are wall-clock milliseconds
-        fresh = [rec for rec in recs if rec.offset >= commits.next_offset]
+        fresh = [rec for rec in recs if rec.offset >= pipeline.next_offset]
         self._taken -= len(recs) - len(fresh)
         done = 0
         while done < len(fresh):
@@ -380,28 +382,26 @@ class PartitionTask:
                 yield_at = now + _YIELD_EVERY_S
                 if self._stage is not Stage.LIVE:
                     return
-            chunk = fresh[done : done + min(_CHUNK_RECORDS, commits.room())]
+            chunk = fresh[done : done + min(_CHUNK_RECORDS, pipeline.room())]
             done += len(chunk)
             with working_on("converting records of %s", self._where):
                 outcomes, error = state.process_batch([to_source_record(rec) for rec in chunk])
-            taken = []
+            processed = []
             for rec, outcome in zip(chunk, outcomes, strict=False):
                 if outcome.error is not None:
                     self._internal_error(rec.offset, outcome)
                 tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
-                late = now + wall_ahead - rec.timestamp / 1000
-                taken.append((outcome, rec.offset, rec.timestamp, policy.interval_start(now, late)))
-            self._taken -= len(chunk)  # from here on the commits hold them
-            if not await commits.add(taken):
+                processed.append(Processed(outcome, rec.offset, rec.timestamp))
+            self._taken -= len(chunk)  # from here on the pipeline holds them
+            if processed and not await pipeline.add(processed, state.replay_from(processed[-1].offset + 1)):
                 return
             if error is not None:
                 offset = chunk[len(outcomes)].offset
                 if not isinstance(error, WorkerError):  # a bug of the partition state itself, now undefined
                     _log.error("partition state failed", exc_info=error, extra=self._fields(offset=offset))
                     error = WorkerError(f"partition state failed: {type(error).__name__}: {error}")
-                await self._halt(commits, offset, error)
+                await self._halt(pipeline, offset, error)
                 return
-        await commits.end_of_batch()
 
     def _internal_error(self, offset: int, outcome: Outcome) -> None:
         """Count a conversion that raised unexpectedly; its traceback is logged once per stream."""
@@ -417,11 +417,11 @@ class PartitionTask:
                    "goes on (later failures of this stream are counted, not logged)", exc_info=outcome.error,
                    extra=self._fields(offset=offset, run_id=outcome.run_id))
 
-    async def _halt(self, commits: Commits, offset: int, exc: WorkerError) -> None:
+    async def _halt(self, pipeline: CommitPipeline, offset: int, exc: WorkerError) -> None:
         """A policy (gap, open-stream cap) or a failed state says stop: commit what came before, then hold the
         partition: paused, not ready, counted."""
         _log.error("partition halted: %s", exc, extra=self._fields(offset=offset))
-        if not await commits.commit_now() or self._stage is not Stage.LIVE:
+        if not await pipeline.close() or self._stage is not Stage.LIVE:
             return
         self._stage = Stage.HALTED
         self._wake.set()
@@ -443,10 +443,10 @@ class PartitionTask:
     async def _final_commit(self) -> Parked | None:
         """On stop: commit what is open and hand the partition back for parking, or drop it if that fails."""
         self._take_inbox()  # fetched, not processed: the next owner (or this one, kept) fetches them again
-        commits = self._commits
-        if commits is not None and await commits.commit_now() and self._stage is Stage.LIVE:
-            self._commits = None
-            return Parked(self._state, commits.committed, commits.txn.producer)
+        pipeline = self._pipeline
+        if pipeline is not None and await pipeline.close() and self._stage is Stage.LIVE:
+            self._pipeline = None
+            return Parked(self._state, pipeline.committed, pipeline.producer)
         self._drop()
         return None
 
@@ -456,17 +456,10 @@ class PartitionTask:
         m, call_s = self._m.metrics, self._m.deadlines.call_s
         fault: BaseException = self._fault if self._fault is not None else RuntimeError("partition failed")
         self._hold("failed")
-        commits = self._commits
+        pipeline = self._pipeline
         views = []
-        if commits is not None:
-            commit = commits.cancel()
-            if commit is not None:
-                await asyncio.wait([commit], timeout=call_s)
-            producer = commits.txn.producer
-            views.append(observe_producer(producer))  # an abort forgets why the transaction became abortable
-            if not isinstance(fault, DeadlineError):  # the broker did not answer: an abort would wait as long
-                await commits.txn.abort()  # only the broker's answer to our epoch shows whether we are fenced
-                views.append(observe_producer(producer))
+        if pipeline is not None:  # after a deadline the broker did not answer: an abort would wait as long
+            views = await pipeline.abort(call_s, at_broker=not isinstance(fault, DeadlineError))
         diagnosis = diagnose(views, fault, self._m.rebuilder.names(self.tp), "transaction")
         self._drop()
         self._state = self._m.rebuilder.fresh_state(self.tp)  # the old one is ahead of the committed offset
@@ -513,11 +506,9 @@ class PartitionTask:
     def _drop(self) -> None:
         """Forget the partition's transactions and producer without waiting: the producer closes in the
         background, its open transaction left to the next producer of the transactional id to abort."""
-        commits, self._commits = self._commits, None
-        if commits is not None:
-            commits.cancel()
-            commits.txn.discard()
-            self._m.rebuilder.close_later(commits.txn.producer)
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            self._m.rebuilder.close_later(pipeline.discard())
         if self._stage is Stage.LIVE:
             self._stage = Stage.FAILED
 
@@ -539,8 +530,8 @@ class PartitionTask:
     def _throttle(self) -> None:
         """Back-pressure: pause fetching once the backlog (records fetched and waiting, taken and being converted,
         or processed while a commit runs) reaches `max_pending_records`, resume at half of it."""
-        commits = self._commits
-        backlog = self._inbox_records + self._taken + (len(commits.pending) if commits is not None else 0)
+        pipeline = self._pipeline
+        backlog = self._inbox_records + self._taken + (pipeline.waiting if pipeline is not None else 0)
         self._pending_gauge.set(backlog)
         if self._stage is not Stage.LIVE:
             return
@@ -552,6 +543,19 @@ class PartitionTask:
         elif self._throttled and backlog <= bound // 2:
             self._throttled = False
             self._m.fetcher.resume(self.tp)
+
+    def _cut_checkpoint(self, offset: int, final: bool) -> Changelog | None:
+        """The changelog records of the state at `offset`, when the policy says the commit fixed there checkpoints.
+        The pipeline asks only within this task's own calls into it, where the state is exactly at `offset`."""
+        if asyncio.current_task() is not self._task:
+            raise WorkerError(f"{self._where}: a checkpoint cut outside the partition's task")
+        state = self._state
+        if not self._policy.checkpoint_due(state.checkpointed, offset, final=final,
+                                           checkpointed_at=self._checkpointed_at):
+            return None
+        self._checkpointed_at = time.monotonic()
+        with working_on("cutting a checkpoint of %s (%d open runs)", self._where, state.open_streams):
+            return state.checkpoint(offset)
 
     def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
         if total > 0:

@@ -1,4 +1,4 @@
-"""One source partition's Kafka transactions, and when each commits (host contract §5).
+"""One source partition's Kafka transaction, and the commit protocol it takes part in (host contract §5).
 
 The commit protocol, for one source partition and its transactional producer (`<prefix>:<group>:<topic>:<p>`):
 
@@ -21,14 +21,16 @@ The commit protocol, for one source partition and its transactional producer (`<
    delivery, then commit: records, changelog and offset become visible together.
 8. **Fail.** Anything failing in 1 to 7 fails the partition: its task contains it (ends the transaction at the
    broker if it still can, diagnoses, drops the state) and rebuilds from the committed offset.
+
+`Transaction` carries out steps 1 to 3 and 7 on one producer; `pipeline.py` decides the rest (`CommitPolicy`) and
+feeds it the partition's processed records (`CommitPipeline`); the partition task cuts the checkpoint of step 6.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -38,15 +40,10 @@ from aiokafka.structs import OffsetAndMetadata
 from worker.errors import KafkaWorkerError
 from worker.kafka._aiokafka import observe_producer
 from worker.kafka.deadlines import bounded
-from worker.kafka.publishing import Routes, Sent, put_outcome, put_record
-from worker.ops import Metrics, working_on
-from worker.settings import Settings
-from worker.stream import Outcome, PartitionState, encode_replay_metadata
 
-__all__ = ["CommitPolicy", "Commits", "Transaction", "TxnPhase"]
+__all__ = ["Transaction", "TxnPhase"]
 
 _T = TypeVar("_T")
-OnFailure = Callable[[BaseException], None]  # must not wait: the partition's own task contains the failure
 
 
 class TxnPhase(Enum):
@@ -332,246 +329,3 @@ class Transaction:
         self._early_queued = False
         self._timestamps = []
         self.records = 0
-
-
-class CommitPolicy:
-    """When a partition's transaction commits and when it checkpoints (steps 4 and 6): decided from the settings,
-    the transaction's age and size, and the state's last checkpoint, never from what the records hold."""
-
-    __slots__ = ("changelog", "checkpoint_s", "interval_s", "max_records")
-
-    def __init__(self, settings: Settings) -> None:
-        self.interval_s = settings.commit_interval_ms / 1000
-        self.max_records = settings.max_records_per_transaction
-        self.checkpoint_s = settings.checkpoint_interval_ms / 1000
-        self.changelog = settings.changelog
-
-    def interval_start(self, consumed_at: float, late_s: float) -> float:
-        """When a record's commit interval starts: at its source timestamp, so the delay before consumption counts,
-        but at most half an interval before it was consumed; a record over an interval late (a partition catching
-        up) starts it on consumption, so catching up keeps full transactions."""
-        if 0.0 < late_s <= self.interval_s:
-            return consumed_at - min(late_s, self.interval_s / 2)
-        return consumed_at
-
-    def due(self, txn: Transaction) -> bool:
-        """Whether the open transaction has used its commit interval."""
-        return txn.is_open and txn.age_s >= self.interval_s
-
-    def due_in(self, txn: Transaction) -> float | None:
-        """Seconds until the open transaction is due; None when nothing is open."""
-        return max(0.0, self.interval_s - txn.age_s) if txn.is_open else None
-
-    def full(self, records: int) -> bool:
-        """Whether a transaction holding `records` source records commits now."""
-        return records >= self.max_records
-
-    def checkpoint_due(self, state: PartitionState, offset: int, *, final: bool, checkpointed_at: float) -> bool:
-        """Whether this commit writes the state to the changelog: when it changed since the last checkpoint and the
-        interval passed, or the changelog does not hold it, or the partition stops being live here."""
-        if not self.changelog or state.checkpointed == offset:
-            return False
-        return final or state.checkpointed < 0 or time.monotonic() - checkpointed_at >= self.checkpoint_s
-
-
-class Commits:
-    """The transactions of one live partition over time: outcomes in, commits out, a commit never stopping
-    consumption (steps 1 to 7). Owned by the partition's task: `on_failure` hears the partition's first failure
-    and `on_end` the end of each commit; neither may wait.
-
-    While a commit runs, processed outcomes wait in `pending` and go into the next transaction; when none runs,
-    `pending` is empty after `flush` and everything below `next_offset` is in the open transaction.
-    """
-
-    def __init__(
-        self, txn: Transaction, state: PartitionState, committed: int, *, policy: CommitPolicy,
-        routes: Callable[[], Routes], metrics: Metrics, on_failure: OnFailure, on_end: Callable[[], None],
-    ) -> None:  # fmt: skip
-        self.txn = txn
-        self.state = state
-        self.next_offset = committed
-        self.committed = committed
-        self.pending: list[tuple[Outcome, int, float]] = []  # (outcome, source timestamp, interval start)
-        self.failed = False
-        self._tp = txn.tp
-        self._label = (self._tp.topic, str(self._tp.partition))
-        self._policy = policy
-        self._routes = routes
-        self._metrics = metrics
-        self._on_failure = on_failure
-        self._on_end = on_end
-        self._task: asyncio.Task[None] | None = None
-        self._checkpointed_at = time.monotonic()
-        self._sent = Sent()
-        self._by_type: dict[str, Any] = {}  # output_events_total children by event type
-
-    @property
-    def committing(self) -> bool:
-        """Whether a commit is in flight (`on_end` is called when it ends)."""
-        return self._task is not None
-
-    def _fail(self, exc: BaseException) -> None:
-        if not self.failed:
-            self.failed = True
-            self.pending = []
-            self._on_failure(exc)
-
-    def _position(self) -> tuple[int, str]:
-        """The offset a transaction holding every record processed so far commits, and its replay metadata."""
-        return self.next_offset, encode_replay_metadata(self.state.replay_from(self.next_offset))
-
-    def room(self) -> int:
-        """How many more source records `add` takes before the open transaction is full (at least 1); unbounded
-        while a commit runs, since what is added then waits for the next transaction."""
-        if self._task is not None:
-            return sys.maxsize
-        return max(1, self._policy.max_records - len(self.pending) - self.txn.records)
-
-    async def add(self, taken: Sequence[tuple[Outcome, int, int, float]]) -> bool:
-        """Take the outcomes of consecutive source records, each with its offset, source timestamp and interval
-        start, with no wait between them (the state is never past `next_offset` while this waits); when that fills
-        the transaction and no commit runs, send what waits and start the commit. False once the partition failed."""
-        for outcome, offset, timestamp_ms, interval_start in taken:
-            self.next_offset = offset + 1
-            self.pending.append((outcome, timestamp_ms, interval_start))
-        if self._task is None and self._policy.full(len(self.pending) + self.txn.records):
-            if not await self.flush():
-                return False
-            self._start()
-        return not self.failed
-
-    async def end_of_batch(self) -> None:
-        """After a fetched batch: put what waits into the open transaction, ship the batches of partitions new to
-        it and join the group early (steps 2 and 3); a commit in flight takes them itself."""
-        if self._task is not None or self.failed or not await self.flush():
-            return
-        try:
-            await self.txn.ship_new()
-            if self.txn.joins_group:  # every record below next_offset is in the transaction now
-                self.txn.join_group(*self._position())
-        except Exception as exc:
-            self._fail(exc)
-
-    async def flush(self) -> bool:
-        """Send the pending outcomes into the open transaction (opening one); False if the partition failed."""
-        txn, sent, routes = self.txn, self._sent, self._routes()
-        try:
-            while self.pending and not self.failed:
-                batch, self.pending = self.pending, []
-                await txn.begin()
-                for outcome, timestamp, interval_start in batch:
-                    await put_outcome(txn, outcome, routes, sent, self._tp)
-                    txn.note_source(timestamp, interval_start)
-        except Exception as exc:
-            self._fail(exc)
-            return False
-        finally:
-            self._count(sent)
-        return not self.failed
-
-    def _count(self, sent: Sent) -> None:
-        """Move what was sent into the metrics, once per flush: a labelled counter's inc() costs more than a small
-        record."""
-        metrics = self._metrics
-        for kind, n in sent.events.items():
-            child = self._by_type.get(kind)
-            if child is None:
-                child = self._by_type[kind] = metrics.output_events_total.labels(kind)
-            child.inc(n)
-        for reason, n in sent.dead_letters.items():
-            metrics.dead_letter_records_total.labels(reason).inc(n)
-        if sent.truncated:
-            metrics.dead_letters_truncated_total.inc(sent.truncated)
-        if sent.display_records:
-            metrics.display_records_total.inc(sent.display_records)
-            metrics.display_bytes_total.inc(sent.display_bytes)
-        sent.clear()
-
-    def commit_if_due(self) -> None:
-        """Start the commit of the open transaction once it has used its interval (step 4)."""
-        if self._task is None and not self.failed and self._policy.due(self.txn):
-            self._start()
-
-    def due_in(self) -> float | None:
-        """Seconds until the open transaction is due; None when no time is awaited (nothing open, or a commit in
-        flight, which calls `on_end` when it ends)."""
-        return None if self._task is not None or self.failed else self._policy.due_in(self.txn)
-
-    def _start(self) -> None:
-        if self._task is None and self.txn.is_open:
-            self._task = asyncio.create_task(self._commit_then_flush(), name=f"commit-{self._tp.partition}")
-
-    async def _commit_then_flush(self) -> None:
-        """Commit, move what queued meanwhile into a new transaction, and commit again at once if that is due."""
-        try:
-            while await self._commit() and await self.flush():
-                if not self._policy.due(self.txn):
-                    break
-        finally:
-            if self._task is asyncio.current_task():
-                self._task = None
-            self._on_end()
-
-    async def commit_ended(self) -> None:
-        """Wait for the commit in flight (and the flush that follows it) to end, however it ends."""
-        task = self._task
-        if task is not None:
-            await asyncio.wait([task])
-
-    def cancel(self) -> asyncio.Task[None] | None:
-        """Cancel the commit in flight without waiting; returns it, for a caller that waits for its end."""
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-        return task
-
-    async def commit_now(self) -> bool:
-        """Wait for the commit in flight, then commit what is open with the state checkpointed (on revocation, halt
-        and shutdown). False when the partition failed."""
-        await self.commit_ended()
-        return not self.failed and await self._commit(final=True)
-
-    async def _commit(self, *, final: bool = False) -> bool:
-        """Commit the open transaction (steps 5 to 7); a final commit opens a transaction for the changelog alone
-        when the state moved past its last checkpoint. False when the partition failed."""
-        txn, policy, state = self.txn, self._policy, self.state
-        try:
-            if final and not txn.is_open and policy.checkpoint_due(state, self.next_offset, final=True,
-                                                                   checkpointed_at=self._checkpointed_at):
-                await txn.begin()
-        except Exception as exc:
-            self._fail(exc)
-            return False
-        if self.pending and not await self.flush():
-            return False
-        if not txn.is_open:
-            return not self.failed
-        # flush returned with nothing pending and no await since, so the state is exactly at next_offset.
-        offset, metadata = self._position()
-        due = policy.checkpoint_due(state, offset, final=final, checkpointed_at=self._checkpointed_at)
-        changes = None
-        if due:
-            with working_on("cutting a checkpoint of %s[%d] (%d open runs)", state.topic, state.partition,
-                            state.open_streams):
-                changes = state.checkpoint(offset)
-        started = txn.begun_at
-        try:
-            if changes is not None:
-                changelog = self._routes().changelog_topic
-                for key, value in changes:
-                    await put_record(txn, changelog, key, value, (), partition=self._tp.partition)
-            stamps = await txn.commit(offset, metadata)
-        except Exception as exc:
-            self._fail(exc)
-            return False
-        self.committed = offset
-        metrics = self._metrics
-        if changes is not None:
-            self._checkpointed_at = time.monotonic()
-            metrics.checkpoints_total.labels(*self._label).inc()
-            metrics.changelog_records_total.labels(*self._label).inc(len(changes))
-        metrics.transactions_total.labels("committed").inc()
-        metrics.transaction_duration_seconds.observe(time.monotonic() - started)
-        now_ms = time.time() * 1000
-        metrics.source_to_commit_delay_seconds.observe_many([max(0.0, now_ms - ts) / 1000 for ts in stamps])
-        return True
