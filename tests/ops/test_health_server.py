@@ -81,6 +81,9 @@ async def test_readyz_follows_membership_and_partitions(served: Served) -> None:
     status, _, body = await _get(server.port, "/readyz")
     assert status == 503 and b"not a consumer group member" in body
     health.set_member(True)
+    status, _, body = await _get(server.port, "/readyz")
+    assert status == 503 and b"waiting for the group's assignment" in body
+    health.set_assigned(True)
     health.set_partition("src", 0, "rebuilding")
     status, _, body = await _get(server.port, "/readyz")
     assert status == 503 and b"src/0:rebuilding" in body

@@ -266,7 +266,8 @@ class GroupMember:
 
     async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         """Commit what each revoked partition has open, within the revocation budget, and park the live ones in
-        case they come straight back."""
+        case they come straight back. A rebalance begins here: not ready until its assignment arrives."""
+        self._health.set_assigned(False)
         async with self._membership:
             tasks = [self._tasks.pop(tp) for tp in revoked if tp in self._tasks]
             if not tasks:
@@ -293,12 +294,14 @@ class GroupMember:
             for tp in sorted(assigned - set(self._tasks)):
                 self._tasks[tp] = PartitionTask(self._member, tp, self._parked.pop(tp, None))
             self._metrics.assigned_partitions.set(len(self._tasks))
+            self._health.set_assigned(True)  # each partition is recorded rebuilding by now: ready once all are live
 
     def hold(self, tps: Iterable[TopicPartition]) -> None:
         """Pause partitions whose assignment could not be handled, reported not ready."""
         for tp in tps:
             self._member.fetcher.pause(tp)
             self._health.set_partition(tp.topic, tp.partition, "failed")
+        self._health.set_assigned(True)  # the assignment arrived: what holds readiness back is its partitions
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -25,7 +25,8 @@ _log = logging.getLogger(__name__)
 
 class Health:
     """Live while the processing loop beats within `liveness_timeout_s`; ready when a group member, not blocked,
-    whose assigned partitions are all ready."""
+    holding the assignment of the group's current generation (no rebalance in progress), every partition of it
+    ready."""
 
     def __init__(self, liveness_timeout_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         if liveness_timeout_s <= 0:
@@ -34,6 +35,7 @@ class Health:
         self._clock = clock
         self._last_beat = clock()
         self._member = False
+        self._assigned = False
         self._blocked = ""
         self._partitions: dict[tuple[str, int], Readiness] = {}
 
@@ -42,8 +44,15 @@ class Health:
         self._last_beat = self._clock()
 
     def set_member(self, member: bool) -> None:
-        """Record whether the consumer currently belongs to its group."""
+        """Record whether the consumer currently belongs to its group; leaving it forgets the assignment."""
         self._member = member
+        if not member:
+            self._assigned = False
+
+    def set_assigned(self, assigned: bool) -> None:
+        """Record that the member's assignment of the current generation arrived (True, its partitions recorded
+        by now), or that a rebalance began and the next one has not (False)."""
+        self._assigned = assigned
 
     def set_blocked(self, reason: str) -> None:
         """Record why the member cannot work at all now (a missing right, say); "" once it can again."""
@@ -67,11 +76,14 @@ class Health:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """True when a group member, not blocked, and every assigned partition is ready (zero partitions is ready)."""
+        """True when a group member, not blocked, holding its assignment, and every assigned partition is ready (an
+        assignment of zero partitions is ready)."""
         if self._blocked:
             return False, self._blocked
         if not self._member:
             return False, "not a consumer group member"
+        if not self._assigned:
+            return False, "waiting for the group's assignment (joining or rebalancing)"
         waiting = sorted(f"{t}/{p}:{s}" for (t, p), s in self._partitions.items() if s != "ready")
         if waiting:
             shown = ", ".join(waiting[:5]) + (f" and {len(waiting) - 5} more" if len(waiting) > 5 else "")
