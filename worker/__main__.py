@@ -1,5 +1,5 @@
 """`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `check` (is the cluster ready
-for it), `gateway` (AG-UI over HTTP); `--version`."""
+for it), `inspect` (what a group holds), `gateway` (AG-UI over HTTP); `--version`."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     # `check` likewise, dispatched to worker.app.main_check.
     commands.add_parser("check", help="check that the cluster is ready for `run`'s settings (see `python -m worker "
                         "check --help`)", add_help=False)
+    # `inspect` likewise, dispatched to worker.app.main_inspect.
+    commands.add_parser("inspect", help="show what a group holds, or where one run stands (see `python -m worker "
+                        "inspect --help`)", add_help=False)
     # `gateway` likewise, dispatched to worker.gateway.server.main_gateway.
     commands.add_parser("gateway", help="serve runs over HTTP/SSE (see `python -m worker gateway --help`)",
                         add_help=False)
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.app import main_check  # noqa: PLC0415
 
         return main_check(args_list[1:])
+    if args_list and args_list[0] == "inspect":
+        from worker.app import main_inspect  # noqa: PLC0415
+
+        return main_inspect(args_list[1:])
     if args_list and args_list[0] == "gateway":
         from worker.gateway.server import main_gateway  # noqa: PLC0415 - the server stack loads only for `gateway`
 

@@ -24,8 +24,8 @@ from worker.settings import Settings, is_secret
 if TYPE_CHECKING:
     from worker.kafka.preflight import Check
 
-__all__ = ["add_check_flags", "build_parser", "main_check", "main_run", "print_checks", "quiet_client_logs",
-           "settings_from_args"]  # fmt: skip
+__all__ = ["add_check_flags", "build_parser", "main_check", "main_inspect", "main_run", "print_checks",
+           "quiet_client_logs", "settings_from_args"]  # fmt: skip
 
 _log = logging.getLogger("worker")
 _S = TypeVar("_S", bound=BaseSettings)
@@ -226,3 +226,54 @@ def main_check(argv: list[str] | None = None) -> int:
         print(f"worker check: {exc}", file=sys.stderr)
         return 2
     return print_checks(rows, args.json)
+
+
+def main_inspect(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker inspect`: what the group holds (`worker/kafka/inspection.py`), as text or
+    JSON; exit status 0 when it was read, 1 when the brokers could not answer it in time, 2 for settings that cannot
+    work."""
+    parser = build_parser(argparse.ArgumentParser(
+        prog="python -m worker inspect", allow_abbrev=False,
+        description="Show, changing nothing, what a group of workers holds: offsets, lag, checkpoints, open runs; "
+        "or where one run stands.",
+    ))  # fmt: skip
+    parser.add_argument("--run", default=None, metavar="ID", help="show where the run with this root run id stands")
+    parser.add_argument("--max-runs", type=int, default=20, metavar="N",
+                        help="open runs listed per partition, oldest first (default 20)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (docs/inspect.schema.json)")
+    parser.add_argument("--timeout-ms", type=int, default=60_000, metavar="MS",
+                        help="longest the whole inspection may take (default 60000)")
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        settings.check_files()
+    except ConfigError as exc:
+        print(f"worker inspect: {exc}", file=sys.stderr)
+        return 2
+    from worker.errors import KafkaWorkerError  # noqa: PLC0415
+    from worker.kafka.inspection import inspect_group, inspect_run  # noqa: PLC0415
+    from worker.kafka.startup import reach_once  # noqa: PLC0415
+
+    quiet_client_logs()
+    timeout_s = args.timeout_ms / 1000
+
+    async def inspect() -> dict[str, Any]:
+        await reach_once(settings, timeout_s=timeout_s)
+        if args.run is not None:
+            return await inspect_run(settings, args.run, timeout_s=timeout_s)
+        return await inspect_group(settings, max_runs=args.max_runs, timeout_s=timeout_s)
+
+    try:
+        found = asyncio.run(inspect())
+    except (ConfigError, KafkaWorkerError, TimeoutError) as exc:
+        print(f"worker inspect: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        text = json.dumps(found, ensure_ascii=False, indent=2)
+    else:
+        from worker.ops.inspection import describe_group, describe_run  # noqa: PLC0415
+
+        text = describe_run(found) if args.run is not None else describe_group(found)
+    sys.stdout.buffer.write(text.encode() + b"\n")
+    sys.stdout.flush()
+    return 0

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import CheckpointError, RebuildError
 from worker.ops import Metrics, working_on
-from worker.stream import PartitionState, read_checkpoint_header
+from worker.stream import PARTITION_KEY, PartitionState, read_checkpoint_header
 
 __all__ = ["Changelog", "Restored", "read_changelog", "restore"]
 
@@ -29,11 +29,13 @@ _FETCH = 10_000  # records per fetch
 
 
 class Changelog(NamedTuple):
-    """A changelog partition's latest value per key, and how many records (and seconds) reading it took."""
+    """A changelog partition's latest value per key, how many records (and seconds) reading it took, and the
+    timestamp of its latest partition record (when its checkpoint was written; None without one)."""
 
     values: dict[bytes, bytes]
     records: int
     seconds: float
+    checkpoint_ms: int | None = None
 
 
 async def read_changelog(
@@ -49,6 +51,7 @@ async def read_changelog(
     end = (await consumer.end_offsets([ctp]))[ctp]
     values: dict[bytes, bytes] = {}
     read = 0
+    written: int | None = None
     if end <= start:
         return Changelog(values, read, time.monotonic() - began)
     consumer.seek(ctp, start)
@@ -68,6 +71,8 @@ async def read_changelog(
                     values.pop(rec.key, None)
                 else:
                     values[rec.key] = rec.value
+                    if rec.key == PARTITION_KEY:
+                        written = rec.timestamp
             now = await consumer.position(ctp)
             if now > position:
                 position, moved = now, time.monotonic()
@@ -76,7 +81,7 @@ async def read_changelog(
                                    f"{stall_timeout_s:.0f}s at offset {position} of {end}")
     finally:
         consumer.pause(ctp)
-    return Changelog(values, read, time.monotonic() - began)
+    return Changelog(values, read, time.monotonic() - began, written)
 
 @dataclass(frozen=True, slots=True)
 class Restored:

@@ -4,8 +4,14 @@ and the partition state as changelog records (checkpoint and restore)."""
 from worker.stream._build import record_size
 from worker.stream._changelog import (
     CHECKPOINT_FORMAT_VERSION,
+    PARTITION_KEY,
     CheckpointHeader,
+    decode_ended,
+    decode_stream,
+    ended_key,
     read_checkpoint_header,
+    split_key,
+    stream_key,
 )
 from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
@@ -32,6 +38,7 @@ __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "EVENT_TOO_LARGE_CODE",
     "MIN_RECORD_BYTES",
+    "PARTITION_KEY",
     "SOURCE_GAP_CODE",
     "CheckpointHeader",
     "DeadLetterReason",
@@ -48,10 +55,15 @@ __all__ = [
     "Verdict",
     "WireItem",
     "convert_partition",
+    "decode_ended",
     "decode_replay_metadata",
+    "decode_stream",
     "default_core",
     "encode_replay_metadata",
+    "ended_key",
     "load_processor",
     "read_checkpoint_header",
     "record_size",
+    "split_key",
+    "stream_key",
 ]

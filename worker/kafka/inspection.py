@@ -1,0 +1,341 @@
+"""`worker inspect`: what a consumer group holds, read back from the brokers without changing anything.
+
+Per source partition: the committed offset C and the replay start R of its metadata, the end offset (the last
+stable offset: `read_committed`) and the lag, and the latest changelog checkpoint at K, read and decoded by the
+worker's own restore code (`restore.read_changelog`, `worker.stream`'s checkpoint decoders): its age, open and
+remembered runs, bytes, and the oldest open run. For one run: whether the checkpoint holds it open or ended, its
+last event on the output topic (its `agui-seq`, and the source offset of the item it came from), and its latest
+display record, restored by `DisplayReader`. Every read is group-less, commits nothing and ends by a deadline.
+
+What the checkpoint says is the state at K; the worker checkpoints at most `checkpoint_interval_ms` apart and at
+every stop, so K equals C for a stopped group and trails it by at most one interval for a running one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import ConsumerRecord
+
+from worker.display import DisplayReader
+from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
+from worker.kafka._aiokafka import topic_metadata
+from worker.kafka.clients import make_admin, make_replay_consumer
+from worker.kafka.partitioner import partition_for
+from worker.kafka.restore import read_changelog
+from worker.settings import Settings
+from worker.stream import (
+    PARTITION_KEY,
+    decode_ended,
+    decode_replay_metadata,
+    decode_stream,
+    default_core,
+    ended_key,
+    read_checkpoint_header,
+    split_key,
+    stream_key,
+)
+
+__all__ = ["inspect_group", "inspect_run"]
+
+_T = TypeVar("_T")
+_STEP = 2_000  # offsets read at a time when looking backward for a run's latest record
+_UNKNOWN_TOPIC = 3
+
+
+class _Deadline:
+    """The time left for one inspection; every broker call is bounded by it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.seconds = seconds
+
+    def check(self, doing: str) -> None:
+        if time.monotonic() > self.at:
+            raise TimeoutError(f"{doing} did not finish within {self.seconds:g} s (--timeout-ms)")
+
+    async def bound(self, call: Awaitable[_T], doing: str) -> _T:
+        try:
+            return await asyncio.wait_for(call, max(0.001, self.at - time.monotonic()))
+        except TimeoutError:
+            raise TimeoutError(f"{doing} did not finish within {self.seconds:g} s (--timeout-ms)") from None
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, role: str) -> int:
+    """The partition count of `topic`; ConfigError when it does not exist or may not be described."""
+    code, ids = await topic_metadata(consumer, topic)
+    if code == _UNKNOWN_TOPIC or (not code and not ids):
+        raise ConfigError(f"{role} {topic!r} does not exist")
+    if code:
+        raise ConfigError(f"{role} {topic!r} cannot be described (error code {code}): grant Describe on it")
+    return len(ids)
+
+
+async def _records(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, stop: int, deadline: _Deadline
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """The committed records of `tp` in `[start, stop)`, `stop` at most the partition's end offset."""
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    found: list[ConsumerRecord[bytes, bytes]] = []
+    while await consumer.position(tp) < stop:
+        deadline.check(f"reading {tp.topic}[{tp.partition}]")
+        batch = await consumer.getmany(tp, timeout_ms=200, max_records=_STEP)
+        found += [rec for rec in batch.get(tp, []) if rec.offset < stop]
+    return found
+
+
+async def _latest(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes, low: int, high: int, *, deadline: _Deadline
+) -> ConsumerRecord[bytes, bytes] | None:
+    """The last record of `key` in `[low, high)` of `tp`, looked for backward from `high` a step at a time."""
+    stop = high
+    while stop > low:
+        start = max(low, stop - _STEP)
+        mine = [rec for rec in await _records(consumer, tp, start, stop, deadline) if rec.key == key]
+        if mine:
+            return mine[-1]
+        stop = start
+    return None
+
+
+def _header(record: ConsumerRecord[bytes, bytes], name: str) -> str | None:
+    return next((bytes(value).decode() for key, value in record.headers if key == name), None)
+
+
+def _age_s(timestamp_ms: int | None, now_ms: int) -> float | None:
+    return None if timestamp_ms is None else round(max(0, now_ms - timestamp_ms) / 1000, 3)
+
+
+async def _checkpoint(
+    consumer: AIOKafkaConsumer, settings: Settings, partition: int, *, now_ms: int, max_runs: int,
+    deadline: _Deadline,
+) -> dict[str, Any]:
+    """The latest checkpoint of changelog partition `partition`, decoded as a restore decodes it."""
+    s = settings
+    ctp = TopicPartition(s.changelog_topic_name, partition)
+    consumer.assign([ctp])
+    consumer.pause(ctp)
+    changelog = await deadline.bound(read_changelog(consumer, ctp), f"reading {ctp.topic}[{partition}]")
+    values = changelog.values
+    described: dict[str, Any] = {"records_read": changelog.records,
+                                 "bytes": sum(len(key) + len(value) for key, value in values.items())}  # fmt: skip
+    try:
+        header = read_checkpoint_header(values, s.source_topic, partition)
+        if header is None:
+            return {**described, "offset": None, "error": "the changelog partition holds no checkpoint"}
+        restore = default_core().restore_observer
+        runs: list[dict[str, Any]] = []
+        remembered = 0
+        for raw, value in values.items():
+            if raw == PARTITION_KEY:
+                continue
+            is_open, run_id = split_key(raw, s.source_topic, partition)
+            if is_open:
+                stream = decode_stream(raw, value, header, restore)
+                runs.append({"run_id": run_id, "thread_id": stream.thread_id, "agui_seq": stream.n - 1,
+                             "first_offset": stream.first_offset, "closed_by": stream.closed_by})  # fmt: skip
+            else:
+                decode_ended(raw, value, header)
+                remembered += 1
+    except (CheckpointError, CheckpointVersionError) as exc:
+        return {**described, "offset": None, "error": f"{exc}: the next rebuild replays the source instead"}
+    runs.sort(key=lambda run: (run["first_offset"], run["run_id"]))
+    return {
+        **described, "offset": header.offset, "written_ms": changelog.checkpoint_ms,
+        "age_s": _age_s(changelog.checkpoint_ms, now_ms), "worker": header.worker, "open_runs": len(runs),
+        "remembered_runs": remembered, "runs": runs[:max_runs], "runs_truncated": len(runs) > max_runs,
+        "error": None,
+    }  # fmt: skip
+
+
+async def _oldest_age(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, first_offset: int, end: int, *, now_ms: int,
+    deadline: _Deadline,
+) -> float | None:
+    """The age of the source record at `first_offset` (None when retention removed it)."""
+    if first_offset >= end:
+        return None
+    recs = await _records(consumer, tp, first_offset, first_offset + 1, deadline)
+    return _age_s(recs[0].timestamp, now_ms) if recs and recs[0].offset == first_offset else None
+
+
+async def _offsets(
+    admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, settings: Settings, tps: list[TopicPartition],
+    deadline: _Deadline,
+) -> tuple[dict[TopicPartition, Any], dict[TopicPartition, int], dict[TopicPartition, int]]:  # fmt: skip
+    committed = await deadline.bound(admin.list_consumer_group_offsets(settings.group_id, partitions=tps),
+                                     "reading the group's committed offsets")  # fmt: skip
+    start = await deadline.bound(consumer.beginning_offsets(tps), "reading the log start offsets")
+    end = await deadline.bound(consumer.end_offsets(tps), "reading the end offsets")
+    return committed, start, end
+
+
+async def inspect_group(settings: Settings, *, max_runs: int = 20, timeout_s: float = 60.0) -> dict[str, Any]:
+    """What the group holds per source partition (the JSON `docs/inspect.schema.json` describes)."""
+    s = settings
+    deadline = _Deadline(timeout_s)
+    now_ms = int(time.time() * 1000)
+    admin, consumer = make_admin(s), make_replay_consumer(s)
+    await deadline.bound(admin.start(), "starting the admin client")
+    try:
+        await deadline.bound(consumer.start(), "starting the consumer")
+        count = await deadline.bound(_partitions(consumer, s.source_topic, "source_topic"), "describing the source")
+        changelog = s.changelog and await _exists(consumer, s.changelog_topic_name)
+        tps = [TopicPartition(s.source_topic, p) for p in range(count)]
+        committed, start, end = await _offsets(admin, consumer, s, tps, deadline)
+        (group,) = await deadline.bound(admin.describe_consumer_groups([s.group_id]), "describing the group")
+        _, _, state, _, _, members, *_ = group.groups[0]
+        partitions = []
+        for tp in tps:
+            entry = committed.get(tp)
+            offset = entry.offset if entry is not None and entry.offset >= 0 else None
+            row: dict[str, Any] = {
+                "partition": tp.partition, "log_start": start[tp], "end_offset": end[tp], "committed": offset,
+                "lag": end[tp] - (offset if offset is not None else start[tp]),
+                "replay_from": decode_replay_metadata(entry.metadata) if entry is not None else None,
+                "checkpoint": None,
+            }  # fmt: skip
+            if changelog:
+                checkpoint = await _checkpoint(consumer, s, tp.partition, now_ms=now_ms, max_runs=max_runs,
+                                               deadline=deadline)
+                oldest = checkpoint.get("runs") or []
+                if checkpoint["error"] is None:
+                    checkpoint["oldest_open_run"] = None if not oldest else {
+                        "run_id": oldest[0]["run_id"], "first_offset": oldest[0]["first_offset"],
+                        "age_s": await _oldest_age(consumer, tp, oldest[0]["first_offset"], end[tp], now_ms=now_ms,
+                                                  deadline=deadline),
+                    }  # fmt: skip
+                row["checkpoint"] = checkpoint
+            partitions.append(row)
+        display = await _display_partitions(consumer, s, deadline) if s.display_topic else None
+    finally:
+        await consumer.stop()
+        await admin.close()
+    return {
+        "group": s.group_id, "group_state": state, "members": len(members), "source_topic": s.source_topic,
+        "changelog_topic": s.changelog_topic_name if changelog else None, "inspected_ms": now_ms,
+        "partitions": partitions, "display": display,
+    }  # fmt: skip
+
+
+async def _exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
+    code, ids = await topic_metadata(consumer, topic)
+    return code == 0 and bool(ids)
+
+
+async def _display_partitions(consumer: AIOKafkaConsumer, settings: Settings, deadline: _Deadline) -> dict[str, Any]:
+    """The display topic's partitions (co-partitioned with the output, not the source): the offsets it holds."""
+    topic = settings.display_topic
+    if not await _exists(consumer, topic):
+        return {"topic": topic, "partitions": []}
+    tps = [TopicPartition(topic, p) for p in range(await _partitions(consumer, topic, "display_topic"))]
+    start = await deadline.bound(consumer.beginning_offsets(tps), "reading the display topic's offsets")
+    end = await deadline.bound(consumer.end_offsets(tps), "reading the display topic's offsets")
+    return {"topic": topic, "partitions": [{"partition": tp.partition, "log_start": start[tp], "end_offset": end[tp]}
+                                           for tp in tps]}  # fmt: skip
+
+
+async def inspect_run(settings: Settings, run_id: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Where one run stands (the JSON `docs/inspect.schema.json` describes as `run`)."""
+    s = settings
+    deadline = _Deadline(timeout_s)
+    key = run_id.encode()
+    admin, consumer = make_admin(s), make_replay_consumer(s)
+    await deadline.bound(admin.start(), "starting the admin client")
+    try:
+        await deadline.bound(consumer.start(), "starting the consumer")
+        sources = await _partitions(consumer, s.source_topic, "source_topic")
+        outputs = await _partitions(consumer, s.output_topic, "output_topic")
+        source = TopicPartition(s.source_topic, partition_for(key, sources))
+        output = TopicPartition(s.output_topic, partition_for(key, outputs))
+        committed, _, _ = await _offsets(admin, consumer, s, [source], deadline)
+        entry = committed.get(source)
+        answer: dict[str, Any] = {
+            "run_id": run_id, "source_partition": source.partition, "output_partition": output.partition,
+            "committed": entry.offset if entry is not None and entry.offset >= 0 else None, "checkpoint_offset": None,
+            "state": "unknown", "open": None, "ended": None,
+        }  # fmt: skip
+        if s.changelog and await _exists(consumer, s.changelog_topic_name):
+            answer.update(await _in_checkpoint(consumer, s, source.partition, run_id, deadline))
+        answer["last_event"] = await _last_event(consumer, output, key, deadline)
+        answer["display"] = await _display(consumer, s, run_id, output.partition, deadline) \
+            if s.display_topic and await _exists(consumer, s.display_topic) else None  # fmt: skip
+    finally:
+        await consumer.stop()
+        await admin.close()
+    last, ended = answer["last_event"], answer["ended"]
+    answer["agui_seq"] = last["agui_seq"] if last is not None else \
+        (answer["open"]["agui_seq"] if answer["open"] is not None else None)  # fmt: skip
+    answer["last_source_offset"] = last["source_offset"] if last is not None else \
+        (ended["ended_at"] if ended is not None else None)  # fmt: skip
+    return answer
+
+
+async def _in_checkpoint(
+    consumer: AIOKafkaConsumer, settings: Settings, partition: int, run_id: str, deadline: _Deadline
+) -> dict[str, Any]:
+    """The run as the latest checkpoint holds it: open, ended (remembered) or unknown."""
+    s = settings
+    ctp = TopicPartition(s.changelog_topic_name, partition)
+    consumer.assign([ctp])
+    consumer.pause(ctp)
+    values = (await deadline.bound(read_changelog(consumer, ctp), f"reading {ctp.topic}[{partition}]")).values
+    header = read_checkpoint_header(values, s.source_topic, partition)
+    if header is None:
+        return {}
+    found: dict[str, Any] = {"checkpoint_offset": header.offset}
+    for raw in (stream_key(run_id), ended_key(run_id)):
+        value = values.get(raw)
+        if value is None:
+            continue
+        is_open, _ = split_key(raw, s.source_topic, partition)
+        if is_open:
+            stream = decode_stream(raw, value, header, default_core().restore_observer)
+            found["state"] = "open"
+            found["open"] = {"thread_id": stream.thread_id, "agui_seq": stream.n - 1,
+                             "first_offset": stream.first_offset, "closed_by": stream.closed_by,
+                             "runs": dict(stream.last)}  # fmt: skip
+        else:
+            last_sequence, ended_at = decode_ended(raw, value, header)
+            found["state"] = "ended"
+            found["ended"] = {"last_sequence": last_sequence, "ended_at": ended_at}
+    return found
+
+
+async def _last_event(
+    consumer: AIOKafkaConsumer, output: TopicPartition, key: bytes, deadline: _Deadline
+) -> dict[str, Any] | None:
+    """The run's latest committed output record: its `agui-seq`, type and the source offset it came from."""
+    start = (await consumer.beginning_offsets([output]))[output]
+    end = (await consumer.end_offsets([output]))[output]
+    record = await _latest(consumer, output, key, start, end, deadline=deadline)
+    if record is None:
+        return None
+    seq, source_offset = _header(record, "agui-seq"), _header(record, "source-offset")
+    return {"offset": record.offset, "timestamp_ms": record.timestamp, "type": _header(record, "agui-type"),
+            "agui_seq": int(seq) if seq is not None else None,
+            "source_offset": int(source_offset) if source_offset is not None else None}  # fmt: skip
+
+
+async def _display(
+    consumer: AIOKafkaConsumer, settings: Settings, run_id: str, partition: int, deadline: _Deadline
+) -> dict[str, Any] | None:
+    """The run's latest display record, restored as a UI backend restores it."""
+    tp = TopicPartition(settings.display_topic, partition)
+    start = (await consumer.beginning_offsets([tp]))[tp]
+    end = (await consumer.end_offsets([tp]))[tp]
+    record = await _latest(consumer, tp, run_id.encode(), start, end, deadline=deadline)
+    if record is None or record.value is None:
+        return None
+    seq = _header(record, "agui-seq")
+    agui_seq = int(seq) if seq is not None else None
+    reader = DisplayReader(run_id, record.value, agui_seq)
+    return {"offset": record.offset, "timestamp_ms": record.timestamp, "agui_seq": agui_seq,
+            "bytes": len(record.value), "items": len(reader.items),
+            "evicted": reader.evicted.count if reader.evicted is not None else 0}  # fmt: skip
