@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.gateway.metrics import GatewayMetrics
 from worker.ops import Metrics
 from worker.settings import Settings, is_secret
 
@@ -65,6 +66,19 @@ def test_metrics_table_matches_the_registry() -> None:
     # prometheus-client names a counter family without its `_total` suffix.
     exposed = {n if n in documented else f"{n}_total" for n in exposed}
     assert documented == exposed
+
+
+def test_gateway_metrics_table_matches_its_registry() -> None:
+    """docs/gateway.md's table names every gateway metric (a row may list several as `_<rest of the name>`), and
+    nothing the gateway does not export."""
+    table = _section("Metrics", (ROOT / "docs" / "gateway.md").read_text())
+    exposition = GatewayMetrics().render().decode()
+    exposed = {name for name in re.findall(r"^# TYPE (harness_agui_gateway_[a-z_]+) ", exposition, flags=re.M)
+               if not name.endswith("_created")}  # fmt: skip
+    for name in exposed:
+        assert f"`{name}" in table or f"`_{name.removeprefix('harness_agui_gateway_')}`" in table, name
+    named = set(re.findall(r"`(harness_agui_gateway_[a-z_]+)", table))
+    assert named <= exposed
 
 
 def test_quick_start_is_two_commands_that_exist() -> None:
