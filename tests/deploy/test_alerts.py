@@ -1,4 +1,4 @@
-"""The chart's PrometheusRule, rendered as a release would have it, passes `promtool test rules`
+"""The chart's PrometheusRule, rendered as a release with the gateway would have it, passes `promtool test rules`
 (tests/deploy/alerts.test.yaml: each alert fires on the series that mean trouble and stays quiet on healthy ones),
 and every alert has its runbook entry in docs/runbooks.md."""
 
@@ -24,8 +24,12 @@ def promtool_path() -> Path:
     return helm_path().parent / "promtool"
 
 
+GATEWAY = {"gateway": {"enabled": True, "auth": {"existingSecret": "gw-key"}}, "config": {"display_topic": "d"}}
+
+
 def _rules(render: Render) -> list[dict[str, Any]]:
-    [rule] = [o for o in render({"metrics": {"prometheusRule": {"enabled": True}}}, release="agui")
+    """The rules of a release with the gateway on, so that the gateway's alerts are among them."""
+    [rule] = [o for o in render({"metrics": {"prometheusRule": {"enabled": True}}, **GATEWAY}, release="agui")
               if o["kind"] == "PrometheusRule"]  # fmt: skip
     [group] = rule["spec"]["groups"]
     return list(group["rules"])
