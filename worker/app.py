@@ -194,9 +194,14 @@ def print_checks(rows: Sequence[Check], as_json: bool) -> int:
 
 
 def quiet_client_logs() -> None:
-    """Only errors reach standard error: the client's own warnings are said by the checks' rows."""
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    """Warnings and errors reach standard error, but none of the Kafka client's own: what they say is in the answer
+    (a refused handshake's cause is read from them, so they are still made)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
 
 
 def main_check(argv: list[str] | None = None) -> int:

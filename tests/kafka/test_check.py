@@ -333,3 +333,21 @@ def test_gateway_check_names_each_right_the_gateway_needs(
         failed = rows(report, "fail")
         assert list(failed) == [row], failed
         assert f"{grant} for User:{principal.name}" in failed[row]
+
+
+def test_a_refused_handshake_is_named_by_its_cause(
+    secure_kafka: SecureKafka, secured: tuple[Principal, Layout, list[str]], tmp_path: Path
+) -> None:
+    _, names, connection = secured
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("not-the-password\n")
+    flags = [wrong.as_posix() if previous == "--sasl-password-file" else flag
+             for previous, flag in zip(["", *connection], connection, strict=False)]  # fmt: skip
+    assert str(wrong) in flags
+    bootstrap, *rest = flags
+    status, report = run_check(bootstrap, *rest, *names.flags())
+    assert status == 1
+    assert [row["check"] for row in report["checks"]] == ["connect"]
+    detail = report["checks"][0]["detail"]
+    assert detail.startswith("Kafka brokers refused the connection (authentication): authentication failed"), detail
+    assert "not-the-password" not in json.dumps(report)
