@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from worker._framing import Headers, framed_size, varint_size
 from worker._value import FrozenValue
+from worker.contract import SEQ, THREAD_ID
 from worker.display._failures import failed_tool_call
 from worker.display._json import loads_object
 from worker.display.bounding import bound_event_json
@@ -250,7 +251,7 @@ class DisplayProjection:
         if last is None:
             return None
         continuation = accepted.continuation
-        headers: Headers = (("agui-seq", str(last).encode()), ("thread-id", self._thread_bytes))
+        headers: Headers = ((SEQ, str(last).encode()), (THREAD_ID, self._thread_bytes))
         budget = self._max_bytes - record_overhead(self._headers_key, headers, self._max_bytes)
         value = self._fold.export_json(observer_json=continuation)
         evicted = 0

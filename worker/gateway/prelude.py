@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 
+from worker.contract import TERMINAL_TYPES
 from worker.gateway.directory import DisplayPointer
 
 __all__ = ["PRELUDE_NOTICE", "Prelude", "build_prelude"]
 
 PRELUDE_NOTICE = "harness-agui.gateway.prelude"
-_TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 _SUBAGENT_ENDS = ("SUBAGENT_FINISHED", "SUBAGENT_ERROR")
 
 
@@ -117,7 +117,7 @@ def build_prelude(run_id: str, pointer: DisplayPointer, value: bytes) -> Prelude
             event_type = content.get("type")
             if event_type == "RUN_STARTED" and started is None:
                 started = content
-            elif event_type in _TERMINAL:
+            elif event_type in TERMINAL_TYPES:
                 terminal = content
             elif event_type == "SUBAGENT_STARTED":
                 subagents[content.get("subagentRunId", "")] = content

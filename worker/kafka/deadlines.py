@@ -11,7 +11,7 @@ from typing import TypeVar
 from worker.errors import DeadlineError
 from worker.settings import Settings
 
-__all__ = ["Deadlines", "backoff_s", "bounded"]
+__all__ = ["GRANT_HEALS_WITHIN_S", "Deadlines", "backoff_s", "bounded"]
 
 _T = TypeVar("_T")
 _FIRST_BACKOFF_S = 0.25
@@ -51,6 +51,9 @@ async def bounded(aw: Awaitable[_T], seconds: float, call: str, where: str) -> _
         if limit.expired():
             raise DeadlineError(call, seconds, where) from None
         raise
+
+
+GRANT_HEALS_WITHIN_S = 10.0  # the longest back-off while a right is missing, in the worker and the gateway alike
 
 
 def backoff_s(attempt: int, cap_s: float) -> float:

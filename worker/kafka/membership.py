@@ -21,12 +21,12 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from worker.errors import AuthorizationError, ConfigError
 from worker.kafka._aiokafka import force_close
 from worker.kafka.clients import make_admin, make_group_consumer, principal
-from worker.kafka.deadlines import Deadlines, backoff_s
+from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, Deadlines, backoff_s
 from worker.kafka.diagnosis import Fault, Names, diagnose
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilder
 from worker.kafka.startup import until_reachable, wait_beating
-from worker.kafka.task import AUTHORISED_WITHIN_S, Member, PartitionTask
+from worker.kafka.task import Member, PartitionTask
 from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
 from worker.settings import Settings
@@ -163,7 +163,7 @@ class GroupMember:
         liveness beats, then the caller polls again: aiokafka's consumer rejoins by itself once it may."""
         s = self._s
         diagnosis = diagnose(None, exc, Names("", s.group_id, s.source_topic, principal(s)), "poll")
-        delay = backoff_s(failures, min(self._deadlines.backoff_max_s, AUTHORISED_WITHIN_S))
+        delay = backoff_s(failures, min(self._deadlines.backoff_max_s, GRANT_HEALS_WITHIN_S))
         if diagnosis.fault is Fault.UNAUTHORISED:
             for denied in diagnosis.denied:
                 self._metrics.authorization_failures_total.labels(*denied.label).inc()

@@ -15,11 +15,12 @@ from aiokafka import TopicPartition
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import for_code
 
+from worker.kafka.codes import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 from worker.kafka.deadlines import bounded
 
 __all__ = ["Ownership", "confirm_owner", "owner_in"]
 
-_RETRIABLE_CODES = frozenset({14, 15, 16})  # coordinator loading, not available, not the coordinator
+_RETRIABLE_CODES = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 
 
 class Ownership(Enum):

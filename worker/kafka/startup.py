@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError, SaslAuthenticationFailed
 
 from worker.errors import AuthorizationError, KafkaWorkerError
 from worker.kafka.clients import connection_options
+from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S
 from worker.kafka.handshake import Refusal, refusal_in
 from worker.settings import ConnectionSettings
 
@@ -55,7 +56,7 @@ async def until_reachable(
     *,
     first_backoff_s: float = 0.5,
     max_backoff_s: float = 30.0,
-    denied_max_s: float = 10.0,
+    denied_max_s: float = GRANT_HEALS_WITHIN_S,
     on_refusal: Callable[[str], None] | None = None,
 ) -> _T | None:
     """`attempt()`'s result once it succeeds; None when `stop` is set first (the attempt is then cancelled).

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from worker.errors import CheckpointVersionError, DeadlineError, WorkerError
-from worker.kafka.deadlines import Deadlines, backoff_s
+from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, Deadlines, backoff_s
 from worker.kafka.diagnosis import Diagnosis, Fault, Names, diagnose
 from worker.kafka.ownership import Ownership
 from worker.kafka.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
@@ -38,7 +38,7 @@ from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
 from worker.stream import Outcome, PartitionState, Verdict
 
-__all__ = ["AUTHORISED_WITHIN_S", "Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
+__all__ = ["Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
 
 _log = logging.getLogger(__name__)
 _OWNER_POLL_FIRST_S = 0.25
@@ -46,7 +46,6 @@ _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in
 # Records processed together: their conversion, then their display folds (each stage's code stays warm).
 _CHUNK_RECORDS = 32
 _LOGGED_STREAMS = 10_000  # streams whose internal error was logged with its traceback, remembered per partition
-AUTHORISED_WITHIN_S = 10.0  # the longest back-off while a right is missing: a grant heals the partition this soon
 
 
 class Stage(Enum):
@@ -489,11 +488,11 @@ class PartitionTask:
         _log.error("rebuild failed, retrying in %.1f s: %s", delay, diagnosis.describe(), extra=self._fields())
 
     def _backoff(self, failures: int, diagnosis: Diagnosis) -> float:
-        """The wait before the next rebuild: capped at `rebuild_backoff_max_ms`, and at `AUTHORISED_WITHIN_S` while
+        """The wait before the next rebuild: capped at `rebuild_backoff_max_ms`, and at `GRANT_HEALS_WITHIN_S` while
         a right is missing, so a grant takes effect that soon without a restart."""
         cap = self._m.deadlines.backoff_max_s
         if diagnosis.fault is Fault.UNAUTHORISED:
-            cap = min(cap, AUTHORISED_WITHIN_S)
+            cap = min(cap, GRANT_HEALS_WITHIN_S)
         return backoff_s(failures, cap)
 
     def _unauthorised(self, diagnosis: Diagnosis) -> None:

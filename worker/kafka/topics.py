@@ -15,7 +15,14 @@ from aiokafka.errors import for_code
 from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
 from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES, principal
+from worker.kafka.codes import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from worker.kafka.diagnosis import Denied, authorization_error
+from worker.kafka.metadata import check_described
 from worker.settings import Settings
 
 __all__ = [
@@ -45,7 +52,6 @@ _log = logging.getLogger(__name__)
 
 SIZE_MARGIN_BYTES = 512  # kept free below every limit, beside the batch framing `record_size` already counts
 MIN_TOPIC_RECORD_BYTES = 16 * 1024  # a dead letter's own headers (its messages up to 1000 characters) must fit
-_UNKNOWN_TOPIC, _TOPIC_DENIED, _TOPIC_EXISTS, _CLUSTER_DENIED = 3, 29, 36, 31
 _MAX_MESSAGE = "max.message.bytes"
 _DENIED_HINT = ", no DescribeConfigs right: grant it on the topic, or set --assumed-max-message-bytes to its value"
 _CLEANUP = "cleanup.policy"
@@ -70,15 +76,6 @@ DISPLAY_WHY: Final = (
 """Why the display topic must have the output's partition count, and what to do when it has not."""
 BROKER_TIMEOUTS: Final = ("transaction.max.timeout.ms", "group.min.session.timeout.ms", "group.max.session.timeout.ms")
 """The broker configs the worker's timeouts must lie within."""
-
-
-def _check_described(code: int, topic: str, role: str, who: str) -> None:
-    """Raise for the error code a broker gave for describing `topic`: AuthorizationError naming the right when
-    denied (`who`: the principal, when known)."""
-    if code == _TOPIC_DENIED:
-        raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role}")
-    if code:
-        raise for_code(code)(f"describing topic {topic!r}")
 
 
 def record_limit(
@@ -137,8 +134,8 @@ class TopicInspector:
                               "create the topics, or name existing ones (and grant this client Describe on them)")
         described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
         for topic, role in roles.items():
-            _check_described(described[topic]["error_code"] if topic in described else _UNKNOWN_TOPIC, topic, role,
-                             self._who)
+            code = described[topic]["error_code"] if topic in described else UNKNOWN_TOPIC_OR_PARTITION
+            check_described(code, topic, role, self._who)
         sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
             output_partitions=len(described[s.output_topic]["partitions"]),
@@ -207,7 +204,7 @@ class TopicInspector:
 
     async def _described(self, topic: str, role: str) -> dict[str, Any]:
         (found,) = await self._admin.describe_topics([topic])
-        _check_described(found["error_code"], topic, role, self._who)
+        check_described(found["error_code"], topic, role, self._who)
         return dict(found)
 
     async def _create(
@@ -215,10 +212,10 @@ class TopicInspector:
     ) -> None:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
-            if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
+            if code in (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
                 raise authorization_error((Denied("Topic", name, ("CREATE",)),), self._who,
                               f"create {role} (compacted, {partitions} partitions {like}; or create it yourself)")
-            if code and code != _TOPIC_EXISTS:  # another worker creating it at the same moment is fine
+            if code and code != TOPIC_ALREADY_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating {role} {name!r}")
         _log.info("%s created: %s, %d partitions, replication %d, %s", role, topic, partitions, replication,
                   ", ".join(f"{name}={value}" for name, value in configs.items()))
@@ -251,7 +248,7 @@ class TopicInspector:
                 else:
                     self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d%s): using "
                                     "--assumed-max-message-bytes %d", _MAX_MESSAGE, topic, resource["error_code"],
-                                    _DENIED_HINT if resource["error_code"] == _TOPIC_DENIED else "",
+                                    _DENIED_HINT if resource["error_code"] == TOPIC_AUTHORIZATION_FAILED else "",
                                     assumed)  # fmt: skip
         return found
 
@@ -264,10 +261,10 @@ class TopicInspector:
         node, resource = read
         values = {name: config_value(resource, name) for name in BROKER_TIMEOUTS}
         if any(v is None for v in values.values()):
+            denied = resource["error_code"] == CLUSTER_AUTHORIZATION_FAILED
             self._warn_once("broker", "broker %s configs are unreadable (error code %d%s): the transaction and "
                             "session timeouts are not checked against them", node, resource["error_code"],
-                            ", no DescribeConfigs right on the cluster" if resource["error_code"] == _CLUSTER_DENIED
-                            else "")  # fmt: skip
+                            ", no DescribeConfigs right on the cluster" if denied else "")  # fmt: skip
             return
         txn_max, session_min, session_max = (int(values[name] or 0) for name in BROKER_TIMEOUTS)
         check_broker_timeouts(self._s, txn_max, session_min, session_max)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ag_ui.core import BaseEvent
 
 from worker._framing import framed_size
+from worker.contract import EVENT_ID, SEQ, THREAD_ID, TYPE
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
 
 __all__ = ["MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "output_record", "record_size"]
@@ -26,10 +27,10 @@ def output_record(
     event_type, type_bytes = _type_names(event.type)
     seq = str(n)
     headers = (
-        ("agui-event-id", _utf8(f"{root_run_id}:{seq}")),
-        ("agui-seq", seq.encode()),
-        ("agui-type", type_bytes),
-        ("thread-id", _utf8(thread_id)),
+        (EVENT_ID, _utf8(f"{root_run_id}:{seq}")),
+        (SEQ, seq.encode()),
+        (TYPE, type_bytes),
+        (THREAD_ID, _utf8(thread_id)),
         ("source-partition", str(source.partition).encode()),
         ("source-offset", str(source.offset).encode()),
         ("source-sequence", str(source_sequence).encode()),

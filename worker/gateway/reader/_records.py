@@ -1,22 +1,19 @@
 """What the tail and the history reader share: consumers made alike, the output records' headers read alike, and
-the topics' partitions asked of a broker alike."""
+nothing else."""
 
 from __future__ import annotations
 
 import logging
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import UnknownTopicOrPartitionError, for_code
+from aiokafka import AIOKafkaConsumer
 
+from worker.contract import SEQ, TERMINAL_TYPES, TYPE
 from worker.gateway.settings import GatewaySettings
-from worker.kafka._aiokafka import topic_metadata
 from worker.kafka.clients import connection_options
-from worker.kafka.diagnosis import Denied, authorization_error
 
-__all__ = ["TERMINAL_TYPES", "header", "make_consumer", "partitions", "seq_and_kind"]
+__all__ = ["TERMINAL_TYPE_BYTES", "header", "make_consumer", "seq_and_kind"]
 
-TERMINAL_TYPES = frozenset({b"RUN_FINISHED", b"RUN_ERROR"})
-_UNKNOWN_TOPIC, _TOPIC_DENIED = 3, 29
+TERMINAL_TYPE_BYTES = frozenset(kind.encode() for kind in TERMINAL_TYPES)  # as the `agui-type` header holds them
 _FETCH_DENIED = "Not authorized to read from topic"  # aiokafka's own warning, which the tail names itself
 
 
@@ -31,9 +28,9 @@ def header(headers: object, name: str) -> bytes | None:
 def seq_and_kind(headers: list[tuple[str, bytes]]) -> tuple[bytes | None, bytes | None]:
     """An output record's `agui-seq` and `agui-type` headers (None where missing): read where the worker writes
     them, second and third (worker/stream/_build.py), and looked up by name in any other layout."""
-    if len(headers) > 2 and headers[1][0] == "agui-seq" and headers[2][0] == "agui-type":
+    if len(headers) > 2 and headers[1][0] == SEQ and headers[2][0] == TYPE:
         return headers[1][1], headers[2][1]
-    return header(headers, "agui-seq"), header(headers, "agui-type")
+    return header(headers, SEQ), header(headers, TYPE)
 
 
 def make_consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKafkaConsumer:
@@ -57,19 +54,3 @@ class _NamedByTheTail(logging.Filter):
 
 FETCH_LOG = logging.getLogger("aiokafka.consumer.fetcher")
 FETCH_FILTER = _NamedByTheTail()
-
-
-async def partitions(client: AIOKafkaConsumer, topic: str, role: str, who: str) -> list[TopicPartition]:
-    """The topic's partitions, asked of a broker by name without creating the topic (a broker that auto-creates
-    topics would make a display topic that is not compacted); AuthorizationError without Describe on it,
-    UnknownTopicOrPartitionError (retried) while it does not exist."""
-    code, found = await topic_metadata(client, topic)
-    if code == _TOPIC_DENIED:
-        raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role} {topic!r}")
-    if code == _UNKNOWN_TOPIC:  # retried: the worker creates the display topic when it starts
-        raise UnknownTopicOrPartitionError(f"{role} {topic!r} does not exist yet")
-    if code:
-        raise for_code(code)(f"describing {role} {topic!r}")
-    if not found:
-        raise UnknownTopicOrPartitionError(f"{role} {topic!r} has no partitions yet")
-    return [TopicPartition(topic, partition) for partition in found]

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from worker.errors import KafkaWorkerError
 from worker.gateway.directory import DisplayPointer
-from worker.gateway.reader._records import TERMINAL_TYPES, make_consumer, seq_and_kind
+from worker.gateway.reader._records import TERMINAL_TYPE_BYTES, make_consumer, seq_and_kind
 from worker.gateway.settings import GatewaySettings
 
 __all__ = ["HistoryEvent", "HistoryReader", "NotHeld"]
@@ -166,7 +166,8 @@ class HistoryReader:
                     if record.key == key:
                         seq, kind = seq_and_kind(record.headers)
                         if seq is not None:
-                            out.append(HistoryEvent(int(seq), record.value, record.timestamp, kind in TERMINAL_TYPES))
+                            terminal = kind in TERMINAL_TYPE_BYTES
+                            out.append(HistoryEvent(int(seq), record.value, record.timestamp, terminal))
                 reader.at = records[-1].offset + 1
                 return reader.at, reader.at >= until
             position = await consumer.position(tp)

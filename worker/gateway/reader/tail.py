@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
 
+from worker.contract import SEQ, THREAD_ID
 from worker.errors import ConfigError, KafkaWorkerError
 from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.hub import Hub
@@ -25,23 +26,23 @@ from worker.gateway.owners import Owners
 from worker.gateway.reader._records import (
     FETCH_FILTER,
     FETCH_LOG,
-    TERMINAL_TYPES,
+    TERMINAL_TYPE_BYTES,
     header,
     make_consumer,
-    partitions,
     seq_and_kind,
 )
 from worker.gateway.reader.group import OwnersAssignor
 from worker.gateway.settings import GatewaySettings
 from worker.kafka.clients import principal
+from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, backoff_s
 from worker.kafka.diagnosis import Denied, authorization_error
+from worker.kafka.metadata import topic_partitions
 from worker.kafka.startup import until_reachable, wait_beating
 
 __all__ = ["TopicTail"]
 
 _log = logging.getLogger(__name__)
 _BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
-_DENIED_MAX_S = 10.0  # a refused read of the tail is tried again at most this far apart
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -102,8 +103,8 @@ class TopicTail:
             for consumer in (events, displays):
                 await consumer.start()
                 started.append(consumer)
-            output = await partitions(events, settings.output_topic, "output_topic", self._who)
-            display = await partitions(displays, settings.display_topic, "display_topic", self._who)
+            output = await topic_partitions(events, settings.output_topic, "output_topic", self._who)
+            display = await topic_partitions(displays, settings.display_topic, "display_topic", self._who)
             if len(output) != len(display):
                 raise ConfigError(
                     f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
@@ -166,7 +167,7 @@ class TopicTail:
     async def _loop(
         self, stop: asyncio.Event, consumer: AIOKafkaConsumer, role: str, handle: Callable[[int, list[object]], None]
     ) -> None:
-        denied_wait = 1.0
+        refusals = 0
         topic = getattr(self._settings, role)
         while not stop.is_set():
             self.beat()
@@ -181,16 +182,16 @@ class TopicTail:
                     denied, what = Denied("Group", group, ("READ",)), f"join the gateway group {group!r}"
                 else:
                     denied, what = Denied("Topic", topic, ("READ",)), f"read {role} {topic!r}"
-                refusal = authorization_error((denied,), self._who, what)
-                _log.error("%s; retrying in %.1f s", refusal, denied_wait)
-                await wait_beating(stop, self.beat, denied_wait)
-                denied_wait = min(denied_wait * 2, _DENIED_MAX_S)
+                refusals += 1
+                wait = backoff_s(refusals, GRANT_HEALS_WITHIN_S)
+                _log.error("%s; retrying in %.1f s", authorization_error((denied,), self._who, what), wait)
+                await wait_beating(stop, self.beat, wait)
                 continue
             except KafkaError as exc:
                 _log.warning("reading %s %r failed, retrying: %s", role, topic, exc)
                 await wait_beating(stop, self.beat, 1.0)
                 continue
-            denied_wait = 1.0
+            refusals = 0
             count = 0
             mine = self._owners.mine
             for tp, records in batches.items():
@@ -212,7 +213,7 @@ class TopicTail:
             if key is None or value is None or seq is None:
                 continue
             publish(partition, record.offset, key.decode(), int(seq), value,  # type: ignore[attr-defined]
-                    record.timestamp, kind in TERMINAL_TYPES, read_at)  # type: ignore[attr-defined]  # fmt: skip
+                    record.timestamp, kind in TERMINAL_TYPE_BYTES, read_at)  # type: ignore[attr-defined]  # fmt: skip
 
     def _display(self, partition: int, records: list[object]) -> None:
         directory, hub = self._directory, self._hub
@@ -222,8 +223,8 @@ class TopicTail:
             if key is None:
                 continue
             run_id = key.decode()
-            seq = header(headers, "agui-seq")
-            thread = header(headers, "thread-id") or b""
+            seq = header(headers, SEQ)
+            thread = header(headers, THREAD_ID) or b""
             pointer = DisplayPointer(partition, record.offset, int(seq) if seq else -1,  # type: ignore[attr-defined]
                                      record.timestamp, thread.decode())  # type: ignore[attr-defined]  # fmt: skip
             directory.update(run_id, pointer, value)
