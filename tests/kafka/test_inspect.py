@@ -135,6 +135,7 @@ def test_inspect_a_group_stopped_mid_run(kafka_bootstrap: str, topic_factory: To
 
     unknown = inspect(kafka_bootstrap, *flags, "--run", "no-such-run")
     assert unknown["state"] == "unknown" and unknown["last_event"] is None and unknown["agui_seq"] is None
+    assert unknown["searched_from"] == {"output": 0, "display": 0}  # the whole partitions were read
 
     text = inspect(kafka_bootstrap, *flags, json_out=False)
     lines = text.splitlines()

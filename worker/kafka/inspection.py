@@ -55,6 +55,11 @@ class _Deadline:
         self.at = time.monotonic() + seconds
         self.seconds = seconds
 
+    def share(self, part: float) -> float:
+        """A monotonic time `part` of the time left from now."""
+        now = time.monotonic()
+        return now + max(0.0, self.at - now) * part
+
     def check(self, doing: str) -> None:
         if time.monotonic() > self.at:
             raise TimeoutError(f"{doing} did not finish within {self.seconds:g} s (--timeout-ms)")
@@ -91,17 +96,19 @@ async def _records(
 
 
 async def _latest(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes, low: int, high: int, *, deadline: _Deadline
-) -> ConsumerRecord[bytes, bytes] | None:
-    """The last record of `key` in `[low, high)` of `tp`, looked for backward from `high` a step at a time."""
+    consumer: AIOKafkaConsumer, tp: TopicPartition, key: bytes, low: int, high: int, *, deadline: _Deadline,
+    until: float,
+) -> tuple[ConsumerRecord[bytes, bytes] | None, int]:  # fmt: skip
+    """The last record of `key` in `[low, high)` of `tp`, looked for backward from `high` a step at a time until the
+    monotonic time `until`; and the lowest offset searched (`low` when the search reached it)."""
     stop = high
-    while stop > low:
+    while stop > low and time.monotonic() < until:
         start = max(low, stop - _STEP)
         mine = [rec for rec in await _records(consumer, tp, start, stop, deadline) if rec.key == key]
         if mine:
-            return mine[-1]
+            return mine[-1], start
         stop = start
-    return None
+    return None, stop
 
 
 def _header(record: ConsumerRecord[bytes, bytes], name: str) -> str | None:
@@ -263,9 +270,14 @@ async def inspect_run(settings: Settings, run_id: str, *, timeout_s: float = 60.
         }  # fmt: skip
         if s.changelog and await _exists(consumer, s.changelog_topic_name):
             answer.update(await _in_checkpoint(consumer, s, source.partition, run_id, deadline))
-        answer["last_event"] = await _last_event(consumer, output, key, deadline)
-        answer["display"] = await _display(consumer, s, run_id, output.partition, deadline) \
-            if s.display_topic and await _exists(consumer, s.display_topic) else None  # fmt: skip
+        # The backward searches share the time left: the output's half of it, the display's all that remains.
+        answer["last_event"], searched = await _last_event(consumer, output, key, deadline, deadline.share(0.5))
+        answer["searched_from"] = {"output": searched, "display": None}
+        if s.display_topic and await _exists(consumer, s.display_topic):
+            answer["display"], answer["searched_from"]["display"] = await _display(
+                consumer, s, run_id, output.partition, deadline=deadline, until=deadline.share(0.9))
+        else:
+            answer["display"] = None
     finally:
         await consumer.stop()
         await admin.close()
@@ -309,33 +321,35 @@ async def _in_checkpoint(
 
 
 async def _last_event(
-    consumer: AIOKafkaConsumer, output: TopicPartition, key: bytes, deadline: _Deadline
-) -> dict[str, Any] | None:
-    """The run's latest committed output record: its `agui-seq`, type and the source offset it came from."""
+    consumer: AIOKafkaConsumer, output: TopicPartition, key: bytes, deadline: _Deadline, until: float
+) -> tuple[dict[str, Any] | None, int]:
+    """The run's latest committed output record (its `agui-seq`, type and the source offset it came from), and
+    where the search stopped."""
     start = (await consumer.beginning_offsets([output]))[output]
     end = (await consumer.end_offsets([output]))[output]
-    record = await _latest(consumer, output, key, start, end, deadline=deadline)
+    record, searched = await _latest(consumer, output, key, start, end, deadline=deadline, until=until)
     if record is None:
-        return None
+        return None, searched
     seq, source_offset = _header(record, "agui-seq"), _header(record, "source-offset")
     return {"offset": record.offset, "timestamp_ms": record.timestamp, "type": _header(record, "agui-type"),
             "agui_seq": int(seq) if seq is not None else None,
-            "source_offset": int(source_offset) if source_offset is not None else None}  # fmt: skip
+            "source_offset": int(source_offset) if source_offset is not None else None}, searched  # fmt: skip
 
 
 async def _display(
-    consumer: AIOKafkaConsumer, settings: Settings, run_id: str, partition: int, deadline: _Deadline
-) -> dict[str, Any] | None:
-    """The run's latest display record, restored as a UI backend restores it."""
+    consumer: AIOKafkaConsumer, settings: Settings, run_id: str, partition: int, *, deadline: _Deadline,
+    until: float,
+) -> tuple[dict[str, Any] | None, int]:
+    """The run's latest display record, restored as a UI backend restores it, and where the search stopped."""
     tp = TopicPartition(settings.display_topic, partition)
     start = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
-    record = await _latest(consumer, tp, run_id.encode(), start, end, deadline=deadline)
+    record, searched = await _latest(consumer, tp, run_id.encode(), start, end, deadline=deadline, until=until)
     if record is None or record.value is None:
-        return None
+        return None, searched
     seq = _header(record, "agui-seq")
     agui_seq = int(seq) if seq is not None else None
     reader = DisplayReader(run_id, record.value, agui_seq)
     return {"offset": record.offset, "timestamp_ms": record.timestamp, "agui_seq": agui_seq,
             "bytes": len(record.value), "items": len(reader.items),
-            "evicted": reader.evicted.count if reader.evicted is not None else 0}  # fmt: skip
+            "evicted": reader.evicted.count if reader.evicted is not None else 0}, searched  # fmt: skip

@@ -62,7 +62,7 @@ def describe_run(found: dict[str, Any]) -> str:
         lines.append(f"ended at offset {found['ended']['ended_at']}, last sequence {found['ended']['last_sequence']}")
     last = found["last_event"]
     if last is None:
-        lines.append("no event on the output topic")
+        lines.append(f"no event on the output topic (searched back to offset {found['searched_from']['output']})")
     else:
         lines.append(f"last event: agui-seq {last['agui_seq']} ({last['type']}) at output offset {last['offset']}, "
                      f"from source offset {last['source_offset']}")  # fmt: skip
