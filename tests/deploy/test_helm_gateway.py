@@ -328,3 +328,21 @@ def test_notes_tell_the_gateway_s_group_and_address(helm: Helm, tmp_path: Path) 
     assert 'consumer group "harness-agui-gateway.agui.events"' in rendered(ON)
     assert "WARNING: gateway.auth.insecureNoAuth" in rendered(
         {**ON, "gateway": {**ON["gateway"], "auth": {"insecureNoAuth": True}}})
+
+
+def test_helm_test_checks_the_gateway_with_its_own_settings(render: Render, monkeypatch: pytest.MonkeyPatch) -> None:
+    ssl = {"kafka": {"ssl": {"existingSecret": "kafka-ca"}}, "extraEnvFrom": [{"secretRef": {"name": "more"}}],
+           "config": {**ON["config"], "security_protocol": "SSL"}}
+    objs = render({**ON, **ssl})
+    (pod,) = [o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"].endswith("-gateway-check")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (check,) = pod["spec"]["containers"]
+    gateway = _gateway_container(objs)
+    template = _named(objs, "Deployment")["spec"]["template"]["spec"]
+    assert check["args"] == ["gateway", "check"]
+    for field in ("image", "env", "envFrom", "resources", "securityContext", "volumeMounts"):
+        assert check[field] == gateway[field], field
+    assert pod["spec"]["volumes"] == template["volumes"]
+    assert _settings(check, monkeypatch).group == "harness-agui-gateway.agui.events"
+    assert not [o for o in render({**ON, "check": {"enabled": False}}) if o["kind"] == "Pod"]
+    assert [o["metadata"]["name"] for o in render() if o["kind"] == "Pod"] == ["rel-harness-agui-worker-check"]
