@@ -559,9 +559,7 @@ async def check_gateway(settings: ConnectionSettings, output_topic: str, display
         what = f"{display.label}: partitions"
         if output.present and display.present:
             try:
-                check_copartitioned(display.role, display.name, display.partitions, base_role=output.role,
-                                    base=output.name, base_partitions=output.partitions, why=DISPLAY_WHY)
-                report.add(what, "pass", f"{display.partitions}, as the output")
+                report.add(what, "pass", _copartitioned(display, output, DISPLAY_WHY))
             except ConfigError as exc:
                 report.add(what, "fail", str(exc))
         else:
