@@ -95,6 +95,9 @@ async def _serve(settings: GatewaySettings) -> int:
     tokens = None if settings.insecure_no_auth else TokenCheck.from_settings(settings)
     peer_key = settings.peer_key_file or settings.auth_key_file
     peers = PeerKey(read_key(peer_key) if peer_key else None)
+    if peer_key is None and not settings.insecure_no_auth:
+        _log.warning("requests forwarded between gateway replicas are not signed: set peer_key_file (a key shared "
+                     "by the replicas) so that only a replica can mark a request as forwarded")  # fmt: skip
     if tokens is None:
         _log.warning("INSECURE: --insecure-no-auth serves every run to anyone who can reach port %d; never use it "
                      "on a shared network", settings.http_port)

@@ -97,7 +97,8 @@ class GatewaySettings(ConnectionSettings):
     ))
     peer_key_file: str | None = Field(None, description=(
         "File holding the key (at least 32 bytes) that authenticates requests one replica forwards to another; "
-        "default: auth_key_file. Without either (insecure_no_auth), forwarded requests are not authenticated."
+        "default: auth_key_file. Without either, forwarded requests are marked but not signed (the owner still "
+        "checks every client's token), and the gateway says so at start unless insecure_no_auth."
     ))
     forward_wait_ms: int = Field(30_000, ge=0, le=600_000, description=(
         "How long a request for a run whose partition has no reachable owner (a rebalance, a replica that died) "
