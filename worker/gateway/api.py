@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -229,7 +229,10 @@ class GatewayApi:
         if pointer is not None and pointer.thread_id and thread != pointer.thread_id:
             raise GatewayError(400, "bad-body", f"run {run_id!r} belongs to another thread than {thread!r}")
 
-    def _admit(self) -> None:
+    @contextlib.contextmanager
+    def _admitted(self, request: web.Request) -> Iterator[_Connection]:
+        """The request's connection, counted among the open ones (the limit, the drain) until its handler ends;
+        Unavailable while draining or at max_connections."""
         if self.draining:
             self._metrics.refused.inc()
             raise Unavailable("the gateway is shutting down: retry, another replica answers",
@@ -238,48 +241,51 @@ class GatewayApi:
             self._metrics.refused.inc()
             raise Unavailable(f"the gateway holds max_connections ({self._settings.max_connections}) streams",
                               self._settings.retry_after_s)  # fmt: skip
+        connection = _Connection(request)
+        self._open.add(connection)
+        try:
+            yield connection
+        finally:
+            self._open.discard(connection)
 
     async def _relayed(self, request: web.Request, asked: StreamRequest, route: Route,
                        body: bytes | None = None) -> web.StreamResponse | None:  # fmt: skip
         """The owner's stream relayed to this client alone, or None when the run turned out to be served here."""
-        self._admit()
-        connection = _Connection(request)
-        upstream = await self._forwarder.forward(request, asked.run_id, route, body)
-        if upstream is None:
-            return None
-        return await self._write(request, asked, connection, upstream.chunks, stream=None, label="forwarded")
+        with self._admitted(request) as connection:
+            upstream = await self._forwarder.forward(request, asked.run_id, route, body)
+            if upstream is None:
+                return None
+            return await self._write(request, asked, connection, upstream.chunks, stream=None, label="forwarded")
 
     async def _follow(self, request: web.Request, asked: StreamRequest, route: Route,
                       grant: Grant | None) -> web.StreamResponse | None:  # fmt: skip
         """An `EventSource` stream of a run another replica owns: a relay of it here that holds the wanted events
         is followed, else a new one is opened with this request; None when the run turned out to be served here."""
-        self._admit()
-        connection = _Connection(request)
-        run_id = asked.run_id
-        want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
-        relay = None if want is None else self._relays.find(run_id, want)
-        if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
-            relay = None  # the owner decides on this token
-        if relay is None:
-            upstream = await self._forwarder.forward(request, run_id, route)
-            if upstream is None:
-                return None
-            relay = self._relays.open(run_id, upstream.chunks, upstream.thread_id, want)
-            follower = relay.join(None, creator=True, on_drop=lambda: self._drop(connection),
-                                  blocked=connection.blocked)  # fmt: skip
-        else:
-            follower = relay.join(want, creator=False, on_drop=lambda: self._drop(connection),
-                                  blocked=connection.blocked)  # fmt: skip
-            self._metrics.relayed.inc()
-        return await self._write(request, asked, connection, self._relays.follow(relay, follower), stream=None,
-                                 label="forwarded")  # fmt: skip
+        with self._admitted(request) as connection:
+            run_id = asked.run_id
+            want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
+            relay = None if want is None else self._relays.find(run_id, want)
+            if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
+                relay = None  # the owner decides on this token
+            if relay is None:
+                upstream = await self._forwarder.forward(request, run_id, route)
+                if upstream is None:
+                    return None
+                relay = self._relays.open(run_id, upstream.chunks, upstream.thread_id, want)
+                follower = relay.join(None, creator=True, on_drop=lambda: self._drop(connection),
+                                      blocked=connection.blocked)  # fmt: skip
+            else:
+                follower = relay.join(want, creator=False, on_drop=lambda: self._drop(connection),
+                                      blocked=connection.blocked)  # fmt: skip
+                self._metrics.relayed.inc()
+            return await self._write(request, asked, connection, self._relays.follow(relay, follower), stream=None,
+                                     label="forwarded")  # fmt: skip
 
     async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
-        self._admit()
-        connection = _Connection(request)
-        stream = self._streams.start(asked, connection.drop)
-        return await self._write(request, asked, connection, self._streams.chunks(stream), stream=stream,
-                                 label=asked.reader)
+        with self._admitted(request) as connection:
+            stream = self._streams.start(asked, connection.drop)
+            return await self._write(request, asked, connection, self._streams.chunks(stream), stream=stream,
+                                     label=asked.reader)
 
     async def _write(self, request: web.Request, asked: StreamRequest, connection: _Connection,
                      chunks: AsyncGenerator[bytes, None], *, stream: RunStream | None,
@@ -290,6 +296,12 @@ class GatewayApi:
             first = await chunks.__anext__()
         except StopAsyncIteration:
             first = b""
+        except asyncio.CancelledError:
+            await chunks.aclose()
+            if not self.draining or connection.dropped:
+                raise
+            raise Unavailable("the gateway is shutting down: retry, another replica answers",
+                              self._settings.retry_after_s) from None  # fmt: skip
         except BaseException:
             await chunks.aclose()
             raise
@@ -297,7 +309,6 @@ class GatewayApi:
         if stream is not None and stream.pointer is not None and PEER_HEADER in request.headers:
             response.headers[THREAD_HEADER] = stream.pointer.thread_id  # lets the peer share the stream
         self._cors(request, response)
-        self._open.add(connection)
         gauge = self._metrics.connections.labels(reader=label)
         gauge.inc()
         try:
@@ -327,7 +338,6 @@ class GatewayApi:
             self._abort(request)
         finally:
             await chunks.aclose()
-            self._open.discard(connection)
             gauge.dec()
         return response
 
