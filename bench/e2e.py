@@ -50,6 +50,9 @@ from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E40
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 
 Placed = tuple[int, bytes, bytes]  # partition, key, value
+LAG = "harness_agui_event_loop_lag_seconds"
+STALL_LOGGED_MS = 20  # the workers log every turn of the loop this long: the longest one is read from their logs
+TURN_GOAL_S = 0.05
 
 
 # ---- the worker under test ----------------------------------------------------------------------
@@ -79,7 +82,8 @@ class Worker:
             "--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
             "--group-id", self.group, "--transactional-id-prefix", self.group,
             "--commit-interval-ms", str(self.commit_interval_ms), "--replay-processes", str(self.replay_processes),
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json", *self.extra,
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.port), "--log-format", "json",
+            "--stall-warning-ms", str(STALL_LOGGED_MS), *self.extra,
         ]  # fmt: skip
         with (self.logdir / f"{self.name}.log").open("ab") as log:
             self.proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -99,17 +103,51 @@ class Worker:
         path = self.logdir / f"{self.name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
-    async def metrics(self) -> dict[str, float]:
-        """Each series of the metrics endpoint summed over its labels ({} while the endpoint is down)."""
-
+    async def _metrics_text(self) -> str:
         def fetch() -> str:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
                 return str(r.read().decode())
 
         try:
-            text = await asyncio.to_thread(fetch)
+            return await asyncio.to_thread(fetch)
         except OSError:
-            return {}
+            return ""
+
+    async def loop_mark(self) -> LoopMark:
+        """The event loop's lag histogram (cumulative count by bound) and the lines of the log, now."""
+        buckets: dict[float, float] = {}
+        for line in (await self._metrics_text()).splitlines():
+            if line.startswith(f"{LAG}_bucket{{"):
+                series, _, value = line.rpartition(" ")
+                buckets[float(series.split('le="', 1)[1].split('"', 1)[0])] = float(value)
+        return LoopMark(buckets, len(self._log_lines()))
+
+    def _log_lines(self) -> list[str]:
+        path = self.logdir / f"{self.name}.log"
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+    def loop_turns(self, since: LoopMark, until: LoopMark, *, after: str = "") -> LoopTurns:
+        """The loop's lag between two marks: the longest and the work it named from the stall lines of the log
+        (after the first line containing `after`, when given), the p99 and the turns over the goal from the
+        histogram."""
+        lines = self._log_lines()[since.log_lines : until.log_lines]
+        if after:
+            lines = lines[next((i for i, line in enumerate(lines) if after in line), len(lines)) :]
+        stalls = [json.loads(line) for line in lines if '"event loop blocked' in line]
+        worst = max(stalls, key=lambda r: r["lag_seconds"], default=None)
+        busiest = max(stalls, key=lambda r: r["cpu_seconds"], default=None)
+        bounds = sorted(until.buckets)
+        counts = [until.buckets[b] - since.buckets.get(b, 0.0) for b in bounds]
+        total = counts[-1] if counts else 0.0
+        p99 = next((b for b, c in zip(bounds, counts, strict=True) if c >= 0.99 * total), float("nan"))
+        over = total - next((c for b, c in zip(bounds, counts, strict=True) if b >= TURN_GOAL_S), total)
+        return LoopTurns(int(total), p99, worst["lag_seconds"] if worst else None,
+                         worst["cpu_seconds"] if worst else 0.0, busiest["cpu_seconds"] if busiest else None,
+                         busiest["work"] if busiest else "", int(over))
+
+    async def metrics(self) -> dict[str, float]:
+        """Each series of the metrics endpoint summed over its labels ({} while the endpoint is down)."""
+        text = await self._metrics_text()
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line.startswith("#") or not line.strip():
@@ -133,6 +171,33 @@ class Worker:
         raise TimeoutError(f"worker {self.name} not ready within {within_s:.0f} s:\n{self.log_tail()}")
 
 
+class LoopMark(NamedTuple):
+    buckets: dict[float, float]  # harness_agui_event_loop_lag_seconds: cumulative count by upper bound
+    log_lines: int
+
+
+class LoopTurns(NamedTuple):
+    """How long the worker's event loop was held between two marks."""
+
+    samples: int  # lag measurements (one per 10 ms the loop was free to take one)
+    p99_s: float  # the upper bound of the histogram bucket holding the 99th percentile
+    longest_s: float | None  # the longest lag logged; None: none reached STALL_LOGGED_MS
+    longest_cpu_s: float  # the CPU the loop's thread ran in that stretch: the rest, the host gave to others
+    own_s: float | None  # the most CPU the loop's thread ran in one logged stretch: the worker's own longest work
+    work: str  # the work noted in that stretch
+    over_goal: int  # the histogram's lags above the bucket bound of TURN_GOAL_S
+
+    def describe(self) -> str:
+        if self.longest_s is None or self.own_s is None:
+            return (f"no turn of {STALL_LOGGED_MS} ms or more; p99 <= {self.p99_s * 1000:g} ms over "
+                    f"{self.samples} samples")
+        goal = "OK" if self.own_s <= TURN_GOAL_S else "MISSED"
+        return (f"longest {self.longest_s * 1000:.0f} ms, the loop's thread running {self.longest_cpu_s * 1000:.0f} "
+                f"ms of it; the most own work in one {self.own_s * 1000:.0f} ms CPU ({self.work or 'none noted'}), "
+                f"goal <= {TURN_GOAL_S * 1000:.0f} ms {goal}; p99 <= {self.p99_s * 1000:g} ms over {self.samples} "
+                f"samples, {self.over_goal} above {TURN_GOAL_S * 1000:.0f} ms")
+
+
 # ---- measurements ----------------------------------------------------------------------
 
 
@@ -143,6 +208,7 @@ class Rate(NamedTuple):
     cpu_us_per_item: float
     children_cpu_us_per_item: float = 0.0  # the worker's child processes
     machine_cores: float = 0.0  # cores the whole machine kept busy meanwhile (broker and load generator included)
+    loop: LoopTurns | None = None  # the worker's event loop meanwhile
 
     def cores(self) -> str:
         """How busy the cores were meanwhile: the whole machine, and the worker and its helper within that."""
@@ -158,6 +224,7 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
     worker.start()
     await worker.wait_ready(partitions=partitions)
     assert worker.proc is not None
+    mark = await worker.loop_mark()
     cpu_before = _cpu_counters(worker.proc.pid)
     children_before = _descendants_cpu(worker.proc.pid)
     began = time.monotonic()
@@ -175,10 +242,11 @@ async def worker_throughput(worker: Worker, total: int, partitions: int) -> Rate
     cpu_s = cpu_after[2] - cpu_before[2]
     children_s = _descendants_cpu(worker.proc.pid) - children_before
     machine = (cpu_after[1] - cpu_before[1]) / max(cpu_after[0] - cpu_before[0], 1e-6)
+    turns = worker.loop_turns(mark, await worker.loop_mark())
     status = worker.stop()
     if status != 0:
         raise RuntimeError(f"worker {worker.name} exited {status}:\n{worker.log_tail()}")
-    return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6, children_s / total * 1e6, machine)
+    return Rate(total / max(now - began, 1e-6), cpu_s / total * 1e6, children_s / total * 1e6, machine, turns)
 
 
 async def passthrough_throughput(bootstrap: str, source: str, output: str, total: int) -> Rate:
@@ -293,10 +361,10 @@ def _cpu_use(before: tuple[float, float, float, float], after: tuple[float, floa
 
 async def commit_delays(
     worker: Worker, rate: float, seconds: float, templates: list[SampleRun]
-) -> tuple[list[tuple[float, float]], float, CpuUse]:
+) -> tuple[list[tuple[float, float]], float, CpuUse, LoopTurns]:
     """(second of the paced run, delay) of every source record, in source order, the delay being seconds from
-    its timestamp until the transaction holding it is visible; and the mean source-to-commit delay the worker
-    itself measured.
+    its timestamp until the transaction holding it is visible; the mean source-to-commit delay the worker
+    itself measured; and its event loop's turns from the start of the paced run until it caught up.
 
     Visibility is read from the group's committed offset, which commits in the same transaction as the
     record's output: a record is visible at the first poll (every 10 ms, so a delay reads up to 10 ms long)
@@ -333,6 +401,7 @@ async def commit_delays(
             ))
             placed = await _placed(producer, worker.source, items)
             assert worker.proc is not None
+            mark = await worker.loop_mark()
             cpu_before = _cpu_counters(worker.proc.pid)
             sent = await _paced(producer, worker.source, placed, rate, seconds)
             cpu = _cpu_use(cpu_before, _cpu_counters(worker.proc.pid))
@@ -342,6 +411,7 @@ async def commit_delays(
                     stamps[(partition, base + i)] = ts
             async with GroupLag(worker.bootstrap, worker.group, worker.source) as lag:
                 await lag.wait_caught_up(within_s=60)
+            turns = worker.loop_turns(mark, await worker.loop_mark())
             await asyncio.sleep(0.2)
             stop.set()
             await watcher
@@ -356,7 +426,7 @@ async def commit_delays(
     timeline = sorted(
         ((ts - first) / 1000, _visible_at(visible.get(p, []), o) - ts / 1000) for (p, o), ts in stamps.items()
     )
-    return timeline, own, cpu
+    return timeline, own, cpu, turns
 
 
 async def _placed(producer: AIOKafkaProducer, topic: str, items: list[tuple[bytes, bytes]]) -> list[Placed]:
@@ -410,6 +480,7 @@ class Rebuild:
     live_cpu_us: float
     replay_seconds: float = float("nan")
     replay_cpu_us: float = float("nan")  # measured only where printed, (e)
+    loop: LoopTurns | None = None  # the restarted worker's event loop from its topic checks until it is ready
 
     @property
     def replay_rate(self) -> float:
@@ -435,7 +506,7 @@ async def rebuild(
         measured = await worker_throughput(live, stats.items, partitions=1)
         live_rate, live_cpu_us = measured.items_per_s, measured.cpu_us_per_item
         again = make(f"d-restart-{round_}", str(round_))
-        m = await _rebuilt(again, within_s=300)
+        m, turns = await _rebuilt(again, within_s=300)
         results.append(Rebuild(
             records=int(m.get("harness_agui_rebuild_records_total", 0)),
             seconds=m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")),
@@ -444,6 +515,7 @@ async def rebuild(
             live_cpu_us=live_cpu_us,
             replay_cpu_us=replay_cpu_us,
             replay_seconds=_replay_seconds(again),
+            loop=turns,
         ))  # fmt: skip
     return results
 
@@ -460,6 +532,9 @@ class HistoryRebuild:
     changelog_read: int  # changelog records the restore read
     fallback_s: list[float]  # per round
     fallback_records: int
+    live_loop: LoopTurns | None = None  # catching up on the history, checkpoints of every open run included
+    restore_loop: LoopTurns | None = None  # the rebuilds from the changelog: the round whose longest turn was longest
+    fallback_loop: LoopTurns | None = None  # the same of the rebuilds by replay
 
 
 def _history_items(tag: str, streams: int, history: int) -> Iterator[tuple[bytes, bytes]]:
@@ -508,24 +583,27 @@ async def _produce_fast(bootstrap: str, topic: str, items: Iterator[tuple[bytes,
     return sent
 
 
-async def _rebuilt(worker: Worker, within_s: float) -> dict[str, float]:
-    """Start `worker` on one partition, wait for its one rebuild and stop it; its metrics then."""
+async def _rebuilt(worker: Worker, within_s: float) -> tuple[dict[str, float], LoopTurns]:
+    """Start `worker` on one partition, wait for its one rebuild and stop it; its metrics then, and its event
+    loop's turns from its topic checks (the start-up before them left out) until then."""
     worker.start()
     try:
         m = await worker.wait_ready(partitions=1, within_s=within_s)
         while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
             await asyncio.sleep(0.05)
             m = await worker.metrics()
+        turns = worker.loop_turns(LoopMark({}, 0), await worker.loop_mark(), after="topics checked")
     finally:
         worker.stop()
-    return m
+    return m, turns
 
 
-async def _rebuild_seconds(worker: Worker) -> tuple[float, int]:
-    """Start `worker`, wait for its one rebuild; its duration and the source records it replayed."""
-    m = await _rebuilt(worker, within_s=900)
+async def _rebuild_seconds(worker: Worker) -> tuple[float, int, LoopTurns]:
+    """Start `worker`, wait for its one rebuild; its duration, the source records it replayed and its loop's
+    turns."""
+    m, turns = await _rebuilt(worker, within_s=900)
     return m.get("harness_agui_rebuild_duration_seconds_sum", float("nan")), int(
-        m.get("harness_agui_rebuild_records_total", 0))
+        m.get("harness_agui_rebuild_records_total", 0)), turns
 
 
 async def history_rebuild(
@@ -537,16 +615,20 @@ async def history_rebuild(
     live = make("f-live", ())
     tag = secrets.token_hex(3)
     total = await _produce_fast(live.bootstrap, live.source, _history_items(tag, streams, history))
-    live_rate = (await worker_throughput(live, total, partitions=1)).items_per_s
+    caught_up = await worker_throughput(live, total, partitions=1)
     restores, fallbacks, read, replayed = [], [], 0, 0
+    restore_turns, fallback_turns = [], []
     for round_ in range(rounds):
         restore = make(f"f-restore{round_}", ())
-        seconds, _ = await _rebuild_seconds(restore)
+        seconds, _, turns = await _rebuild_seconds(restore)
         restores.append(seconds)
+        restore_turns.append(turns)
         read = int(_rebuild_field(restore, "changelog_records"))
-        seconds, replayed = await _rebuild_seconds(make(f"f-fallback{round_}", ("--no-changelog",)))
+        seconds, replayed, turns = await _rebuild_seconds(make(f"f-fallback{round_}", ("--no-changelog",)))
         fallbacks.append(seconds)
-    return HistoryRebuild(history, streams, live_rate, restores, read, fallbacks, replayed)
+        fallback_turns.append(turns)
+    return HistoryRebuild(history, streams, caught_up.items_per_s, restores, read, fallbacks, replayed,
+                          caught_up.loop, _worst(restore_turns), _worst(fallback_turns))
 
 
 def _rebuild_field(worker: Worker, name: str) -> float:
@@ -576,7 +658,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _delay_rows(
-    rate: float, timeline: list[tuple[float, float]], own_mean: float, cpu: CpuUse, goal_ms: int
+    rate: float, timeline: list[tuple[float, float]], own_mean: float, cpu: CpuUse, turns: LoopTurns, goal_ms: int
 ) -> list[tuple[str, str, str]]:
     delays = [delay for _, delay in timeline]
     p50, p99 = _pct(delays, 0.5) * 1000, _pct(delays, 0.99) * 1000
@@ -586,7 +668,21 @@ def _delay_rows(
         ("    over the goal", f"{sum(d * 1000 > goal_ms for d in delays)} records", _late_seconds(timeline, goal_ms)),
         ("    worker's own mean to commit", f"{own_mean * 1000:.0f} ms", "harness_agui_source_to_commit_delay"),
         ("    while paced", f"{cpu.machine / cpu.cores:.0%} CPU", cpu.describe()),
+        ("    event loop's longest turn / own work", _longest(turns), turns.describe()),
     ]
+
+
+def _longest(turns: LoopTurns | None) -> str:
+    """The longest turn in wall time / the most CPU the loop ran in one logged stretch."""
+    if turns is None:
+        return "-"
+    if turns.longest_s is None or turns.own_s is None:
+        return f"< {STALL_LOGGED_MS} ms"
+    return f"{turns.longest_s * 1000:.0f} / {turns.own_s * 1000:.0f} ms"
+
+
+def _worst(turns: list[LoopTurns]) -> LoopTurns:
+    return max(turns, key=lambda t: t.longest_s or 0.0)
 
 
 def _late_seconds(timeline: list[tuple[float, float]], goal_ms: int, shown: int = 6) -> str:
@@ -669,17 +765,18 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     if not set(args.parts) & set("cde"):
         return rows
 
-    paced: list[tuple[float, list[tuple[float, float]], float, CpuUse]] = []
+    paced: list[tuple[float, list[tuple[float, float]], float, CpuUse, LoopTurns]] = []
     for share in (2, 4):  # half the measured maximum (the goal), then a quarter for context
         src_c, out_c = topic(f"source-c{share}"), topic(f"agui-c{share}")
         name = f"c{share}"
         worker_c = Worker(bootstrap, src_c, out_c, dlq, f"bench-{tag}-{name}", logdir, name, args.commit_interval_ms)
-        timeline, own_mean, cpu = await commit_delays(worker_c, eos / share, args.paced_seconds, templates)
+        timeline, own_mean, cpu, turns = await commit_delays(worker_c, eos / share, args.paced_seconds, templates)
         delays = [delay for _, delay in timeline]
-        paced.append((eos / share, timeline, own_mean, cpu))
+        paced.append((eos / share, timeline, own_mean, cpu, turns))
         print(
             f"(c) delay at {eos / share:,.0f} items/s over {len(delays)} records: "
-            f"p50 {_pct(delays, 0.5) * 1000:.0f} ms, p99 {_pct(delays, 0.99) * 1000:.0f} ms; {cpu.describe()}",
+            f"p50 {_pct(delays, 0.5) * 1000:.0f} ms, p99 {_pct(delays, 0.99) * 1000:.0f} ms; {cpu.describe()}; "
+            f"event loop: {turns.describe()}",
             file=sys.stderr,
         )
 
@@ -703,13 +800,16 @@ async def run(bootstrap: str, args: argparse.Namespace, logdir: Path) -> list[tu
     goal_p99 = args.commit_interval_ms + 100
     return [
         *rows,
-        *(row for rate, timeline, own, cpu in paced for row in _delay_rows(rate, timeline, own, cpu, goal_p99)),
+        *(row for rate, timeline, own, cpu, turns in paced
+          for row in _delay_rows(rate, timeline, own, cpu, turns, goal_p99)),
         (
             "(d) rebuild of one partition",
             f"{rb.seconds:.2f} s",
             f"{rb.records} records replayed, {rb.open_streams} open streams, {args.replay_processes} replay helper "
             "processes (fencing and offset look-ups included)",
         ),
+        ("    event loop's longest turn / own work", _longest(rb.loop),
+         rb.loop.describe() if rb.loop is not None else ""),
         (
             "    its replay rate",
             f"{rb.replay_rate:,.0f} rec/s",
@@ -822,7 +922,8 @@ async def _history_rows(
         results.append(await history_rebuild(make, args.history_streams, history, args.rounds))
         r = results[-1]
         print(f"(f) {r.history:,} records: live {r.live_rate:,.0f} items/s; rebuild from the changelog "
-              f"{_seconds(r.changelog_s)} s, by replay {_seconds(r.fallback_s)} s", file=sys.stderr)
+              f"{_seconds(r.changelog_s)} s, by replay {_seconds(r.fallback_s)} s; longest turns "
+              f"{_longest(r.live_loop)} / {_longest(r.restore_loop)} / {_longest(r.fallback_loop)}", file=sys.stderr)
     one, two = results
     rows = []
     for r in results:
@@ -832,6 +933,10 @@ async def _history_rows(
                      f"{_seconds(r.changelog_s)}; by replay {fallback:.2f} s ({r.fallback_records:,} records, "
                      f"{args.replay_processes} helpers), best of {_seconds(r.fallback_s)}: {fallback / best:.0f}x, "
                      "goal >= 10x " + ("OK" if fallback >= 10 * best else "MISSED")))
+        for what, turns in (("catching up", r.live_loop), ("rebuild from the changelog", r.restore_loop),
+                            ("rebuild by replay", r.fallback_loop)):
+            rows.append((f"    loop's longest turn / own work, {what}", _longest(turns),
+                         turns.describe() if turns is not None else ""))
     growth = min(two.changelog_s) / min(one.changelog_s) - 1
     rows.append(("    twice the history", f"{growth:+.0%}", "changelog rebuild, best rounds, goal < 15% "
                  + ("OK" if abs(growth) < 0.15 else "MISSED")

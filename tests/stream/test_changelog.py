@@ -365,3 +365,59 @@ def test_a_restored_real_observer_keeps_the_cores_processor() -> None:
     deltas = [orjson.loads(r.value or b"")["delta"] for o in expected for r in o.records
               if r.event_type == "TEXT_MESSAGE_CONTENT"]  # fmt: skip
     assert deltas and all(d == d.upper() for d in deltas)
+
+
+def _two_alike() -> tuple[PartitionState, PartitionState, Changelog]:
+    """Two states fed alike, with open, ended, forgotten and adopted stale keys to write."""
+    old = state()
+    feed(old, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0, terminal=True))], start=0)
+    changelog = fold({b"junk-key": b"x"}, old.checkpoint(3))
+    pair = []
+    for _ in range(2):
+        st = state(closed_stream_memory=1)
+        feed(st, [(A, item(A, 0)), ("run-d", item("run-d", 0)), ("run-e", item("run-e", 0, terminal=True)),
+                  ("run-f", item("run-f", 0, terminal=True)), ("run-g", item("run-g", 0))], start=10)
+        st.adopt_changelog_keys(changelog)
+        pair.append(st)
+    return pair[0], pair[1], changelog
+
+
+def test_a_checkpoint_in_parts_writes_what_one_checkpoint_writes_and_marks_the_state_only_at_its_end() -> None:
+    whole, in_parts, _ = _two_alike()
+    parts = in_parts.checkpoint_parts(15, part_s=0)  # a part per encoded stream
+    first = next(parts)
+    assert len(first) == 1 and in_parts.checkpointed == -1  # nothing marked before the last part is taken
+    taken = [first, *parts]
+    assert len(taken) == 4  # A, run-d, run-g, then the tombstones, the ended records and the partition record
+    assert [record for part in taken for record in part] == whole.checkpoint(15)
+    assert in_parts.checkpointed == whole.checkpointed == 15
+    assert in_parts.image(15) == whole.image(15)
+    feed(whole, [(A, item(A, 1))], start=15)
+    feed(in_parts, [(A, item(A, 1))], start=15)
+    assert in_parts.checkpoint(16) == whole.checkpoint(16)
+
+
+def test_a_cut_left_before_its_last_part_leaves_every_change_to_the_next_checkpoint() -> None:
+    left, whole, _ = _two_alike()
+    parts = left.checkpoint_parts(15, part_s=0)
+    next(parts)
+    next(parts)
+    del parts  # the transaction failed, say: the cut was never finished
+    assert left.checkpoint(15) == whole.checkpoint(15)
+
+
+def test_a_restore_in_parts_yields_between_streams_and_restores_what_restore_does() -> None:
+    st, _, changelog = _two_alike()
+    values = fold(dict(changelog), st.checkpoint(15))
+    parts = PartitionState.restore_in_parts(TOPIC, 0, values, core=FAKE_CORE, part_s=0, closed_stream_memory=1)
+    yields = 0
+    while True:
+        try:
+            next(parts)
+        except StopIteration as done:
+            restored, offset = done.value
+            break
+        yields += 1
+    assert yields == st.open_streams == 3
+    assert offset == 15
+    assert restored.image(15) == restore(values, closed_stream_memory=1)[0].image(15) == st.image(15)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,10 @@ from worker.stream import Outcome, encode_replay_metadata
 __all__ = ["Changelog", "CheckpointCut", "CommitPipeline", "CommitPolicy", "Processed"]
 
 Changelog = list[tuple[bytes, bytes | None]]
-CheckpointCut = Callable[[int, bool], Changelog | None]  # (offset, final) -> changelog records, None: no checkpoint
+# (offset, final) -> changelog records, None: no checkpoint; the owner may let other partitions run while it cuts
+CheckpointCut = Callable[[int, bool], Awaitable[Changelog | None]]
 OnFailure = Callable[[BaseException], None]  # must not wait: the partition's own task contains the failure
+_SLICE_S = 0.005  # the longest the pipeline puts records into a transaction before other partitions get the loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +191,7 @@ class CommitPipeline:
         if self._failed or not await self._flush():
             return False
         txn, offset = self._txn, self._next_offset
-        changes = self._checkpoint(offset, True)
+        changes = await self._checkpoint(offset, True)
         if not txn.is_open:
             if changes is None:
                 return True
@@ -243,9 +245,13 @@ class CommitPipeline:
             while self._waiting and not self._failed:
                 batch, self._waiting = self._waiting, []
                 await txn.begin()
+                until = time.perf_counter() + _SLICE_S
                 for outcome, timestamp, interval_start in batch:
                     await put_outcome(txn, outcome, routes, sent, self._tp)
                     txn.note_source(timestamp, interval_start)
+                    if time.perf_counter() >= until:  # what is added meanwhile waits behind this batch
+                        await asyncio.sleep(0)
+                        until = time.perf_counter() + _SLICE_S
         except Exception as exc:
             self._fail(exc)
             return False
@@ -277,7 +283,7 @@ class CommitPipeline:
         if not await self._flush() or not self._txn.is_open:
             return
         offset = self._next_offset  # the flush returned with nothing waiting: the owner's state is at this offset
-        commit = self._commit(offset, self._metadata(), self._checkpoint(offset, False))
+        commit = self._commit(offset, self._metadata(), await self._checkpoint(offset, False))
         self._task = asyncio.create_task(self._commit_then_flush(commit), name=f"commit-{self._tp.partition}")
 
     async def _commit_then_flush(self, commit: Coroutine[Any, Any, bool]) -> None:
@@ -299,8 +305,12 @@ class CommitPipeline:
         try:
             if changes is not None:
                 changelog = self._routes().changelog_topic
+                until = time.perf_counter() + _SLICE_S
                 for key, value in changes:
                     await put_record(txn, changelog, key, value, (), partition=self._tp.partition)
+                    if time.perf_counter() >= until:
+                        await asyncio.sleep(0)
+                        until = time.perf_counter() + _SLICE_S
             stamps = await txn.commit(offset, metadata)
         except Exception as exc:
             self._fail(exc)

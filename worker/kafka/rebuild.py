@@ -156,7 +156,7 @@ class Rebuilder:
             if ctp is not None:
                 changelog = await read_changelog(replay, ctp)
                 values = changelog.values
-                restored = restore(tp, changelog, window.committed, lambda: self._new_state(tp), self._metrics)
+                restored = await restore(tp, changelog, window.committed, lambda: self._new_state(tp), self._metrics)
             state = restored.state if restored is not None else self._new_state(tp)
             if restored is not None:
                 window = tail_window(window, restored.offset, await replay.beginning_offsets([tp]))

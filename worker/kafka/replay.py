@@ -25,7 +25,7 @@ from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_repl
 __all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_into", "tail_window"]
 
 _log = logging.getLogger(__name__)
-_FEED_CHUNK = 500  # records replayed between two yields to the event loop
+_FEED_CHUNK = 128  # records replayed between two yields to the event loop
 
 Progress = Callable[[TopicPartition, int, int], None]  # (partition, records done, records in its window)
 Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order

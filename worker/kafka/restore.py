@@ -9,6 +9,7 @@ partition is replayed instead. A format this release cannot read raises: guessin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -95,12 +96,13 @@ class Restored:
     restore_s: float
 
 
-def restore(
+async def restore(
     tp: TopicPartition, changelog: Changelog, committed: int, fresh: Callable[[], PartitionState], metrics: Metrics
 ) -> Restored | None:
     """The checkpoint of `changelog` restored into a state built like `fresh()`, or None (logged and counted in
     `changelog_fallbacks_total`) when it cannot serve: there is none, it is unreadable, or it lies beyond the
-    committed offset. CheckpointVersionError, a format this release cannot read, is raised."""
+    committed offset. CheckpointVersionError, a format this release cannot read, is raised. Other partitions run
+    between the parts of the restore."""
     template = fresh()
     values = changelog.values
     reason = ""
@@ -116,10 +118,17 @@ def restore(
                          extra=where)  # fmt: skip
         else:
             began = time.monotonic()
-            with working_on("restoring %s[%d] from %d changelog records", tp.topic, tp.partition, len(values)):
-                state, offset = PartitionState.restore(tp.topic, tp.partition, values, **template.options,
-                                                       core=template.core)  # fmt: skip
-            return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
+            parts = PartitionState.restore_in_parts(tp.topic, tp.partition, values, **template.options,
+                                                    core=template.core)  # fmt: skip
+            while True:
+                try:
+                    with working_on("restoring %s[%d] from %d changelog records", tp.topic, tp.partition,
+                                    len(values)):
+                        next(parts)
+                except StopIteration as done:
+                    state, offset = done.value
+                    return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
+                await asyncio.sleep(0)
     except CheckpointError as exc:
         reason = exc.reason
         if reason == "display-off":  # expected once after the display topic is turned on

@@ -543,9 +543,10 @@ class PartitionTask:
             self._throttled = False
             self._m.fetcher.resume(self.tp)
 
-    def _cut_checkpoint(self, offset: int, final: bool) -> Changelog | None:
+    async def _cut_checkpoint(self, offset: int, final: bool) -> Changelog | None:
         """The changelog records of the state at `offset`, when the policy says the commit fixed there checkpoints.
-        The pipeline asks only within this task's own calls into it, where the state is exactly at `offset`."""
+        The pipeline asks only within this task's own calls into it, where the state is exactly at `offset`; the
+        cut lets other partitions run between its parts, this one processing nothing until it ends."""
         if asyncio.current_task() is not self._task:
             raise WorkerError(f"{self._where}: a checkpoint cut outside the partition's task")
         state = self._state
@@ -553,8 +554,15 @@ class PartitionTask:
                                            checkpointed_at=self._checkpointed_at):
             return None
         self._checkpointed_at = time.monotonic()
-        with working_on("cutting a checkpoint of %s (%d open runs)", self._where, state.open_streams):
-            return state.checkpoint(offset)
+        changes: Changelog = []
+        parts = state.checkpoint_parts(offset)
+        while True:
+            with working_on("cutting a checkpoint of %s (%d open runs)", self._where, state.open_streams):
+                part = next(parts, None)
+            if part is None:
+                return changes
+            changes.extend(part)
+            await asyncio.sleep(0)
 
     def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
         if total > 0:

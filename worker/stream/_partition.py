@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, TypedDict, Unpack
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
@@ -45,6 +47,9 @@ _HEADER_ALLOWANCE = 512
 
 _R = DeadLetterReason
 Changelog = list[tuple[bytes, bytes | None]]
+
+
+PART_S: Final = 0.005  # the work of one part of a checkpoint or a restore, about: a caller yields between parts
 
 
 class StateOptions(TypedDict, total=False):
@@ -566,31 +571,52 @@ class PartitionState:
         """The changelog records (key, value; None for a tombstone) that bring the changelog from the previous
         checkpoint to this state at source offset `offset`: each key changed since, once, and the partition
         record last. `offset` is the next offset to process; every record below it counts as processed."""
+        return [record for part in self.checkpoint_parts(offset, math.inf) for record in part]
+
+    def checkpoint_parts(self, offset: int, part_s: float = PART_S) -> Iterator[Changelog]:
+        """The records of `checkpoint(offset)` in order, in parts that take about `part_s` each to encode: the
+        caller may let other work run between parts as long as nothing changes this state until the last part is
+        taken, which marks the state checkpointed."""
         self._check_offset(offset)
-        out: dict[bytes, bytes | None] = {}
+        return self._checkpoint_parts(offset, part_s)
+
+    def _checkpoint_parts(self, offset: int, part_s: float) -> Iterator[Changelog]:
         streams, export = self._streams, self._core.export_observer
         display = self._display_interval is not None
+        part: Changelog = []
+        written: set[bytes] = set()
+        until = time.perf_counter() + part_s
         for key in sorted(self._dirty):
-            out[stream_key(key)] = encode_stream(streams[key], export, display=display)
+            raw = stream_key(key)
+            part.append((raw, encode_stream(streams[key], export, display=display)))
+            written.add(raw)
+            if time.perf_counter() >= until:
+                yield part
+                part, until = [], time.perf_counter() + part_s
         for key in sorted(self._gone):
             if key not in streams:
-                out[stream_key(key)] = None
+                raw = stream_key(key)
+                part.append((raw, None))
+                written.add(raw)
         ended = self._ended
         for key in sorted(self._dirty_ended):
             entry = ended.get(key)
             if entry is not None:
-                out[ended_key(key)] = encode_ended(entry[0], entry[1])
+                raw = ended_key(key)
+                part.append((raw, encode_ended(entry[0], entry[1])))
+                written.add(raw)
         for key in sorted(self._gone_ended):
             if ended.get(key) is None:
-                out[ended_key(key)] = None
-        for raw in sorted(self._stale):
-            out.setdefault(raw, None)  # every live key is written already: what remains is stale
-        out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(streams), len(ended))
+                raw = ended_key(key)
+                part.append((raw, None))
+                written.add(raw)
+        part.extend((raw, None) for raw in sorted(self._stale - written))  # every live key is written already
+        part.append((PARTITION_KEY, encode_partition(self.topic, self.partition, offset, len(streams), len(ended))))
         self._dirty, self._gone, self._dirty_ended, self._gone_ended, self._stale = set(), set(), set(), set(), set()
         self._checkpointed = offset
         if offset > 0 and (self._last_offset is None or self._last_offset < offset - 1):
             self._last_offset = offset - 1
-        return list(out.items())
+        yield part
 
     def image(self, offset: int) -> dict[bytes, bytes]:
         """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
@@ -637,7 +663,22 @@ class PartitionState:
         cls, topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
         **options: Unpack[StateOptions],
     ) -> tuple[PartitionState, int]:  # fmt: skip
-        """The state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
+        """`restore_in_parts` run to its end at once."""
+        parts = cls.restore_in_parts(topic, partition, values, core=core, part_s=math.inf, **options)
+        while True:
+            try:
+                next(parts)
+            except StopIteration as done:
+                restored: tuple[PartitionState, int] = done.value
+                return restored
+
+    @classmethod
+    def restore_in_parts(
+        cls, topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
+        part_s: float = PART_S, **options: Unpack[StateOptions],
+    ) -> Generator[None, None, tuple[PartitionState, int]]:  # fmt: skip
+        """Yields after each part of about `part_s` of the work (the caller may let other work run then), and
+        returns the state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
         out) and the source offset K it covers: process from K on.
 
         Raises CheckpointVersionError for a format this release does not read, CheckpointError when the
@@ -654,12 +695,16 @@ class PartitionState:
         restore_observer, display = state._core.restore_observer, state.display
         streams: list[tuple[str, OpenStream]] = []
         ended: list[tuple[int, str, int]] = []
+        until = time.perf_counter() + part_s
         for raw, value in values.items():
             if raw == PARTITION_KEY:
                 continue
             is_open, key = split_key(raw, topic, partition)
             if is_open:
                 streams.append((key, decode_stream(raw, value, header, restore_observer, display=display)))
+                if time.perf_counter() >= until:
+                    yield None
+                    until = time.perf_counter() + part_s
             else:
                 sequence, at = decode_ended(raw, value, header)
                 ended.append((at, key, sequence))
