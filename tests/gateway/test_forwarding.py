@@ -109,6 +109,12 @@ def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_
         assert result["messages"] == expected[run.key]["messages"]
         assert other.metric("harness_agui_gateway_relayed_streams_total") == VIEWERS - 1
         assert owner.metric("harness_agui_gateway_forwarded_requests_total") == 0, "the owner forwarded nothing"
+        for _ in range(50):  # the tail caught up: nothing committed is left unread (measured once a second)
+            if owner.metric("harness_agui_gateway_tail_lag_records") == 0:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the owner's tail lag never came back to 0")
 
     try:
         run_scenario(scenario(), gateways[0], worker)

@@ -86,6 +86,10 @@ class GatewayMetrics:
             "instead of opening one more."), registry=registry)  # fmt: skip
         self.relays = Gauge("harness_agui_gateway_relays", "Streams this replica has open to the owners of runs.",
                             registry=registry)  # fmt: skip
+        self.behind = Gauge("harness_agui_gateway_tail_lag_records", (
+            "Committed records of this replica's output partitions not read yet (last stable offset of the latest "
+            "fetch minus the tail's position): growing, the replica reads slower than the worker writes."),
+            registry=registry)  # fmt: skip
         self.partitions = Gauge("harness_agui_gateway_partitions", (
             "Output topic partitions this replica owns in the gateway group, by state: `loading` (its display "
             "records still being read) or `serving`."), ["state"], registry=registry)  # fmt: skip

@@ -73,9 +73,10 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
 
 
 async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event, *,
-                 owners: Owners, relays: Relays) -> None:  # fmt: skip
+                 owners: Owners, relays: Relays, tail: TopicTail) -> None:  # fmt: skip
     while not stop.is_set():
         hub.sweep()
+        metrics.behind.set(await tail.behind())
         metrics.relays.set(relays.upstreams)
         metrics.partitions.labels(state="serving").set(owners.serving)
         metrics.partitions.labels(state="loading").set(len(owners.mine) - owners.serving)
@@ -132,7 +133,7 @@ async def _serve(settings: GatewaySettings) -> int:
             await probes.cleanup()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
-             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, relays=relays)),
+             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, relays=relays, tail=tail)),
              asyncio.create_task(LoopMonitor(metrics.loop).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)

@@ -16,7 +16,12 @@ import time
 from collections.abc import Callable, Collection
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    IllegalStateError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+)
 
 from worker.contract import SEQ, THREAD_ID
 from worker.errors import ConfigError, KafkaWorkerError
@@ -122,6 +127,22 @@ class TopicTail:
     @property
     def ready(self) -> bool:
         return self._owners.ready
+
+    async def behind(self) -> int:
+        """Committed output records of this replica's partitions not read yet, as of the latest fetch (the last
+        stable offset it returned less the tail's position; a partition being assigned counts 0)."""
+        if not self._consumers:
+            return 0
+        events, topic = self._consumers[0], self._settings.output_topic
+        lag = 0
+        for tp in [TopicPartition(topic, partition) for partition in self._owners.mine]:
+            try:
+                end = events.last_stable_offset(tp)
+                if end is not None and end >= 0:
+                    lag += max(0, end - await asyncio.wait_for(events.position(tp), 1.0))
+            except (IllegalStateError, AssertionError, KeyError, TimeoutError, KafkaError):
+                continue  # not assigned (yet) in the client: a rebalance is under way
+        return lag
 
     def _offer(self, owners: dict[int, str]) -> None:
         self._offered = owners
