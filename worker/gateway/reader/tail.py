@@ -47,7 +47,25 @@ from worker.kafka.startup import until_reachable, wait_beating
 __all__ = ["TopicTail"]
 
 _log = logging.getLogger(__name__)
+_END_OFFSET_TRIES = 6
 _BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
+
+
+async def _end_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The partitions' end offsets, asked again (a few times, backing off) when the brokers fail to answer: a gained
+    partition is served only once its start is known."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        except KafkaError as exc:
+            if attempt >= _END_OFFSET_TRIES:
+                raise
+            _log.warning("end offsets of %s not known yet, asking again: %s", [tp.partition for tp in tps], exc)
+            await asyncio.sleep(backoff_s(attempt, 5.0))
+        else:
+            return ends
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -161,7 +179,7 @@ class TopicTail:
                 self._display_next.pop(partition, None)
         if gained:
             tps = [TopicPartition(settings.output_topic, p) for p in sorted(gained)]
-            for tp, end in (await events.end_offsets(tps)).items():
+            for tp, end in (await _end_offsets(events, tps)).items():
                 hub.passed(tp.partition, end)
         for partition in mine:
             events.seek(TopicPartition(settings.output_topic, partition), hub.positions.get(partition, 0))
@@ -170,7 +188,7 @@ class TopicTail:
         for tp in display:
             displays.seek(tp, self._display_next.setdefault(tp.partition, 0))
         if gained:
-            ends = await displays.end_offsets([tp for tp in display if tp.partition in gained])
+            ends = await _end_offsets(displays, [tp for tp in display if tp.partition in gained])
             self._display_end.update({tp.partition: end for tp, end in ends.items() if end > 0})
         self._owners.loaded(p for p in mine if p not in self._display_end)
         _log.info("gateway group assignment: partitions %s here (%d gained, %d lost)", sorted(mine), len(gained),
