@@ -20,8 +20,9 @@ from aiokafka.producer.transaction_manager import TransactionManager
 from tests.kafka.support import RecordBatch
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
 from tests.stream._support import TOPIC, item
+from worker.errors import KafkaWorkerError
 from worker.kafka.ownership import Ownership
-from worker.kafka.task import PartitionTask
+from worker.kafka.task import PartitionTask, Stage
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -334,3 +335,18 @@ async def test_failed_rebuilds_back_off_with_a_cap_and_count_each_retry() -> Non
     assert 0.3 < elapsed < 2.0, elapsed
     assert world.value("rebuild_retries_total", topic=TOPIC, partition="0") == 6
     await task.stop(1.0)
+
+
+def test_a_stage_moves_only_as_the_lifecycle_allows() -> None:
+    """A stopped task never moves again, a live one rebuilds only after a failure, a stopping one never goes back to
+    live, a halted one only stops, and a failed one goes live only through a rebuild."""
+    assert Stage.REBUILDING.to(Stage.LIVE) is Stage.LIVE
+    assert Stage.LIVE.to(Stage.STOPPING) is Stage.STOPPING
+    assert Stage.FAILED.to(Stage.REBUILDING) is Stage.REBUILDING
+    illegal = [(Stage.STOPPED, stage) for stage in Stage] + [
+        (Stage.LIVE, Stage.REBUILDING), (Stage.LIVE, Stage.LIVE), (Stage.STOPPING, Stage.LIVE),
+        (Stage.HALTED, Stage.REBUILDING), (Stage.HALTED, Stage.LIVE), (Stage.FAILED, Stage.LIVE),
+    ]  # fmt: skip
+    for start, to in illegal:
+        with pytest.raises(KafkaWorkerError, match=f"illegal partition stage move {start.value} -> {to.value}"):
+            start.to(to)

@@ -87,21 +87,22 @@ class CommitPolicy:
 
 class CommitPipeline:
     """The transactions of one live partition: `add` processed records, `tick` after each fetched batch and when
-    woken, `close` on stop, `abort` or `discard` on failure. `on_failure` hears the partition's first failure and
-    `on_end` the end of each commit; neither may wait.
+    woken, `close` on stop, `abort` or `discard` on failure. `on_failure` hears the partition's first failure,
+    `on_sent` how many added records went into a transaction, and `on_end` the end of each commit; none may wait.
 
-    While a commit runs, added records wait (`waiting`) and go into the next transaction; when none runs, nothing
-    waits after `tick` and every record below `next_offset` is in the open transaction.
+    While a commit runs, added records wait and go into the next transaction; when none runs, nothing waits after
+    `tick` and every record below `next_offset` is in the open transaction.
     """
 
     __slots__ = (
         "_by_type", "_checkpoint", "_committed", "_failed", "_label", "_metrics", "_next_offset", "_on_end",
-        "_on_failure", "_policy", "_replay_from", "_routes", "_sent", "_task", "_tp", "_txn", "_waiting",
+        "_on_failure", "_on_sent", "_policy", "_replay_from", "_routes", "_sent", "_task", "_tp", "_txn", "_waiting",
     )
 
     def __init__(
         self, txn: Transaction, committed: int, *, policy: CommitPolicy, routes: Callable[[], Routes],
-        metrics: Metrics, checkpoint: CheckpointCut, on_failure: OnFailure, on_end: Callable[[], None],
+        metrics: Metrics, checkpoint: CheckpointCut, on_failure: OnFailure, on_sent: Callable[[int], None],
+        on_end: Callable[[], None],
     ) -> None:  # fmt: skip
         self._txn = txn
         self._next_offset = committed
@@ -116,6 +117,7 @@ class CommitPipeline:
         self._metrics = metrics
         self._checkpoint = checkpoint
         self._on_failure = on_failure
+        self._on_sent = on_sent
         self._on_end = on_end
         self._task: asyncio.Task[None] | None = None
         self._sent = Sent()
@@ -130,11 +132,6 @@ class CommitPipeline:
     def next_offset(self) -> int:
         """The next source offset to process: every record below it was added."""
         return self._next_offset
-
-    @property
-    def waiting(self) -> int:
-        """Records added and not yet in a transaction."""
-        return len(self._waiting)
 
     @property
     def producer(self) -> AIOKafkaProducer:
@@ -252,6 +249,7 @@ class CommitPipeline:
                     if time.perf_counter() >= until:  # what is added meanwhile waits behind this batch
                         await asyncio.sleep(0)
                         until = time.perf_counter() + _SLICE_S
+                self._on_sent(len(batch))
         except Exception as exc:
             self._fail(exc)
             return False

@@ -2,21 +2,22 @@
 
 The task is the partition's only writer: its state, its producer and transactions (`CommitPipeline`), the records
 fetched for it and its readiness live here and nowhere else; it cuts the state's checkpoints itself, and the
-pipeline gets finished records only. It is also the only task that waits for the broker
-on the partition's behalf: the poll loop hands it fetched records and never waits, the rebalance callbacks wait
-for it only within the revocation budget, and nothing it awaits is under a lock another partition needs. Every
-broker call has a deadline; when one expires or a transaction fails, this partition alone is paused, its producer
-closed in the background, and it rebuilds after a capped back-off. A producer is started only while the group
-coordinator lists this member as the partition's owner, so a resumed zombie never fences the real owner.
+pipeline gets finished records only. It is also the only task that waits for the broker on the partition's behalf:
+the poll loop hands it fetched records and never waits, the rebalance callbacks wait for it only within the
+revocation budget, and nothing it awaits is under a lock another partition needs. Every broker call has a deadline;
+when one expires or a transaction fails, this partition alone is paused, its producer closed in the background, and
+it rebuilds after a capped back-off. A producer is started only while the group coordinator lists this member as the
+partition's owner, so a resumed zombie never fences the real owner.
+
+Its stages and the moves between them are one table (`_MOVES`), and `PartitionTask._move` the one way to change
+stage.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from worker.errors import CheckpointVersionError, DeadlineError, WorkerError
+from worker.errors import CheckpointVersionError, DeadlineError, KafkaWorkerError, WorkerError
 from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, Deadlines, backoff_s
 from worker.kafka.diagnosis import Diagnosis, Fault, Names, diagnose
 from worker.kafka.ownership import Ownership
@@ -32,29 +33,51 @@ from worker.kafka.pipeline import Changelog, CommitPipeline, CommitPolicy, Proce
 from worker.kafka.publishing import Routes
 from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import Progress
+from worker.kafka.reporter import TaskReporter
 from worker.kafka.source import to_source_record
 from worker.kafka.transaction import Transaction
 from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
-from worker.stream import Outcome, PartitionState, Verdict
+from worker.stream import PartitionState, Verdict
 
-__all__ = ["Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
+__all__ = ["BackPressure", "Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
 
-_log = logging.getLogger(__name__)
 _OWNER_POLL_FIRST_S = 0.25
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
 # Records processed together: their conversion, then their display folds (each stage's code stays warm).
 _CHUNK_RECORDS = 32
-_LOGGED_STREAMS = 10_000  # streams whose internal error was logged with its traceback, remembered per partition
 
 
 class Stage(Enum):
-    """Where a partition stands; only a LIVE partition processes records and publishes."""
+    """Where a partition task stands; only a LIVE partition takes fetched records, and a STOPPING one commits them."""
 
-    REBUILDING = "rebuilding"
-    LIVE = "live"
-    FAILED = "failed"  # a transaction or a rebuild failed: the task contains it and rebuilds
-    HALTED = "halted"  # a policy stopped it: held, not ready, until the group moves it
+    REBUILDING = "rebuilding"  # rebuilding its state, not ready
+    LIVE = "live"  # processing and committing, ready
+    STOPPING = "stopping"  # live, asked to stop: commits what it processed, then is handed back for parking
+    FAILED = "failed"  # a transaction or a rebuild failed, or it waits for the group: not ready, rebuilds after
+    HALTED = "halted"  # a policy, an unreadable checkpoint or a bug stopped it: held, not ready, until moved
+    STOPPED = "stopped"  # the task has ended: the partition handed back, or dropped
+
+    def to(self, stage: Stage) -> Stage:
+        """`stage`, when `_MOVES` lists the move from this one; any other move is a bug and raises."""
+        if stage not in _MOVES[self]:
+            raise KafkaWorkerError(f"illegal partition stage move {self.value} -> {stage.value}")
+        return stage
+
+
+_MOVES: dict[Stage, frozenset[Stage]] = {
+    Stage.REBUILDING: frozenset({Stage.REBUILDING, Stage.LIVE, Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
+    Stage.LIVE: frozenset({Stage.STOPPING, Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
+    Stage.STOPPING: frozenset({Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
+    Stage.FAILED: frozenset({Stage.FAILED, Stage.REBUILDING, Stage.HALTED, Stage.STOPPED}),
+    Stage.HALTED: frozenset({Stage.STOPPED}),
+    Stage.STOPPED: frozenset(),
+}
+_READINESS: dict[Stage, Readiness | None] = {  # what /readyz says on entering a stage; None: unchanged
+    Stage.REBUILDING: "rebuilding", Stage.LIVE: "ready", Stage.STOPPING: None, Stage.FAILED: "failed",
+    Stage.HALTED: "failed", Stage.STOPPED: None,
+}  # fmt: skip
+_PROCESSING = frozenset({Stage.LIVE, Stage.STOPPING})  # the stages whose fetched records are processed and committed
 
 
 class Rebuilding(Protocol):
@@ -95,10 +118,52 @@ class Member:
     routes: Callable[[], Routes]
 
 
-class _End(Enum):
-    FAILED = "failed"
-    HALTED = "halted"
-    STOP = "stop"
+class BackPressure:
+    """A live partition's backlog: the one count of records fetched and not yet in a transaction (waiting in the
+    inbox, taken and being converted, or processed while a commit runs). Fetching pauses once it reaches `bound`
+    and resumes at half of it; while the partition is not live the count is 0 and fetching is the task's."""
+
+    __slots__ = ("_bound", "_fetcher", "_live", "_report", "_tp", "records", "throttled")
+
+    def __init__(self, bound: int, fetcher: Fetcher, tp: TopicPartition, report: TaskReporter) -> None:
+        self._bound = bound
+        self._fetcher = fetcher
+        self._tp = tp
+        self._report = report
+        self._live = False
+        self.records = 0
+        self.throttled = False  # fetching paused because the backlog reached its bound
+
+    def start(self) -> None:
+        """The partition went live: nothing is counted yet, fetching resumes."""
+        self._live, self.records, self.throttled = True, 0, False
+        self._report.backlog(0)
+
+    def end(self) -> None:
+        """The partition stopped being live: everything it held is dropped (fetched again by the next owner)."""
+        self._live, self.records, self.throttled = False, 0, False
+        self._report.backlog(0)
+
+    def fetched(self, records: int) -> None:
+        if self._live:
+            self.records += records
+            self._check()
+
+    def settled(self, records: int) -> None:
+        """`records` left the backlog: put into a transaction, or passed over as already processed."""
+        if self._live:
+            self.records -= records
+            self._check()
+
+    def _check(self) -> None:
+        self._report.backlog(self.records)
+        if not self.throttled and self.records >= self._bound:
+            self.throttled = True
+            self._fetcher.pause(self._tp)
+            self._report.throttled()
+        elif self.throttled and self.records <= self._bound // 2:
+            self.throttled = False
+            self._fetcher.resume(self._tp)
 
 
 class PartitionTask:
@@ -107,8 +172,9 @@ class PartitionTask:
     def __init__(self, member: Member, tp: TopicPartition, parked: Parked | None = None) -> None:
         self.tp = tp
         self._m = member
-        self._label = (tp.topic, str(tp.partition))
         self._where = f"{tp.topic}[{tp.partition}]"
+        self._report = TaskReporter(member.metrics, member.health, tp.topic, tp.partition)
+        self._backlog = BackPressure(member.settings.max_pending_records, member.fetcher, tp, self._report)
         self._policy = CommitPolicy(member.settings)
         self._stage = Stage.REBUILDING
         self._state = member.rebuilder.fresh_state(tp)
@@ -116,17 +182,9 @@ class PartitionTask:
         self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint cut
         self._parked = parked  # kept through the rebalance: adopted when the committed offset did not move
         self._inbox: list[list[Any]] = []
-        self._inbox_records = 0
-        self._taken = 0  # records taken from the inbox whose outcomes are not yet handed to the pipeline
         self._wake = asyncio.Event()
         self._fault: BaseException | None = None
-        self._throttled = False  # fetching paused because the backlog passed its bound
-        self._stopping = False
-        self._committing_on_stop = False  # live: a stop lets it commit instead of cancelling it
-        self._verdicts: dict[Verdict, Any] = {}  # source_records_total children
-        self._logged: OrderedDict[str | None, None] = OrderedDict()  # streams whose internal error was logged
-        self._pending_gauge = member.metrics.pending_records.labels(*self._label)
-        self._hold("rebuilding")
+        self._move(Stage.REBUILDING)
         self._task = asyncio.create_task(self._main(), name=f"partition-{tp.partition}")
         self._task.add_done_callback(self._ended)
 
@@ -148,6 +206,18 @@ class PartitionTask:
     def done(self) -> bool:
         return self._task.done()
 
+    def _move(self, to: Stage) -> None:
+        """The one way to change stage: a move `_MOVES` does not list raises. Entering a stage that is not live
+        pauses fetching and drops the fetched records; readiness follows the stage."""
+        self._stage = self._stage.to(to)
+        if to not in _PROCESSING:
+            self._m.fetcher.pause(self.tp)
+            self._inbox = []
+            self._backlog.end()
+        readiness = _READINESS[to]
+        if readiness is not None:
+            self._report.readiness(readiness)
+
     # ---- the poll loop's side ------------------------------------------------------------------------------
 
     def offer(self, recs: list[Any]) -> None:
@@ -155,15 +225,14 @@ class PartitionTask:
         position is sought again when it goes live). Fetching pauses once the backlog passes its bound."""
         if self._stage is Stage.LIVE:
             self._inbox.append(recs)
-            self._inbox_records += len(recs)
             self._wake.set()
-        self._throttle()
+            self._backlog.fetched(len(recs))
 
     def observe_lag(self, end: int | None) -> None:
         """Report how far the live partition is behind `end`, the partition's last stable offset."""
         pipeline = self._pipeline
         if self._stage is Stage.LIVE and pipeline is not None and end is not None:
-            self._m.metrics.consumer_lag_records.labels(*self._label).set(max(0, end - pipeline.next_offset))
+            self._report.lag(max(0, end - pipeline.next_offset))
 
     async def stop(self, budget_s: float) -> Parked | None:
         """End the task. A live partition commits what it has open, within `budget_s`, and is handed back for
@@ -171,14 +240,12 @@ class PartitionTask:
         (its producer closed in the background, its open transaction left for the next owner's producer to
         abort)."""
         if not self._task.done():
-            if self._committing_on_stop:
-                self._stopping = True
+            if self._stage is Stage.LIVE:
+                self._move(Stage.STOPPING)
                 self._wake.set()
                 done, _ = await asyncio.wait([self._task], timeout=budget_s)
                 if not done:
-                    self._m.metrics.deadline_expirations_total.labels("revoke").inc()
-                    _log.error("revocation commit did not finish within %.1f s: partition dropped, its open "
-                               "transaction left to the next owner to abort", budget_s, extra=self._fields())
+                    self._report.revocation_late(budget_s)
             if not self._task.done():
                 self._task.cancel()
                 await asyncio.wait([self._task], timeout=budget_s)
@@ -188,8 +255,9 @@ class PartitionTask:
 
     def _ended(self, task: asyncio.Task[Parked | None]) -> None:
         if not task.cancelled() and task.exception() is not None:  # a bug: held, not ready, until the group moves it
-            self._hold("failed")
-            _log.error("partition task ended unexpectedly, partition held: %r", task.exception(), extra=self._fields())
+            if self._stage is not Stage.HALTED:
+                self._move(Stage.HALTED)
+            self._report.ended_unexpectedly(task.exception())
 
     # ---- the partition's task ------------------------------------------------------------------------------
 
@@ -199,12 +267,12 @@ class PartitionTask:
             while True:
                 failures = await self._rebuild_until_live(failures)
                 went_live_at = self.committed or 0
-                self._committing_on_stop = True
-                end = await self._live()
-                if end is _End.STOP:
-                    return await self._final_commit()
-                self._committing_on_stop = False
-                if end is _End.HALTED:
+                await self._live()
+                if self._stage is Stage.STOPPING:
+                    parked = await self._final_commit()
+                    self._move(Stage.STOPPED)
+                    return parked
+                if self._stage is Stage.HALTED:
                     await asyncio.Event().wait()  # held until the group moves the partition (stop cancels this)
                 progressed = (self.committed or 0) > went_live_at
                 diagnosis = await self._contain()
@@ -213,32 +281,36 @@ class PartitionTask:
                     await self._until_owner()
                 else:
                     delay = self._backoff(failures, diagnosis)
-                    _log.info("partition rebuilds in %.1f s", delay, extra=self._fields())
+                    self._report.rebuilds_in(delay)
                     await asyncio.sleep(delay)
-        except BaseException:
+        except asyncio.CancelledError:
             self._drop()
+            self._move(Stage.STOPPED)
+            raise
+        except BaseException:
+            self._drop()  # a bug: `_ended` holds the partition
             raise
 
     async def _rebuild_until_live(self, failures: int) -> int:
         """Rebuild until the partition is live; each failed attempt is counted and waits a capped back-off."""
         rebuilder = self._m.rebuilder
         while True:
-            self._hold("rebuilding")
+            self._move(Stage.REBUILDING)
             try:
                 ownership = await rebuilder.owner(self.tp)
                 if ownership is not Ownership.OWNER:
                     await self._until_owner(ownership)
                 rebuilt = await rebuilder.rebuild(self.tp, self._parked, self._progress)
             except CheckpointVersionError as exc:  # guessing could publish wrongly: held until the group moves it
-                self._hold("failed")
-                self._m.metrics.partition_failures_total.labels(*self._label).inc()
-                _log.error("partition held: %s", exc, extra=self._fields())
+                self._move(Stage.HALTED)
+                self._report.unreadable_checkpoint(exc)
                 await asyncio.Event().wait()
             except Exception as exc:
                 failures += 1
                 diagnosis = diagnose(None, exc, rebuilder.names(self.tp), "rebuild")
                 delay = self._backoff(failures, diagnosis)
-                self._rebuild_failed(diagnosis, delay)
+                self._move(Stage.FAILED)
+                self._report.rebuild_failed(diagnosis, delay, rebuilder.names(self.tp).principal)
                 await asyncio.sleep(delay)
                 continue
             self._parked = None
@@ -257,88 +329,52 @@ class PartitionTask:
                 try:
                     ownership = await self._m.rebuilder.owner(self.tp)
                 except Exception as exc:
-                    _log.debug("group look-up failed: %r", exc, extra=self._fields())
+                    self._report.owner_unknown(exc)
                     ownership = Ownership.UNKNOWN
             if ownership is Ownership.OWNER:
                 return
             if not said:
                 said = True
-                self._hold("failed")
-                _log.warning("partition waits for the group: %s", "another member owns it" if ownership is
-                             Ownership.NOT_OWNER else "the group is rebalancing", extra=self._fields())
+                self._move(Stage.FAILED)
+                self._report.waits_for_group(ownership)
             await asyncio.sleep(delay)
             delay = min(delay * 2, cap)
             ownership = None
 
     def _adopt(self, rebuilt: Rebuilt) -> None:
         """Go live at the rebuilt state: a transaction on the new producer, fetching from the committed offset."""
-        m, s, d = self._m.metrics, self._m.settings, self._m.deadlines
+        s, d = self._m.settings, self._m.deadlines
         self._state = rebuilt.state
         txn = Transaction(rebuilt.producer, self.tp, s.group_id, d.call_s)
-        self._pipeline = CommitPipeline(txn, rebuilt.committed, policy=self._policy, routes=self._m.routes, metrics=m,
-                                        checkpoint=self._cut_checkpoint, on_failure=self._failed,
+        self._pipeline = CommitPipeline(txn, rebuilt.committed, policy=self._policy, routes=self._m.routes,
+                                        metrics=self._m.metrics, checkpoint=self._cut_checkpoint,
+                                        on_failure=self._failed, on_sent=self._backlog.settled,
                                         on_end=self._wake.set)  # fmt: skip
         self._checkpointed_at = time.monotonic()
-        self._inbox, self._inbox_records, self._taken, self._fault = [], 0, 0, None
-        self._throttled = False
-        self._stage = Stage.LIVE
+        self._fault = None
+        self._move(Stage.LIVE)
+        self._backlog.start()
         self._m.fetcher.seek(self.tp, rebuilt.committed)
         self._m.fetcher.resume(self.tp)
-        self._m.health.set_partition(self.tp.topic, self.tp.partition, "ready")
-        m.partition_ready.labels(*self._label).set(1)
-        m.open_streams.labels(*self._label).set(rebuilt.state.open_streams)
-        m.rebuild_progress_ratio.labels(*self._label).set(1.0)
-        self._pending_gauge.set(0)
-        self._log_rebuilt(rebuilt)
+        self._report.live(rebuilt)
 
-    def _log_rebuilt(self, rebuilt: Rebuilt) -> None:
-        m, w = self._m.metrics, rebuilt.window
-        if rebuilt.kept or w is None:
-            _log.info("partition kept through rebalance: no replay", extra=self._fields(offset=rebuilt.committed))
-            return
-        m.rebuilds_total.labels(*self._label).inc()
-        m.rebuild_records_total.labels(*self._label).inc(rebuilt.replayed)
-        m.rebuild_duration_seconds.observe(rebuilt.rebuild_s)
-        if w.lost_history:
-            m.retention_gaps_total.labels(*self._label).inc()
-        timing = self._fields(replay_seconds=round(rebuilt.replay_s, 4), rebuild_seconds=round(rebuilt.rebuild_s, 4))
-        restored, state = rebuilt.restored, rebuilt.state
-        if restored is not None:
-            timing.update(changelog_records=restored.records, changelog_seconds=round(restored.read_s, 4),
-                          restore_seconds=round(restored.restore_s, 4))
-            _log.info("partition rebuilt: restored %d open and %d ended streams from the changelog at offset %d, "
-                      "replayed %d records of [%d, %d) (%s), live from %d", state.open_streams,
-                      state.remembered_streams, restored.offset, rebuilt.replayed, w.start, w.committed, w.source,
-                      w.committed, extra=timing)
-            return
-        _log.info("partition rebuilt: replayed %d records of [%d, %d) (%s), live from %d",
-                  rebuilt.replayed, w.start, w.committed, w.source, w.committed, extra=timing)
-
-    async def _live(self) -> _End:
-        """Process fetched records and commit on time until the partition fails, halts or is stopped."""
+    async def _live(self) -> None:
+        """Process fetched records and commit on time until the partition fails, halts or is asked to stop."""
         pipeline = self._pipeline
         assert pipeline is not None
-        while True:
-            if self._stage is Stage.FAILED:
-                return _End.FAILED
-            if self._stage is Stage.HALTED:
-                return _End.HALTED
-            if self._stopping:
-                return _End.STOP
+        while self._stage is Stage.LIVE:
             if self._inbox:
-                batches = self._take_inbox()
-                self._taken = sum(len(recs) for recs in batches)  # still part of the backlog until converted
+                batches, self._inbox = self._inbox, []
                 for recs in batches:
                     await self._process(pipeline, recs)
-                    if self._stage is not Stage.LIVE or self._stopping:
+                    if self._stage is not Stage.LIVE:
                         break
                     await pipeline.tick()
-                self._taken = 0
-                self._throttle()
                 continue
             self._wake.clear()  # before the tick: a wake during it is not lost
             due = await pipeline.tick()
-            self._throttle()
+            if self._stage is not Stage.LIVE:
+                break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(due):
                     await self._wake.wait()
@@ -349,37 +385,24 @@ class PartitionTask:
         try:
             await self._consume(pipeline, recs, tally)
         except Exception as exc:  # a bug, not a record's fault: this partition fails, the rest go on
-            _log.exception("processing failed unexpectedly", extra=self._fields())
+            self._report.processing_failed()
             self._failed(exc)
         finally:
-            # Counted once per batch: a labelled counter's inc() costs more than processing a small record.
-            metrics = self._m.metrics
-            for verdict, n in tally.items():
-                child = self._verdicts.get(verdict)
-                if child is None:
-                    child = self._verdicts[verdict] = metrics.source_records_total.labels(*self._label, verdict.value)
-                child.inc(n)
-            metrics.open_streams.labels(*self._label).set(self._state.open_streams)
-            if self._state.display:
-                evicted, withheld = self._state.take_display_tally()
-                if evicted:
-                    metrics.display_evicted_items_total.inc(evicted)
-                if withheld:
-                    metrics.display_withheld_total.inc(withheld)
+            state = self._state
+            self._report.processed(tally, state.open_streams, state.take_display_tally() if state.display else None)
 
     async def _consume(self, pipeline: CommitPipeline, recs: list[Any], tally: dict[Verdict, int]) -> None:
         state = self._state
         yield_at = time.monotonic() + _YIELD_EVERY_S
         fresh = [rec for rec in recs if rec.offset >= pipeline.next_offset]
-        self._taken -= len(recs) - len(fresh)
+        self._backlog.settled(len(recs) - len(fresh))
         done = 0
         while done < len(fresh):
             now = time.monotonic()
             if now >= yield_at:
                 await asyncio.sleep(0)  # in-flight commits read their responses; one that failed ends the batch
-                now = time.monotonic()
-                yield_at = now + _YIELD_EVERY_S
-                if self._stage is not Stage.LIVE:
+                yield_at = time.monotonic() + _YIELD_EVERY_S
+                if self._stage not in _PROCESSING:
                     return
             chunk = fresh[done : done + min(_CHUNK_RECORDS, pipeline.room())]
             done += len(chunk)
@@ -388,62 +411,40 @@ class PartitionTask:
             processed = []
             for rec, outcome in zip(chunk, outcomes, strict=False):
                 if outcome.error is not None:
-                    self._internal_error(rec.offset, outcome)
+                    self._report.internal_error(rec.offset, outcome)
                 tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
                 processed.append(Processed(outcome, rec.offset, rec.timestamp))
-            self._taken -= len(chunk)  # from here on the pipeline holds them
             if processed and not await pipeline.add(processed, state.replay_from(processed[-1].offset + 1)):
                 return
             if error is not None:
                 offset = chunk[len(outcomes)].offset
                 if not isinstance(error, WorkerError):  # a bug of the partition state itself, now undefined
-                    _log.error("partition state failed", exc_info=error, extra=self._fields(offset=offset))
+                    self._report.state_failed(error, offset)
                     error = WorkerError(f"partition state failed: {type(error).__name__}: {error}")
                 await self._halt(pipeline, offset, error)
                 return
 
-    def _internal_error(self, offset: int, outcome: Outcome) -> None:
-        """Count a conversion that raised unexpectedly; its traceback is logged once per stream."""
-        self._m.metrics.internal_errors_total.inc()
-        stream = outcome.run_id
-        if stream in self._logged:
-            self._logged.move_to_end(stream)
-            return
-        self._logged[stream] = None
-        if len(self._logged) > _LOGGED_STREAMS:
-            self._logged.popitem(last=False)
-        _log.error("conversion failed unexpectedly; the record is dead-lettered as internal-error and the stream "
-                   "goes on (later failures of this stream are counted, not logged)", exc_info=outcome.error,
-                   extra=self._fields(offset=offset, run_id=outcome.run_id))
-
     async def _halt(self, pipeline: CommitPipeline, offset: int, exc: WorkerError) -> None:
         """A policy (gap, open-stream cap) or a failed state says stop: commit what came before, then hold the
         partition: paused, not ready, counted."""
-        _log.error("partition halted: %s", exc, extra=self._fields(offset=offset))
-        if not await pipeline.close() or self._stage is not Stage.LIVE:
+        self._report.halting(offset, exc)
+        if not await pipeline.close() or self._stage not in _PROCESSING:
             return
-        self._stage = Stage.HALTED
+        self._move(Stage.HALTED)
         self._wake.set()
-        _log.warning("partition held, not ready: halted at offset %d: %s", offset, exc, extra=self._fields())
-        self._m.fetcher.pause(self.tp)
-        self._m.health.set_partition(self.tp.topic, self.tp.partition, "failed")
-        self._m.metrics.partition_ready.labels(*self._label).set(0)
-        self._m.metrics.partition_failures_total.labels(*self._label).inc()
+        self._report.halted(offset, exc)
 
     def _failed(self, exc: BaseException) -> None:
         """The live partition's first fault: stop fetching it and wake the task to contain it; never waits."""
-        if self._stage is Stage.LIVE:
-            self._m.fetcher.pause(self.tp)
-            self._stage = Stage.FAILED
+        if self._stage in _PROCESSING:
             self._fault = exc
-            self._take_inbox()
+            self._move(Stage.FAILED)
             self._wake.set()
 
     async def _final_commit(self) -> Parked | None:
         """On stop: commit what is open and hand the partition back for parking, or drop it if that fails."""
-        self._take_inbox()  # fetched, not processed: the next owner (or this one, kept) fetches them again
         pipeline = self._pipeline
-        if pipeline is not None and await pipeline.close() and self._stage is Stage.LIVE:
+        if pipeline is not None and await pipeline.close() and self._stage is Stage.STOPPING:
             self._pipeline = None
             return Parked(self._state, pipeline.committed, pipeline.producer)
         self._drop()
@@ -452,40 +453,18 @@ class PartitionTask:
     async def _contain(self) -> Diagnosis:
         """Isolate a failed partition: pause it, end its commit and its transaction, observe its producer, close it
         in the background, drop its state; returns what the failure was."""
-        m, call_s = self._m.metrics, self._m.deadlines.call_s
         fault: BaseException = self._fault if self._fault is not None else RuntimeError("partition failed")
-        self._hold("failed")
+        self._move(Stage.FAILED)
         pipeline = self._pipeline
         views = []
         if pipeline is not None:  # after a deadline the broker did not answer: an abort would wait as long
-            views = await pipeline.abort(call_s, at_broker=not isinstance(fault, DeadlineError))
-        diagnosis = diagnose(views, fault, self._m.rebuilder.names(self.tp), "transaction")
+            views = await pipeline.abort(self._m.deadlines.call_s, at_broker=not isinstance(fault, DeadlineError))
+        names = self._m.rebuilder.names(self.tp)
+        diagnosis = diagnose(views, fault, names, "transaction")
         self._drop()
         self._state = self._m.rebuilder.fresh_state(self.tp)  # the old one is ahead of the committed offset
-        m.transactions_total.labels("aborted").inc()
-        m.transaction_failures_total.labels(*self._label, diagnosis.fault.value).inc()
-        if diagnosis.fault is Fault.FENCED:
-            m.producers_fenced_total.inc()
-            _log.warning("%s; state dropped", diagnosis.describe(), extra=self._fields())
-        elif diagnosis.fault is Fault.UNAUTHORISED:
-            self._unauthorised(diagnosis)
-        else:
-            if isinstance(diagnosis.cause, DeadlineError):
-                m.deadline_expirations_total.labels(diagnosis.cause.call).inc()
-            _log.error("transaction failed, partition isolated and rebuilt from the committed offset: %s",
-                       diagnosis.describe(), extra=self._fields())
+        self._report.contained(diagnosis, names.principal)
         return diagnosis
-
-    def _rebuild_failed(self, diagnosis: Diagnosis, delay: float) -> None:
-        self._hold("failed")
-        self._m.metrics.rebuild_retries_total.labels(*self._label).inc()
-        cause = diagnosis.cause
-        if isinstance(cause, DeadlineError):
-            self._m.metrics.deadline_expirations_total.labels(cause.call).inc()
-        if diagnosis.fault is Fault.UNAUTHORISED:
-            self._unauthorised(diagnosis)
-            return
-        _log.error("rebuild failed, retrying in %.1f s: %s", delay, diagnosis.describe(), extra=self._fields())
 
     def _backoff(self, failures: int, diagnosis: Diagnosis) -> float:
         """The wait before the next rebuild: capped at `rebuild_backoff_max_ms`, and at `GRANT_HEALS_WITHIN_S` while
@@ -495,53 +474,15 @@ class PartitionTask:
             cap = min(cap, GRANT_HEALS_WITHIN_S)
         return backoff_s(failures, cap)
 
-    def _unauthorised(self, diagnosis: Diagnosis) -> None:
-        """Counted and logged (one line, no traceback) at every back-off step while the right is missing."""
-        for denied in diagnosis.denied:
-            self._m.metrics.authorization_failures_total.labels(*denied.label).inc()
-        principal = self._m.rebuilder.names(self.tp).principal
-        _log.error("partition %s", diagnosis.describe(principal), extra=self._fields())
-
     def _drop(self) -> None:
         """Forget the partition's transactions and producer without waiting: the producer closes in the
         background, its open transaction left to the next producer of the transactional id to abort."""
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is not None:
             self._m.rebuilder.close_later(pipeline.discard())
-        if self._stage is Stage.LIVE:
-            self._stage = Stage.FAILED
 
-    def _take_inbox(self) -> list[list[Any]]:
-        """Everything fetched so far, in fetch order."""
-        batches, self._inbox, self._inbox_records = self._inbox, [], 0
-        return batches
-
-    def _hold(self, readiness: Readiness) -> None:
-        """Not ready (`rebuilding`, or `failed` while it waits): fetching paused, health and metrics say so."""
-        if self._stage is not Stage.HALTED:
-            self._stage = Stage.REBUILDING if readiness == "rebuilding" else Stage.FAILED
-        self._m.fetcher.pause(self.tp)
-        self._throttled = False
-        self._take_inbox()
-        self._m.health.set_partition(self.tp.topic, self.tp.partition, readiness)
-        self._m.metrics.partition_ready.labels(*self._label).set(0)
-
-    def _throttle(self) -> None:
-        """Back-pressure: pause fetching once the backlog (records fetched and waiting, taken and being converted,
-        or processed while a commit runs) reaches `max_pending_records`, resume at half of it."""
-        pipeline = self._pipeline
-        backlog = self._inbox_records + self._taken + (pipeline.waiting if pipeline is not None else 0)
-        self._pending_gauge.set(backlog)
-        if self._stage is not Stage.LIVE:
-            return
-        bound = self._m.settings.max_pending_records
-        if not self._throttled and backlog >= bound:
-            self._throttled = True
-            self._m.fetcher.pause(self.tp)
-            self._m.metrics.backpressure_pauses_total.labels(*self._label).inc()
-        elif self._throttled and backlog <= bound // 2:
-            self._throttled = False
-            self._m.fetcher.resume(self.tp)
+    def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
+        self._report.progress(done, total)
 
     async def _cut_checkpoint(self, offset: int, final: bool) -> Changelog | None:
         """The changelog records of the state at `offset`, when the policy says the commit fixed there checkpoints.
@@ -563,10 +504,3 @@ class PartitionTask:
                 return changes
             changes.extend(part)
             await asyncio.sleep(0)
-
-    def _progress(self, tp: TopicPartition, done: int, total: int) -> None:
-        if total > 0:
-            self._m.metrics.rebuild_progress_ratio.labels(*self._label).set(min(1.0, done / total))
-
-    def _fields(self, **more: Any) -> dict[str, Any]:
-        return {"topic": self.tp.topic, "partition": self.tp.partition, **more}
