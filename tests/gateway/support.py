@@ -22,7 +22,7 @@ import aiohttp
 from aiokafka.partitioner import murmur2
 
 from tests.kafka.conftest import TopicFactory
-from tests.kafka.support import ROOT, WorkerProcess, json_log_records, wait_caught_up
+from tests.kafka.support import ROOT, Run, WorkerProcess, json_log_records, wait_caught_up
 
 PARTITIONS = 2
 
@@ -256,6 +256,24 @@ async def node_results(process: asyncio.subprocess.Process, timeout_s: float) ->
         out, err = await process.communicate()
     assert process.returncode == 0, f"node exited {process.returncode}: {err.decode()[-3000:]}"
     return [json.loads(line) for line in out.decode().split("\n") if line.strip()]
+
+
+def thread_of(run: Run) -> str:
+    """The thread of a golden run (its first source line's)."""
+    return str(json.loads(run.lines[0])["thread_id"])
+
+
+async def reference_results(tmp_path: Path, runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """What the official HttpAgent makes of each run's reference conversion fed to it whole, by run key: whether
+    `verifyEvents` accepted it and the messages it ended with."""
+    references = []
+    for run in runs:
+        path = tmp_path / f"{run.key}.reference.jsonl"
+        path.write_bytes(b"\n".join(run.events) + b"\n")
+        references.append({"label": run.key, "reference": str(path), "threadId": thread_of(run), "runId": run.key})
+    jobs = tmp_path / "reference.json"
+    jobs.write_text(json.dumps(references))
+    return {r["label"]: r for r in await node_results(await start_node("agent.mjs", str(jobs)), 120)}
 
 
 async def wait_known(session: aiohttp.ClientSession, gateway: GatewayProcess, keys: list[str],

@@ -15,9 +15,11 @@ from tests.gateway.support import (
     GatewayProcess,
     Topics,
     node_results,
+    reference_results,
     run_scenario,
     start_node,
     start_worker,
+    thread_of,
     wait_converted,
 )
 from tests.kafka.conftest import TopicFactory
@@ -26,10 +28,6 @@ from tests.kafka.support import Run, converted, corpus, produce
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 
 CUTS = (0.3, 0.6, 0.9)  # shares of each run's source lines produced before a client attaches late
-
-
-def _thread(run: Run) -> str:
-    return str(json.loads(run.lines[0])["thread_id"])
 
 
 def _batch(runs: list[Run], upto: dict[str, int], done: dict[str, int]) -> list[tuple[bytes, bytes]]:
@@ -62,18 +60,11 @@ def test_http_agent_live_and_late_ends_with_the_reference_messages(
     def jobs(label: str) -> Path:
         path = tmp_path / f"jobs-{label}.json"
         path.write_text(json.dumps([{"label": f"{label}:{r.key}", "url": f"{gateway.url}/runs/{r.key}",
-                                     "threadId": _thread(r), "runId": r.key} for r in runs]))
+                                     "threadId": thread_of(r), "runId": r.key} for r in runs]))
         return path
 
     async def scenario() -> None:
-        references = []
-        for run in runs:
-            path = tmp_path / f"{run.key}.reference.jsonl"
-            path.write_bytes(b"\n".join(run.events) + b"\n")
-            references.append({"label": run.key, "reference": str(path), "threadId": _thread(run), "runId": run.key})
-        (tmp_path / "reference.json").write_text(json.dumps(references))
-        expected = {r["label"]: r for r in await node_results(await start_node("agent.mjs",
-                                                                               str(tmp_path / "reference.json")), 120)}
+        expected = await reference_results(tmp_path, runs)
         # The client's verifyEvents rejects a few reference conversions themselves (the inline-children runs: their
         # SUBAGENT_STARTED names the root run as parent subagent; r0006 restarts an open text message): no gateway
         # can make those pass, so they are left out here.

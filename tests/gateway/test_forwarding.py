@@ -20,12 +20,14 @@ from tests.gateway.support import (
     node_results,
     partition_of,
     read_stream,
+    reference_results,
     run_scenario,
     start_node,
     start_worker,
+    thread_of,
 )
 from tests.kafka.conftest import TopicFactory
-from tests.kafka.support import Run, corpus, produce
+from tests.kafka.support import corpus, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -47,10 +49,6 @@ def _until_one_each(gateways: list[GatewayProcess], timeout_s: float = 60) -> No
         time.sleep(0.2)
 
 
-def _thread(run: Run) -> str:
-    return str(json.loads(run.lines[0])["thread_id"])
-
-
 def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_through_it(
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -61,14 +59,7 @@ def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_
     async def scenario() -> None:
         _until_one_each(gateways)
         candidates = sorted((r for r in corpus() if r.events), key=lambda r: -len(r.lines))[:6]
-        references = []
-        for run in candidates:
-            path = tmp_path / f"{run.key}.reference.jsonl"
-            path.write_bytes(b"\n".join(run.events) + b"\n")
-            references.append({"label": run.key, "reference": str(path), "threadId": _thread(run), "runId": run.key})
-        (tmp_path / "reference.json").write_text(json.dumps(references))
-        expected = {r["label"]: r for r in await node_results(await start_node("agent.mjs",
-                                                                               str(tmp_path / "reference.json")), 120)}
+        expected = await reference_results(tmp_path, candidates)
         run = next(r for r in candidates if expected[r.key]["ok"])  # a reference HttpAgent itself accepts
         owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
         assert partition_of(run.key) in _owned(owner) and partition_of(run.key) not in _owned(other)
@@ -83,10 +74,10 @@ def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the run's display record never came through the non-owner")
-            assert display["runId"] == run.key and display["threadId"] == _thread(run)
+            assert display["runId"] == run.key and display["threadId"] == thread_of(run)
             jobs = tmp_path / "jobs.json"
             jobs.write_text(json.dumps([{"label": "late", "url": f"{other.url}/runs/{run.key}",
-                                         "threadId": _thread(run), "runId": run.key}]))  # fmt: skip
+                                         "threadId": thread_of(run), "runId": run.key}]))  # fmt: skip
             agent = await start_node("agent.mjs", str(jobs))
             viewers = [asyncio.create_task(read_stream(session, f"{other.url}/runs/{run.key}/events", timeout_s=120))
                        for _ in range(VIEWERS)]  # fmt: skip
