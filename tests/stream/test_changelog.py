@@ -409,7 +409,7 @@ def test_a_cut_left_before_its_last_part_leaves_every_change_to_the_next_checkpo
 def test_a_restore_in_parts_yields_between_streams_and_restores_what_restore_does() -> None:
     st, _, changelog = _two_alike()
     values = fold(dict(changelog), st.checkpoint(15))
-    parts = PartitionState.restore_in_parts(TOPIC, 0, values, core=FAKE_CORE, part_s=0, closed_stream_memory=1)
+    parts = PartitionState.restore_in_parts(TOPIC, 0, values, {"closed_stream_memory": 1}, core=FAKE_CORE, part_s=0)
     yields = 0
     while True:
         try:

@@ -118,7 +118,7 @@ async def restore(
                          extra=where)  # fmt: skip
         else:
             began = time.monotonic()
-            parts = PartitionState.restore_in_parts(tp.topic, tp.partition, values, **template.options,
+            parts = PartitionState.restore_in_parts(tp.topic, tp.partition, values, template.options,
                                                     core=template.core)  # fmt: skip
             while True:
                 try:

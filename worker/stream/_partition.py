@@ -664,7 +664,7 @@ class PartitionState:
         **options: Unpack[StateOptions],
     ) -> tuple[PartitionState, int]:  # fmt: skip
         """`restore_in_parts` run to its end at once."""
-        parts = cls.restore_in_parts(topic, partition, values, core=core, part_s=math.inf, **options)
+        parts = cls.restore_in_parts(topic, partition, values, options, core=core, part_s=math.inf)
         while True:
             try:
                 next(parts)
@@ -674,8 +674,8 @@ class PartitionState:
 
     @classmethod
     def restore_in_parts(
-        cls, topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
-        part_s: float = PART_S, **options: Unpack[StateOptions],
+        cls, topic: str, partition: int, values: Mapping[bytes, bytes], options: StateOptions, *,
+        core: StreamCore | None = None, part_s: float = PART_S,
     ) -> Generator[None, None, tuple[PartitionState, int]]:  # fmt: skip
         """Yields after each part of about `part_s` of the work (the caller may let other work run then), and
         returns the state a changelog partition holds (`values`: its latest value per key, tombstoned keys left
