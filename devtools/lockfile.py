@@ -4,9 +4,11 @@ mypyc tool chain), each the closure of its roots at the versions installed in th
     python -m devtools.lockfile    # rewrite both from the current .venv; downloads the wheels once to hash them
 
 The roots of the runtime lock are `[project].dependencies` of pyproject.toml; those of the build lock are
-`BUILD_ROOTS`. Each pinned wheel is hashed for the image's platforms (CPython 3.11, glibc x86_64 and aarch64),
-so `pip install --require-hashes` accepts exactly these files. `tests/deploy/test_lockfile.py` checks, without
-the network, that the locks match pyproject.toml and are closed under the installed packages' requirements.
+`BUILD_ROOTS`. Each pinned version is hashed for every interpreter of `LOCKED_PYTHONS` (CPython 3.11, the
+image's, 3.12 and 3.13) on glibc Linux x86_64 and aarch64, so `pip install --require-hashes` accepts exactly the
+wheels pip picks there and nothing else; the closure is taken under each of those interpreters' markers.
+`tests/deploy/test_lockfile.py` checks, without the network, that the locks match pyproject.toml and are closed
+under the installed packages' requirements.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-__all__ = ["BUILD_LOCK", "BUILD_ROOTS", "MARKER_ENV", "RUNTIME_LOCK", "closure", "main", "parse_lock", "runtime_roots"]
+__all__ = ["BUILD_LOCK", "BUILD_ROOTS", "LOCKED_PYTHONS", "MARKER_ENV", "RUNTIME_LOCK", "applies", "closure", "main",
+           "parse_lock", "runtime_roots"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_LOCK = ROOT / "requirements.lock"
@@ -34,12 +37,24 @@ MARKER_ENV = {"python_version": "3.11", "python_full_version": "3.11.14", "sys_p
               "platform_system": "Linux", "os_name": "posix", "platform_python_implementation": "CPython",
               "implementation_name": "cpython", "extra": ""}
 """The image's interpreter, for evaluating requirement markers."""
-_PLATFORMS = (
-    [],  # this machine: Debian bookworm x86_64, the image's own base
-    [*(flag for minor in range(36, 16, -1) for flag in ("--platform", f"manylinux_2_{minor}_aarch64")),
-     "--platform", "manylinux2014_aarch64", "--python-version", "3.11", "--implementation", "cp",
-     "--abi", "cp311", "--abi", "abi3", "--abi", "none"],
-)
+LOCKED_PYTHONS = ("3.11", "3.12", "3.13")
+"""The CPython releases the locks hold wheels for (on glibc Linux, x86_64 and aarch64); the first is the image's."""
+_ARCHITECTURES = ("x86_64", "aarch64")
+
+
+def _target(python: str, architecture: str) -> list[str]:
+    """`pip download` flags choosing the wheel pip installs for CPython `python` on glibc Linux (2.36, the image's
+    Debian bookworm, and older) on `architecture`."""
+    platforms = [f"manylinux_2_{minor}_{architecture}" for minor in range(36, 4, -1)]
+    platforms += [f"manylinux{alias}_{architecture}" for alias in ("2014", "2010", "1")]
+    abi = "cp" + python.replace(".", "")
+    return [*(flag for platform in platforms for flag in ("--platform", platform)), "--python-version", python,
+            "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none"]
+
+
+_TARGETS = [_target(python, architecture) for python in LOCKED_PYTHONS for architecture in _ARCHITECTURES]
+_MARKER_ENVS = [MARKER_ENV, *({**MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
+                              for python in LOCKED_PYTHONS[1:])]
 
 
 def runtime_roots() -> list[Requirement]:
@@ -49,8 +64,8 @@ def runtime_roots() -> list[Requirement]:
 
 
 def applies(requirement: Requirement) -> bool:
-    """Whether a requirement (no extras asked for) applies to the image's interpreter."""
-    return requirement.marker is None or Marker(str(requirement.marker)).evaluate(MARKER_ENV)
+    """Whether a requirement (no extras asked for) applies to the image's interpreter or another locked one."""
+    return requirement.marker is None or any(Marker(str(requirement.marker)).evaluate(env) for env in _MARKER_ENVS)
 
 
 def closure(roots: Iterable[Requirement]) -> dict[str, str]:
@@ -82,7 +97,7 @@ def parse_lock(text: str) -> dict[str, tuple[str, list[str]]]:
 
 def _hashes(name: str, version: str, workdir: Path) -> list[str]:
     found: set[str] = set()
-    for i, platform in enumerate(_PLATFORMS):
+    for i, platform in enumerate(_TARGETS):
         dest = workdir / f"{name}-{i}"
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--dest", str(dest),

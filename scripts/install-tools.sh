@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs the non-Python tools the tests use into a cache outside the work tree: nothing is downloaded twice.
+# Installs the non-Python tools the tests use into a cache outside the work tree: nothing is downloaded twice, and
+# nothing needs root. `--unit`: only what the tests without a broker or a browser use (helm, promtool, the
+# Node packages).
 set -euo pipefail
+UNIT=0
+if [ "${1:-}" = "--unit" ]; then UNIT=1; fi
 CACHE="${HARNESS_WORKER_CACHE:-$HOME/.cache/harness-agui-worker}"
 mkdir -p "$CACHE/bin"
 echo "tools cache: $CACHE"
@@ -46,6 +50,51 @@ else
 fi
 # ---- promtool (end) ----
 
+# ---- gateway clients (begin; owned by the gateway) ----
+# The gateway tests run the official @ag-ui/client under Node and drive a headless Chromium with puppeteer-core
+# (tests/gateway/node/package.json, pinned by its package-lock.json). The packages go to
+# "$CACHE/gateway-node-<lock hash>/node_modules", installed once per lock. Chromium is @sparticuz/chromium's
+# headless shell (Linux x86_64), a brotli-compressed binary in the npm package: its executablePath() inflates it
+# into os.tmpdir(), here pointed at "$CACHE/gateway-node-<lock hash>/chromium", once per lock and user.
+# CHROMIUM=/path/to/a/headless/chromium uses another one instead (on aarch64, which that package does not carry).
+(
+  cd "$(dirname "$0")/.."
+  lock_hash=$(sha256sum tests/gateway/node/package-lock.json | cut -c1-16)
+  node_dir="$CACHE/gateway-node-$lock_hash"
+  if [ -d "$node_dir/node_modules/@ag-ui/client" ] && [ -d "$node_dir/node_modules/puppeteer-core" ] \
+      && [ -d "$node_dir/node_modules/@sparticuz/chromium" ]; then
+    echo "gateway node packages: cached"
+  else
+    rm -rf "$node_dir.tmp" && mkdir -p "$node_dir.tmp"
+    cp tests/gateway/node/package.json tests/gateway/node/package-lock.json "$node_dir.tmp/"
+    (cd "$node_dir.tmp" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    rm -rf "$node_dir" && mv "$node_dir.tmp" "$node_dir"
+    echo "gateway node packages: installed in $node_dir"
+  fi
+  if [ "$UNIT" = 1 ]; then
+    echo "chromium: not needed (--unit)"
+  elif [ -n "${CHROMIUM:-}" ]; then
+    echo "chromium: $CHROMIUM (CHROMIUM): $("$CHROMIUM" --version 2>/dev/null | head -1)"
+  elif [ "$(uname -m)" != "x86_64" ]; then
+    echo "chromium: @sparticuz/chromium carries Linux x86_64 only; set CHROMIUM to a headless Chromium" \
+      "for tests/gateway/test_viewer.py"
+  else
+    if [ ! -x "$node_dir/chromium/chromium" ]; then
+      rm -rf "$node_dir/chromium.tmp" && mkdir -p "$node_dir/chromium.tmp"
+      (cd "$node_dir" && TMPDIR="$node_dir/chromium.tmp" node --input-type=module \
+        -e 'const { default: chromium } = await import("@sparticuz/chromium"); await chromium.executablePath();')
+      rm -rf "$node_dir/chromium" && mv "$node_dir/chromium.tmp" "$node_dir/chromium"
+    fi
+    echo "chromium: $("$node_dir/chromium/chromium" --version 2>/dev/null | head -1) in $node_dir/chromium"
+  fi
+)
+# ---- gateway clients (end) ----
+
+if [ "$UNIT" = 1 ]; then
+  echo "kafka jars and kafka tools: not needed (--unit)"
+  exit 0
+fi
+
 # ---- kafka jars (begin; owned by the Kafka test harness) ----
 # The broker tests start a real Kafka 4.x KRaft cluster from Maven jars (devtools/kafka_cluster.py).
 # Resolve them now, once per version into "$CACHE/kafka-<version>/libs", so the time shows here in CI logs.
@@ -67,30 +116,3 @@ fi
   echo "kafka tools jars: ready in $(( $(date +%s) - tools_start ))s"
 )
 # ---- kafka command-line tools (end) ----
-
-# ---- gateway clients (begin; owned by the gateway) ----
-# The gateway tests run the official @ag-ui/client under Node and drive a headless Chromium with puppeteer-core
-# (tests/gateway/node/package.json, pinned by its package-lock.json). The packages go to
-# "$CACHE/gateway-node-<lock hash>/node_modules", installed once per lock; Chromium is Debian's
-# chromium-headless-shell (a browser download of puppeteer's own cannot be fetched here).
-(
-  cd "$(dirname "$0")/.."
-  lock_hash=$(sha256sum tests/gateway/node/package-lock.json | cut -c1-16)
-  node_dir="$CACHE/gateway-node-$lock_hash"
-  if [ -d "$node_dir/node_modules/@ag-ui/client" ] && [ -d "$node_dir/node_modules/puppeteer-core" ]; then
-    echo "gateway node packages: cached"
-  else
-    rm -rf "$node_dir.tmp" && mkdir -p "$node_dir.tmp"
-    cp tests/gateway/node/package.json tests/gateway/node/package-lock.json "$node_dir.tmp/"
-    (cd "$node_dir.tmp" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-    rm -rf "$node_dir" && mv "$node_dir.tmp" "$node_dir"
-    echo "gateway node packages: installed in $node_dir"
-  fi
-  if ! command -v chromium-headless-shell >/dev/null 2>&1; then
-    echo "chromium-headless-shell: installing Debian's package"
-    if [ "$(id -u)" = "0" ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
-    $apt_get update -qq && DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq chromium-headless-shell >/dev/null
-  fi
-  echo "chromium-headless-shell: $(chromium-headless-shell --version 2>/dev/null | head -1)"
-)
-# ---- gateway clients (end) ----

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # The one command: set up everything from a fresh clone, then run linters, type checks and the whole test suite.
-# Extra arguments go to pytest (e.g. `scripts/test.sh -k golden`).
+# Extra arguments go to pytest (e.g. `scripts/test.sh -k golden`). Nothing here needs root.
+# `scripts/test.sh --unit [pytest arguments]` is a contributor's fast loop: the checkout installed editable (unless
+# HARNESS_AGUI_COMPILE=1), the same linters and type checks, and the tests that need no broker, no browser and no
+# fresh install (`-m "not kafka and not cluster3 and not slow"`); of the tools, only helm, promtool
+# and the Node packages (no broker jars, no browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+UNIT=0
+if [ "${1:-}" = "--unit" ]; then
+  UNIT=1
+  shift
+  export HARNESS_AGUI_COMPILE="${HARNESS_AGUI_COMPILE:-0}"
+fi
 
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -26,7 +36,11 @@ else
   export HARNESS_AGUI_EXPECT_COMPILED=1
 fi
 
-bash scripts/install-tools.sh
+if [ "$UNIT" = 1 ]; then
+  bash scripts/install-tools.sh --unit
+else
+  bash scripts/install-tools.sh
+fi
 
 echo "== ruff"
 .venv/bin/ruff check setup.py worker tests bench devtools
@@ -34,4 +48,7 @@ echo "== mypy --strict worker"
 .venv/bin/mypy --no-incremental worker
 echo "== pytest"
 # pytest's own script, not `python -m pytest`: that would put the checkout's worker/ ahead of the installed one.
+if [ "$UNIT" = 1 ]; then
+  exec .venv/bin/pytest -m "not kafka and not cluster3 and not slow" "$@"
+fi
 exec .venv/bin/pytest "$@"

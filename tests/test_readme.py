@@ -91,6 +91,17 @@ def test_quick_start_is_two_commands_that_exist() -> None:
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_setup_needs_no_root_and_the_quick_start_names_its_tools() -> None:
+    scripts = {path.name: path.read_text() for path in (ROOT / "scripts").glob("*.sh")}
+    assert {"test.sh", "install-tools.sh", "demo.sh"} <= set(scripts)
+    for name, text in scripts.items():
+        found = re.findall(r"\b(sudo|apt-get|apt|yum|dnf|apk|id -u)\b", text)
+        assert not found, f"scripts/{name} uses {found}: no set-up step may need root"
+    tools = " ".join(re.findall(r"^\| ([^|]+) \|", _section("Quick start"), flags=re.M))
+    for tool in ("CPython", "Python headers", "C compiler", "Java", "Maven", "Go", "Node.js", "npm"):
+        assert tool in tools, f"the Quick start's table of tools does not name {tool}"
+
+
 def test_the_produce_and_consume_examples_compile() -> None:
     """tests/kafka/test_readme_examples.py runs them on a broker; this catches a broken block without one."""
     for title in ("Producing from a Harness host", "Consuming AG-UI events"):

@@ -242,11 +242,16 @@ def node_modules() -> Path:
 
 
 async def start_node(script: str, *args: str) -> asyncio.subprocess.Process:
-    """`node tests/gateway/node/<script> args...` with the pinned packages, stdout piped."""
+    """`node tests/gateway/node/<script> args...` with the pinned packages, stdout piped. Its temporary directory is
+    where scripts/install-tools.sh inflated @sparticuz/chromium (when it did), so `chromium.executablePath()` finds
+    the browser there."""
+    modules = node_modules()
+    env = {**os.environ, "GATEWAY_NODE_MODULES": str(modules)}
+    if (modules.parent / "chromium").is_dir():
+        env["TMPDIR"] = str(modules.parent / "chromium")
     return await asyncio.create_subprocess_exec(
         "node", str(Path(__file__).parent / "node" / script), *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "GATEWAY_NODE_MODULES": str(node_modules())},
-        limit=64 * 1024 * 1024,
+        stderr=asyncio.subprocess.PIPE, env=env, limit=64 * 1024 * 1024,
     )
 
 

@@ -1,14 +1,15 @@
-// Opens the gateway's viewer page in headless Chromium (Debian's chromium-headless-shell, driven by
-// puppeteer-core) and prints its state as JSON lines: "ready" once the page runs, then its final state once the
-// run finished (or after the timeout in seconds, argv[3]).
+// Opens the gateway's viewer page in headless Chromium (@sparticuz/chromium's headless shell, or the one CHROMIUM
+// names, driven by puppeteer-core) and prints its state as JSON lines: "ready" once the page runs, then its final
+// state once the run finished (or after the timeout in seconds, argv[3]).
 import { createRequire } from "node:module";
 
 const require = createRequire(process.env.GATEWAY_NODE_MODULES + "/");
 const puppeteer = require("puppeteer-core");
+const chromium = require("@sparticuz/chromium");
 
 const [url, timeoutS = "120"] = process.argv.slice(2);
 const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium-headless-shell",
+  executablePath: process.env.CHROMIUM ?? await chromium.executablePath(),
   headless: "shell",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"],
