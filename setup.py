@@ -49,6 +49,7 @@ COMPILED = [
     "worker/stream/_build.py",
     "worker/stream/_changelog.py",
     "worker/stream/_core.py",
+    "worker/stream/_display_batch.py",
     "worker/stream/_partition.py",
     "worker/stream/_records.py",
     "worker/stream/_shards.py",

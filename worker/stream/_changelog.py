@@ -7,7 +7,8 @@ remembered ended stream, each removed by a tombstone when its stream ends or is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from importlib import metadata
 from typing import Any, Final
 
@@ -18,12 +19,15 @@ from worker.display.projection import DisplayProjection
 from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
 from worker.observe import loads_exact
 from worker.stream._core import StreamObserver
-from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, OpenStream
+from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStreams, OpenStream
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
     "PARTITION_KEY",
+    "ChangeTracker",
+    "Changelog",
     "CheckpointHeader",
+    "StoredState",
     "decode_ended",
     "decode_stream",
     "encode_ended",
@@ -31,6 +35,7 @@ __all__ = [
     "encode_stream",
     "ended_key",
     "read_checkpoint_header",
+    "read_state",
     "split_key",
     "stream_key",
 ]
@@ -40,6 +45,7 @@ PARTITION_KEY: Final = b"partition"  # never changes, so any release finds the f
 _STREAM: Final = "stream:"
 _ENDED: Final = "ended:"
 _CLOSED_CODES: Final = frozenset({SOURCE_GAP_CODE, EVENT_TOO_LARGE_CODE})
+Changelog = list[tuple[bytes, bytes | None]]  # changelog records: (key, value; None for a tombstone)
 
 
 def _package_version() -> str:
@@ -276,3 +282,152 @@ def decode_ended(raw: bytes, value: bytes, header: CheckpointHeader) -> tuple[in
     reader = _Reader(header.topic, header.partition, raw, value)
     reader.fields(_ENDED_FIELDS)
     return reader.integer("last_sequence", 0), reader.integer("ended_at", 0, header.offset)
+
+
+class StoredState:
+    """What a changelog partition holds: its partition record, its open streams (in first-offset order) and its
+    remembered ended streams as (offset that ended it, root run id, last root sequence), oldest first."""
+
+    __slots__ = ("ended", "header", "streams")
+
+    def __init__(
+        self, header: CheckpointHeader, streams: list[tuple[str, OpenStream]], ended: list[tuple[int, str, int]]
+    ) -> None:
+        self.header = header
+        self.streams = streams
+        self.ended = ended
+
+
+def read_state(
+    values: Mapping[bytes, bytes], topic: str, partition: int, restore: Callable[[Any], StreamObserver], *,
+    display: bool, part_s: float,
+) -> Generator[None, None, StoredState]:  # fmt: skip
+    """The state changelog `values` (latest value per key, tombstoned keys left out) hold, checked whole; yields
+    after each part of about `part_s` of the work, so the caller may let other work run.
+
+    Raises CheckpointVersionError for a format this release does not read, CheckpointError when the changelog is
+    empty, unreadable or inconsistent, and, with `display`, when a converting stream has no display state.
+    """
+    header = read_checkpoint_header(values, topic, partition)
+    if header is None:
+        raise CheckpointError("is empty: there is no checkpoint to restore", topic=topic, partition=partition)
+    streams: list[tuple[str, OpenStream]] = []
+    ended: list[tuple[int, str, int]] = []
+    until = time.perf_counter() + part_s
+    for raw, value in values.items():
+        if raw == PARTITION_KEY:
+            continue
+        is_open, key = split_key(raw, topic, partition)
+        if is_open:
+            streams.append((key, decode_stream(raw, value, header, restore, display=display)))
+            if time.perf_counter() >= until:
+                yield None
+                until = time.perf_counter() + part_s
+        else:
+            sequence, at = decode_ended(raw, value, header)
+            ended.append((at, key, sequence))
+    if (len(streams), len(ended)) != (header.open_streams, header.ended_streams):
+        raise CheckpointError(
+            f"holds {len(streams)} open and {len(ended)} ended streams, where its partition record counts "
+            f"{header.open_streams} and {header.ended_streams}", topic=topic, partition=partition,
+        )  # fmt: skip
+    ended.sort()
+    if len({at for at, _, _ in ended}) != len(ended) or {k for _, k, _ in ended} & {k for k, _ in streams}:
+        raise CheckpointError("ends two streams at one offset, or holds a stream both open and ended",
+                              topic=topic, partition=partition)  # fmt: skip
+    streams.sort(key=lambda pair: pair[1].first_offset)
+    return StoredState(header, streams, ended)
+
+
+class ChangeTracker:
+    """Which changelog keys of a partition's state changed since its last checkpoint, so that a checkpoint writes
+    each changed key once and a tombstone for each key the changelog holds and the state no longer does.
+
+    After each checkpoint the changelog holds exactly the live keys, so a stream (an ended entry) is in it iff its
+    first offset (the offset that ended it) is below `checkpointed`.
+    """
+
+    __slots__ = ("_dirty", "_dirty_ended", "_gone", "_gone_ended", "_partition", "_stale", "_topic", "checkpointed")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self._topic = topic
+        self._partition = partition
+        self.checkpointed = -1  # offset of the last checkpoint; -1: none, nothing known to be in the changelog
+        self._dirty: set[str] = set()  # open streams changed since the last checkpoint
+        self._gone: set[str] = set()  # streams in the changelog that ended since (tombstones due)
+        self._dirty_ended: set[str] = set()  # ended keys remembered since the last checkpoint
+        self._gone_ended: set[str] = set()  # ended keys in the changelog forgotten since (tombstones due)
+        self._stale: set[bytes] = set()  # changelog keys adopted with the changelog, tombstoned unless live
+
+    def changed(self, key: str) -> None:
+        """Open stream `key` changed."""
+        self._dirty.add(key)
+
+    def closed(self, key: str, first_offset: int) -> None:
+        """Open stream `key`, opened at `first_offset`, ended."""
+        self._dirty.discard(key)
+        if first_offset < self.checkpointed:
+            self._gone.add(key)
+
+    def remembered(self, key: str, forgotten: tuple[str, int] | None) -> None:
+        """Ended stream `key` is remembered; `forgotten` (its key, the offset that ended it) made room for it."""
+        self._dirty_ended.add(key)
+        if forgotten is not None:
+            old, old_at = forgotten
+            self._dirty_ended.discard(old)
+            if old_at < self.checkpointed:
+                self._gone_ended.add(old)
+
+    def restored(self) -> None:
+        """The state was restored from the changelog's checkpoint at `checkpointed`: the ended streams it remembers
+        are there already (those it forgot while being restored are tombstoned at the next checkpoint)."""
+        self._dirty_ended = set()
+
+    def adopt(self, keys: Iterable[bytes], streams: Iterable[str], ended: EndedStreams) -> None:
+        """The changelog holds exactly `keys`, and the state was built without it: the next checkpoint writes every
+        live key and a tombstone for every other key among them."""
+        self._stale = set(keys)
+        self._stale.discard(PARTITION_KEY)
+        self._dirty = set(streams)
+        self._dirty_ended = {key for key, _, _ in ended.items()}
+        self._gone, self._gone_ended = set(), set()
+        self.checkpointed = -1
+
+    def checkpoint_parts(
+        self, offset: int, streams: Mapping[str, OpenStream], ended: EndedStreams,
+        export: Callable[[StreamObserver], object], *, display: bool, part_s: float,
+    ) -> Iterator[Changelog]:  # fmt: skip
+        """The changelog records that bring the changelog from the previous checkpoint to `streams` and `ended` at
+        source offset `offset` (each key changed since, once, and the partition record last), in parts that take
+        about `part_s` each to encode; taking the last part marks them written."""
+        part: Changelog = []
+        written: set[bytes] = set()
+        until = time.perf_counter() + part_s
+        for key in sorted(self._dirty):
+            raw = stream_key(key)
+            part.append((raw, encode_stream(streams[key], export, display=display)))
+            written.add(raw)
+            if time.perf_counter() >= until:
+                yield part
+                part, until = [], time.perf_counter() + part_s
+        for key in sorted(self._gone):
+            if key not in streams:
+                raw = stream_key(key)
+                part.append((raw, None))
+                written.add(raw)
+        for key in sorted(self._dirty_ended):
+            entry = ended.get(key)
+            if entry is not None:
+                raw = ended_key(key)
+                part.append((raw, encode_ended(entry[0], entry[1])))
+                written.add(raw)
+        for key in sorted(self._gone_ended):
+            if ended.get(key) is None:
+                raw = ended_key(key)
+                part.append((raw, None))
+                written.add(raw)
+        part.extend((raw, None) for raw in sorted(self._stale - written))  # every live key is written already
+        part.append((PARTITION_KEY, encode_partition(self._topic, self._partition, offset, len(streams), len(ended))))
+        self._dirty, self._gone, self._dirty_ended, self._gone_ended, self._stale = set(), set(), set(), set(), set()
+        self.checkpointed = offset
+        yield part

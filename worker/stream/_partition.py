@@ -1,37 +1,38 @@
-"""Per-partition stream table: dedupe and gap verdicts, the event counter, record building, and checkpoints."""
+"""Per-partition stream table: dedupe and gap verdicts, the event counter, record building, and checkpoints.
+
+The changelog's change tracking and format live in `_changelog.py`, the display projections' batch in
+`_display_batch.py`; this module decides what each record means and what it publishes."""
 
 from __future__ import annotations
 
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypedDict, Unpack
 
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
-from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, Accepted, DisplayProjection
-from worker.errors import AguiObservationError, CheckpointError, ConfigError, DecodeError, GapError, WorkerError
-from worker.observe import HarnessAguiStreamObserver
+from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
+from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, output_record, record_size
 from worker.stream._changelog import (
     PARTITION_KEY,
-    decode_ended,
-    decode_stream,
+    Changelog,
+    ChangeTracker,
     encode_ended,
     encode_partition,
     encode_stream,
     ended_key,
-    read_checkpoint_header,
-    split_key,
+    read_state,
     stream_key,
 )
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
-from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, Outcome, SourceRecord, Verdict
+from worker.stream._display_batch import DisplayBatch
+from worker.stream._records import DeadLetterReason, OutboundRecord, Outcome, SourceRecord, Verdict
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStreams, OpenStream
-from worker.wire import HarnessEvent, HarnessRunResultEvent
 
 __all__ = [
     "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE", "PartitionState", "StateOptions",
@@ -46,7 +47,6 @@ _THREAD_BYTES_PER_CHAR = 6
 _HEADER_ALLOWANCE = 512
 
 _R = DeadLetterReason
-Changelog = list[tuple[bytes, bytes | None]]
 
 
 PART_S: Final = 0.005  # the work of one part of a checkpoint or a restore, about: a caller yields between parts
@@ -63,6 +63,41 @@ class StateOptions(TypedDict, total=False):
     max_record_bytes: int | None
     display_interval_ms: int | None
     display_max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """A state's options, checked once (`StateOptions` names them)."""
+
+    gap_policy: GapPolicy = GapPolicy.CLOSE_RUN
+    max_open_streams: int = 100_000
+    open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER
+    closed_stream_memory: int = 10_000
+    max_record_bytes: int | None = None
+    display_interval_ms: int | None = None
+    display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_open_streams < 1:
+            raise ConfigError(f"max_open_streams must be >= 1, got {self.max_open_streams}")
+        if self.closed_stream_memory < 0:
+            raise ConfigError(f"closed_stream_memory must be >= 0, got {self.closed_stream_memory}")
+        if self.max_record_bytes is not None and self.max_record_bytes < MIN_RECORD_BYTES:
+            raise ConfigError(f"max_record_bytes must be >= {MIN_RECORD_BYTES}, got {self.max_record_bytes}")
+        if self.display_interval_ms is not None and self.display_interval_ms < 0:
+            raise ConfigError(f"display_interval_ms must be >= 0, got {self.display_interval_ms}")
+        if self.display_max_bytes < MIN_DISPLAY_BYTES:
+            raise ConfigError(f"display_max_bytes must be >= {MIN_DISPLAY_BYTES}, got {self.display_max_bytes}")
+        object.__setattr__(self, "gap_policy", GapPolicy(self.gap_policy))
+        object.__setattr__(self, "open_stream_policy", OpenStreamPolicy(self.open_stream_policy))
+
+    def options(self) -> StateOptions:
+        return StateOptions(
+            gap_policy=self.gap_policy, max_open_streams=self.max_open_streams,
+            open_stream_policy=self.open_stream_policy, closed_stream_memory=self.closed_stream_memory,
+            max_record_bytes=self.max_record_bytes, display_interval_ms=self.display_interval_ms,
+            display_max_bytes=self.display_max_bytes,
+        )  # fmt: skip
 
 
 class _Step:
@@ -100,97 +135,37 @@ class PartitionState:
     """
 
     __slots__ = (
-        "_checkpointed",
-        "_core",
-        "_deferred",
-        "_dirty",
-        "_dirty_ended",
-        "_display_evicted",
-        "_display_interval",
-        "_display_max",
-        "_display_withheld",
-        "_ended",
-        "_gap_policy",
-        "_gone",
-        "_gone_ended",
-        "_last_offset",
-        "_max_open",
-        "_max_record",
-        "_open_policy",
-        "_stale",
-        "_streams",
-        "partition",
-        "topic",
+        "_changes", "_core", "_display", "_ended", "_last_offset", "_settings", "_streams", "partition", "topic",
     )
 
     def __init__(
-        self,
-        topic: str,
-        partition: int,
-        *,
-        gap_policy: GapPolicy = GapPolicy.CLOSE_RUN,
-        max_open_streams: int = 100_000,
-        open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
-        closed_stream_memory: int = 10_000,
-        max_record_bytes: int | None = None,
-        display_interval_ms: int | None = None,
-        display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        core: StreamCore | None = None,
+        self, topic: str, partition: int, *, core: StreamCore | None = None, **options: Unpack[StateOptions]
     ) -> None:
-        if max_open_streams < 1:
-            raise ConfigError(f"max_open_streams must be >= 1, got {max_open_streams}")
-        if closed_stream_memory < 0:
-            raise ConfigError(f"closed_stream_memory must be >= 0, got {closed_stream_memory}")
-        if max_record_bytes is not None and max_record_bytes < MIN_RECORD_BYTES:
-            raise ConfigError(f"max_record_bytes must be >= {MIN_RECORD_BYTES}, got {max_record_bytes}")
-        if display_interval_ms is not None and display_interval_ms < 0:
-            raise ConfigError(f"display_interval_ms must be >= 0, got {display_interval_ms}")
-        if display_max_bytes < MIN_DISPLAY_BYTES:
-            raise ConfigError(f"display_max_bytes must be >= {MIN_DISPLAY_BYTES}, got {display_max_bytes}")
+        settings = _Settings(**options)
         self.topic = topic
         self.partition = partition
-        self._gap_policy = GapPolicy(gap_policy)
-        self._max_open = max_open_streams
-        self._open_policy = OpenStreamPolicy(open_stream_policy)
-        self._max_record = max_record_bytes
-        self._display_interval = display_interval_ms
-        self._display_max = display_max_bytes
-        self._display_evicted = 0  # items evicted by the display records published since `take_display_tally`
-        self._display_withheld = 0  # display records withheld since then
-        # What the display projections accepted during a batch, folded at its end (`process_batch`).
-        self._deferred: list[tuple[DisplayProjection, Accepted]] = []
+        self._settings = settings
+        interval = settings.display_interval_ms
+        self._display = DisplayBatch(interval, settings.display_max_bytes) if interval is not None else None
         self._core = core if core is not None else default_core()
         self._streams: OrderedDict[str, OpenStream] = OrderedDict()  # in first-offset order
-        self._ended = EndedStreams(closed_stream_memory)
+        self._ended = EndedStreams(settings.closed_stream_memory)
         self._last_offset: int | None = None
-        # Changelog bookkeeping. After each checkpoint the changelog holds exactly the live keys, so a stream
-        # (an ended entry) is in it iff its first offset (the offset that ended it) is below `_checkpointed`.
-        self._checkpointed = -1  # offset of the last checkpoint; -1: none, nothing known to be in the changelog
-        self._dirty: set[str] = set()  # open streams changed since the last checkpoint
-        self._gone: set[str] = set()  # streams in the changelog that ended since (tombstones due)
-        self._dirty_ended: set[str] = set()  # ended keys remembered since the last checkpoint
-        self._gone_ended: set[str] = set()  # ended keys in the changelog forgotten since (tombstones due)
-        self._stale: set[bytes] = set()  # changelog keys adopted with the changelog, tombstoned unless live
+        self._changes = ChangeTracker(topic, partition)
 
     @property
     def options(self) -> StateOptions:
         """The keyword options this state was built with (`PartitionState(topic, p, **state.options)`)."""
-        return StateOptions(
-            gap_policy=self._gap_policy, max_open_streams=self._max_open, open_stream_policy=self._open_policy,
-            closed_stream_memory=self._ended.capacity, max_record_bytes=self._max_record,
-            display_interval_ms=self._display_interval, display_max_bytes=self._display_max,
-        )  # fmt: skip
+        return self._settings.options()
 
     @property
     def display(self) -> bool:
         """Whether open streams keep display projections (the display topic is on)."""
-        return self._display_interval is not None
+        return self._display is not None
 
     def take_display_tally(self) -> tuple[int, int]:
         """(items evicted, display records withheld) by the records processed with publishing since the last call."""
-        tally = (self._display_evicted, self._display_withheld)
-        self._display_evicted = self._display_withheld = 0
-        return tally
+        return self._display.take_tally() if self._display is not None else (0, 0)
 
     @property
     def core(self) -> StreamCore:
@@ -201,7 +176,7 @@ class PartitionState:
     def checkpointed(self) -> int:
         """The source offset of the last checkpoint taken or restored; -1 when the changelog is not known to hold
         this state (none yet, or a state rebuilt without it)."""
-        return self._checkpointed
+        return self._changes.checkpointed
 
     @property
     def open_streams(self) -> int:
@@ -252,26 +227,18 @@ class PartitionState:
         the outcomes before its record, the state past them and undefined."""
         outcomes: list[Outcome] = []
         error: Exception | None = None
-        deferred = self._deferred
-        owners: list[int] = []  # the index of the outcome each deferred fold belongs to
+        batch = self._display
         try:
             for record in records:
                 outcomes.append(self._process_one(record, publish))
-                owners.extend([len(outcomes) - 1] * (len(deferred) - len(owners)))
+                if batch is not None:
+                    batch.owned_by(len(outcomes) - 1)
         except Exception as exc:  # returned to the caller, which decides (raise, halt or fail)
             error = exc
-        folds = list(deferred)
-        deferred.clear()
-        for index, (display, accepted) in enumerate(folds):
-            owner = owners[index] if index < len(owners) else len(outcomes)
-            try:
-                shown = self._complete(publish, display, accepted)
-            except Exception as exc:  # a fold bug: the records from this one on are not processed
-                return outcomes[:owner], exc
-            if shown is not None and owner < len(outcomes):
-                done = outcomes[owner]  # a display record is always the last of its outcome's records
-                outcomes[owner] = Outcome(done.verdict, (*done.records, shown), done.run_id, done.reason, done.error)
-        return outcomes, error
+        if batch is None:
+            return outcomes, error
+        outcomes, failed = batch.fold(outcomes, publish)
+        return outcomes, failed if failed is not None else error
 
     def _process_one(self, record: SourceRecord, publish: bool) -> Outcome:
         if record.topic != self.topic or record.partition != self.partition:
@@ -336,17 +303,17 @@ class PartitionState:
             return step.dead(Verdict.GAP, _R.STREAM_START_MISSING,
                              f"stream {key} is not open and its item has sequence {seq}, not 0: "
                              "its beginning is missing")
-        if len(self._streams) >= self._max_open:
+        cap = self._settings.max_open_streams
+        if len(self._streams) >= cap:
             message = (f"stream {key} cannot open: {self.topic}[{self.partition}] already holds "
-                       f"max_open_streams={self._max_open} open streams")
-            if self._open_policy is OpenStreamPolicy.HALT:
+                       f"max_open_streams={cap} open streams")
+            if self._settings.open_stream_policy is OpenStreamPolicy.HALT:
                 raise WorkerError(f"{message} (offset {step.record.offset}, open-stream policy halt)")
             return step.dead(Verdict.DEAD_LETTERED, _R.OPEN_STREAM_CAP, message)
         observer = self._core.new_observer()
         stream = OpenStream(observer=observer, first_offset=step.record.offset, thread_id=item.thread_id)
-        if self._display_interval is not None:
-            stream.display = DisplayProjection(key, item.thread_id, interval_ms=self._display_interval,
-                                               max_bytes=self._display_max)  # fmt: skip
+        if self._display is not None:
+            stream.display = self._display.projection(key, item.thread_id)
         self._streams[key] = stream
         return self._continue(step, item, stream, observer)
 
@@ -358,7 +325,7 @@ class PartitionState:
                              f"run {run} sequence {seq} duplicates an accepted item (last accepted {last})")
         if seq > last + 1:
             return self._gap(step, item, stream, expected=last + 1)
-        self._dirty.add(step.key)  # whatever follows, the item counts as delivered
+        self._changes.changed(step.key)  # whatever follows, the item counts as delivered
         try:
             events = observer.observe(item)
         except (AguiObservationError, ValidationError) as exc:
@@ -376,7 +343,8 @@ class PartitionState:
         data: list[dict[str, Any] | None] | None = None
         failed: Exception | None = None
         display = stream.display
-        measure = self._max_record is not None and bool(events) and not self._surely_fit(step, item, stream)
+        limit = self._settings.max_record_bytes
+        measure = limit is not None and bool(events) and not self._surely_fit(step, item, stream)
         if step.publish or measure or (display is not None and events):
             try:
                 values, data = self._encode(events, display=display is not None)
@@ -384,12 +352,14 @@ class PartitionState:
                     records = self._outputs(step, item, stream.n, events, values)
             except Exception as exc:  # see process(): the stream moves on as if they were published
                 failed = exc
-            if measure and failed is None:
-                limit = self._max_record
+            if measure and failed is None and limit is not None:
                 for index, record in enumerate(records):
                     size = record_size(record)
-                    if limit is not None and size > limit:
-                        return self._too_large(step, item, stream, record, index=index, size=size, limit=limit)
+                    if size > limit:
+                        message = (f"event {stream.n + index} ({record.event_type}) of run {run} sequence {seq} "
+                                   f"would be a {size}-byte output record, over the limit of {limit} bytes")
+                        return self._close_with_run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE,
+                                                          verdict=Verdict.DEAD_LETTERED, reason=_R.TOO_LARGE)
             if not step.publish:
                 records = ()
         n = stream.n
@@ -423,63 +393,42 @@ class PartitionState:
         first: int, *, values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool,
         source: WireItem | None, observer: StreamObserver,
     ) -> None:  # fmt: skip
-        """Offer the events numbered n = `first`, ... to the stream's display projection: published, with their
-        record values `values` (and JSON objects `data`, when known), or passed over when `values` is None (never
-        published: their encoding failed, or a RUN_ERROR was too large). The projection accepts them now and folds
-        them at the end of the batch, when the display record due after them joins the record's outcome, last.
-        A projection that `ended` is let go."""
-        if values is None:
-            display.skip(first, len(events))
-            first, events = first + len(events), ()
-        accepted = display.accept(
-            events, first, timestamp_ms=step.record.timestamp_ms, ended=ended,
-            source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
-            encoded=values if events else None, data=data if events else None,
-            observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
-        )  # fmt: skip
+        """Offer the events to the stream's display projection (`DisplayBatch.offer`); the display record due after
+        them joins the record's outcome, last, at the end of the batch. A projection that `ended` is let go."""
+        assert self._display is not None
+        self._display.offer(display, events, first, timestamp_ms=step.record.timestamp_ms, values=values, data=data,
+                            ended=ended, source=source, observer=observer)  # fmt: skip
         if ended:
             stream.display = None
-        self._deferred.append((display, accepted))
-
-    def _complete(self, publish: bool, display: DisplayProjection, accepted: Accepted) -> OutboundRecord | None:
-        """Fold what `display` accepted; the display record due after it, when publishing."""
-        withheld = display.withheld
-        record = display.complete(accepted)
-        if not publish:
-            return None
-        self._display_withheld += display.withheld - withheld
-        if record is None:
-            return None
-        self._display_evicted += record.evicted
-        return OutboundRecord(Destination.DISPLAY, record.key, record.value, record.headers, None, None)
 
     def _surely_fit(self, step: _Step, item: WireItem, stream: OpenStream) -> bool:
         """Whether the core's bound proves every event of `item` fits the record limit, without encoding one."""
-        bound = self._core.event_bound(item, stream.widest)
-        if bound is None or self._max_record is None:
+        bound, limit = self._core.event_bound(item, stream.widest), self._settings.max_record_bytes
+        if bound is None or limit is None:
             return False
         key = step.record.key
         overhead = (_KEY_COPIES * (len(key) if key is not None else 0)
                     + _THREAD_BYTES_PER_CHAR * len(item.thread_id) + _HEADER_ALLOWANCE)  # fmt: skip
-        return bound + overhead <= self._max_record
+        return bound + overhead <= limit
 
-    def _too_large(
-        self, step: _Step, item: WireItem, stream: OpenStream, record: OutboundRecord, *, index: int, size: int,
-        limit: int,
+    def _close_with_run_error(
+        self, step: _Step, item: WireItem, stream: OpenStream, message: str, *, code: str, verdict: Verdict,
+        reason: DeadLetterReason,
     ) -> Outcome:  # fmt: skip
+        """Close the stream with the RUN_ERROR `code` as its event `n`: it converts nothing more, and its terminal,
+        when this item is it, ends it."""
         key, run, seq = step.key, item.run_id, item.sequence
-        message = (f"event {stream.n + index} ({record.event_type}) of run {run} sequence {seq} would be a "
-                   f"{size}-byte output record, over the limit of {limit} bytes")  # fmt: skip
         records: tuple[OutboundRecord, ...] = ()
         if step.publish or stream.display is not None:
-            records = self._run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE, reason=_R.TOO_LARGE)
+            records = self._run_error(step, item, stream, message, code=code, reason=reason)
+        self._changes.changed(key)
         stream.n += 1
         stream.observer = None
-        stream.closed_by = EVENT_TOO_LARGE_CODE
+        stream.closed_by = code
         stream.last.clear()
         if run == key and self._core.is_terminal(item):
             self._close(key, seq, step.record.offset)
-        return Outcome(Verdict.DEAD_LETTERED, records, key, _R.TOO_LARGE)
+        return Outcome(verdict, records, key, reason)
 
     def _run_error(
         self, step: _Step, item: WireItem, stream: OpenStream, message: str, *, code: str, reason: DeadLetterReason
@@ -492,7 +441,8 @@ class PartitionState:
         (value,), data = self._encode((event,), display=stream.display is not None)
         error = output_record(event, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
                               source=step.record, source_sequence=item.sequence)  # fmt: skip
-        fits = self._max_record is None or record_size(error) <= self._max_record
+        limit = self._settings.max_record_bytes
+        fits = limit is None or record_size(error) <= limit
         display, observer = stream.display, stream.observer
         if display is not None and observer is not None:
             self._show(step, stream, display, (event,), stream.n, values=[value] if fits else None, data=data,
@@ -502,29 +452,20 @@ class PartitionState:
             return ()
         if not fits:
             return (dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed, its RUN_ERROR "
-                                       f"over the limit of {self._max_record} bytes too"),)  # fmt: skip
+                                       f"over the limit of {limit} bytes too"),)  # fmt: skip
         letter = dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
         return (error, letter)
 
     def _gap(self, step: _Step, item: WireItem, stream: OpenStream, *, expected: int) -> Outcome:
         key, run, seq = step.key, item.run_id, item.sequence
-        if self._gap_policy is GapPolicy.HALT:
+        if self._settings.gap_policy is GapPolicy.HALT:
             raise GapError(
                 f"source gap in stream {key}, run {run}: expected sequence {expected}, received {seq} "
                 f"at offset {step.record.offset} of {self.topic}[{self.partition}] (gap policy halt)"
             )
         message = f"source gap in run {run}: expected sequence {expected}, received {seq}"
-        records: tuple[OutboundRecord, ...] = ()
-        if step.publish or stream.display is not None:
-            records = self._run_error(step, item, stream, message, code=SOURCE_GAP_CODE, reason=_R.GAP)
-        self._dirty.add(key)
-        stream.n += 1
-        stream.observer = None
-        stream.closed_by = SOURCE_GAP_CODE
-        stream.last.clear()
-        if run == key and self._core.is_terminal(item):
-            self._close(key, seq, step.record.offset)
-        return Outcome(Verdict.GAP, records, key, _R.GAP)
+        return self._close_with_run_error(step, item, stream, message, code=SOURCE_GAP_CODE, verdict=Verdict.GAP,
+                                          reason=_R.GAP)
 
     def _after_close(self, step: _Step, item: WireItem, stream: OpenStream) -> Outcome:
         terminal = item.run_id == step.key and self._core.is_terminal(item)
@@ -548,22 +489,14 @@ class PartitionState:
     def _close(self, key: str, last_root_sequence: int, at: int) -> None:
         stream = self._streams.pop(key, None)
         if stream is not None:
-            self._dirty.discard(key)
-            if stream.first_offset < self._checkpointed:
-                self._gone.add(key)
+            self._changes.closed(key, stream.first_offset)
         self._remember(key, last_root_sequence, at)
 
     def _recall(self, key: str) -> int | None:
         return self._ended.recall(key)
 
     def _remember(self, key: str, last_root_sequence: int, at: int) -> None:
-        forgotten = self._ended.remember(key, last_root_sequence, at)
-        self._dirty_ended.add(key)
-        if forgotten is not None:
-            old, old_at = forgotten
-            self._dirty_ended.discard(old)
-            if old_at < self._checkpointed:
-                self._gone_ended.add(old)
+        self._changes.remembered(key, self._ended.remember(key, last_root_sequence, at))
 
     # ---- changelog ------------------------------------------------------------------------------------
 
@@ -581,69 +514,38 @@ class PartitionState:
         return self._checkpoint_parts(offset, part_s)
 
     def _checkpoint_parts(self, offset: int, part_s: float) -> Iterator[Changelog]:
-        streams, export = self._streams, self._core.export_observer
-        display = self._display_interval is not None
-        part: Changelog = []
-        written: set[bytes] = set()
-        until = time.perf_counter() + part_s
-        for key in sorted(self._dirty):
-            raw = stream_key(key)
-            part.append((raw, encode_stream(streams[key], export, display=display)))
-            written.add(raw)
-            if time.perf_counter() >= until:
-                yield part
-                part, until = [], time.perf_counter() + part_s
-        for key in sorted(self._gone):
-            if key not in streams:
-                raw = stream_key(key)
-                part.append((raw, None))
-                written.add(raw)
-        ended = self._ended
-        for key in sorted(self._dirty_ended):
-            entry = ended.get(key)
-            if entry is not None:
-                raw = ended_key(key)
-                part.append((raw, encode_ended(entry[0], entry[1])))
-                written.add(raw)
-        for key in sorted(self._gone_ended):
-            if ended.get(key) is None:
-                raw = ended_key(key)
-                part.append((raw, None))
-                written.add(raw)
-        part.extend((raw, None) for raw in sorted(self._stale - written))  # every live key is written already
-        part.append((PARTITION_KEY, encode_partition(self.topic, self.partition, offset, len(streams), len(ended))))
-        self._dirty, self._gone, self._dirty_ended, self._gone_ended, self._stale = set(), set(), set(), set(), set()
-        self._checkpointed = offset
+        parts = self._changes.checkpoint_parts(offset, self._streams, self._ended, self._core.export_observer,
+                                               display=self._display is not None, part_s=part_s)  # fmt: skip
+        part = next(parts)
+        for following in parts:
+            yield part
+            part = following
         if offset > 0 and (self._last_offset is None or self._last_offset < offset - 1):
-            self._last_offset = offset - 1
+            self._last_offset = offset - 1  # the tracker marked the checkpoint when its last part was taken
         yield part
 
     def image(self, offset: int) -> dict[bytes, bytes]:
         """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
         nothing; a changelog folded from every `checkpoint` equals the image at the last one."""
         self._check_offset(offset)
-        export, display = self._core.export_observer, self._display_interval is not None
+        export, display = self._core.export_observer, self._display is not None
         out = {stream_key(key): encode_stream(stream, export, display=display) for key, stream in self._streams.items()}
         out.update((ended_key(key), encode_ended(seq, at)) for key, seq, at in self._ended.items())
         out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(self._streams), len(self._ended))
         return out
 
     def _check_offset(self, offset: int) -> None:
-        if offset < self._checkpointed or (self._last_offset is not None and offset <= self._last_offset):
+        checkpointed = self._changes.checkpointed
+        if offset < checkpointed or (self._last_offset is not None and offset <= self._last_offset):
             raise WorkerError(
                 f"a checkpoint of {self.topic}[{self.partition}] at offset {offset} would go back: the last "
-                f"processed offset is {self._last_offset}, the last checkpoint's {self._checkpointed}"
+                f"processed offset is {self._last_offset}, the last checkpoint's {checkpointed}"
             )
 
     def adopt_changelog_keys(self, keys: Iterable[bytes]) -> None:
         """Declare that the changelog holds exactly `keys` (a state rebuilt without it): the next checkpoint
         writes every live key and a tombstone for every other key among them."""
-        self._stale = set(keys)
-        self._stale.discard(PARTITION_KEY)
-        self._dirty = set(self._streams)
-        self._dirty_ended = {key for key, _, _ in self._ended.items()}
-        self._gone, self._gone_ended = set(), set()
-        self._checkpointed = -1
+        self._changes.adopt(keys, self._streams, self._ended)
 
     def adopt_replay(
         self, streams: Iterable[tuple[str, OpenStream]], ended: EndedStreams, last_offset: int | None
@@ -689,42 +591,16 @@ class PartitionState:
         limit they were exported with.
         """
         state = cls(topic, partition, core=core, **options)
-        header = read_checkpoint_header(values, topic, partition)
-        if header is None:
-            raise CheckpointError("is empty: there is no checkpoint to restore", topic=topic, partition=partition)
-        restore_observer, display = state._core.restore_observer, state.display
-        streams: list[tuple[str, OpenStream]] = []
-        ended: list[tuple[int, str, int]] = []
-        until = time.perf_counter() + part_s
-        for raw, value in values.items():
-            if raw == PARTITION_KEY:
-                continue
-            is_open, key = split_key(raw, topic, partition)
-            if is_open:
-                streams.append((key, decode_stream(raw, value, header, restore_observer, display=display)))
-                if time.perf_counter() >= until:
-                    yield None
-                    until = time.perf_counter() + part_s
-            else:
-                sequence, at = decode_ended(raw, value, header)
-                ended.append((at, key, sequence))
-        if (len(streams), len(ended)) != (header.open_streams, header.ended_streams):
-            raise CheckpointError(
-                f"holds {len(streams)} open and {len(ended)} ended streams, where its partition record counts "
-                f"{header.open_streams} and {header.ended_streams}", topic=topic, partition=partition,
-            )  # fmt: skip
-        ended.sort()
-        if len({at for at, _, _ in ended}) != len(ended) or {k for _, k, _ in ended} & {k for k, _ in streams}:
-            raise CheckpointError("ends two streams at one offset, or holds a stream both open and ended",
-                                  topic=topic, partition=partition)  # fmt: skip
-        state._streams = OrderedDict(sorted(streams, key=lambda pair: pair[1].first_offset))
-        state._checkpointed = header.offset
-        state._last_offset = header.offset - 1 if header.offset > 0 else None
-        for at, key, sequence in ended:
+        stored = yield from read_state(values, topic, partition, state._core.restore_observer,
+                                       display=state.display, part_s=part_s)  # fmt: skip
+        offset = stored.header.offset
+        state._streams = OrderedDict(stored.streams)
+        state._changes.checkpointed = offset
+        state._last_offset = offset - 1 if offset > 0 else None
+        for at, key, sequence in stored.ended:
             state._remember(key, sequence, at)
-        state._dirty_ended = set()  # restored entries are in the changelog already; forgotten ones are in _gone_ended
-        return state, header.offset
-
+        state._changes.restored()
+        return state, offset
 
 def _refused(
     step: _Step, item: WireItem, stream: OpenStream, reason: DeadLetterReason, exc: Exception

@@ -1,0 +1,94 @@
+"""The display side of a partition state: making each open stream's projection, and folding what the projections
+accepted during a batch at its end, each display record joining the outcome of the record it follows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ag_ui.core import BaseEvent
+
+from worker.display.projection import Accepted, DisplayProjection
+from worker.observe import HarnessAguiStreamObserver
+from worker.stream._core import StreamObserver, WireItem
+from worker.stream._records import Destination, OutboundRecord, Outcome
+from worker.wire import HarnessEvent, HarnessRunResultEvent
+
+__all__ = ["DisplayBatch"]
+
+
+class DisplayBatch:
+    """Projections made with one interval and size limit; the folds they accepted since the batch began, each
+    owned by the outcome of the record that offered it; and what the display records published since
+    `take_tally` evicted and withheld."""
+
+    __slots__ = ("_deferred", "_evicted", "_owners", "_withheld", "interval_ms", "max_bytes")
+
+    def __init__(self, interval_ms: int, max_bytes: int) -> None:
+        self.interval_ms = interval_ms
+        self.max_bytes = max_bytes
+        self._deferred: list[tuple[DisplayProjection, Accepted]] = []
+        self._owners: list[int] = []  # the index of the outcome each deferred fold belongs to
+        self._evicted = 0
+        self._withheld = 0
+
+    def projection(self, run_id: str, thread_id: str) -> DisplayProjection:
+        """A new stream's projection."""
+        return DisplayProjection(run_id, thread_id, interval_ms=self.interval_ms, max_bytes=self.max_bytes)
+
+    def take_tally(self) -> tuple[int, int]:
+        """(items evicted, display records withheld) by the records processed with publishing since the last call."""
+        tally = (self._evicted, self._withheld)
+        self._evicted = self._withheld = 0
+        return tally
+
+    def offer(
+        self, display: DisplayProjection, events: tuple[BaseEvent, ...], first: int, *, timestamp_ms: int,
+        values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool, source: WireItem | None,
+        observer: StreamObserver,
+    ) -> None:  # fmt: skip
+        """Offer the events numbered n = `first`, ... to `display`: published, with their record values `values`
+        (and JSON objects `data`, when known), or passed over when `values` is None (never published: their encoding
+        failed, or a RUN_ERROR was too large). The projection accepts them now and folds them at the batch's end."""
+        if values is None:
+            display.skip(first, len(events))
+            first, events = first + len(events), ()
+        accepted = display.accept(
+            events, first, timestamp_ms=timestamp_ms, ended=ended,
+            source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
+            encoded=values if events else None, data=data if events else None,
+            observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
+        )  # fmt: skip
+        self._deferred.append((display, accepted))
+
+    def owned_by(self, outcome: int) -> None:
+        """The folds offered since the last call belong to outcome number `outcome` of the batch."""
+        self._owners.extend([outcome] * (len(self._deferred) - len(self._owners)))
+
+    def fold(self, outcomes: list[Outcome], publish: bool) -> tuple[list[Outcome], Exception | None]:
+        """Fold everything accepted in the batch of `outcomes`, adding each display record due (when publishing)
+        to its owner's records, last. An exception from a fold is a bug: it returns the outcomes before its
+        owner and that exception."""
+        folds, owners = self._deferred, self._owners
+        self._deferred, self._owners = [], []
+        for index, (display, accepted) in enumerate(folds):
+            owner = owners[index] if index < len(owners) else len(outcomes)
+            try:
+                shown = self._complete(publish, display, accepted)
+            except Exception as exc:  # a fold bug: the records from this one on are not processed
+                return outcomes[:owner], exc
+            if shown is not None and owner < len(outcomes):
+                done = outcomes[owner]  # a display record is always the last of its outcome's records
+                outcomes[owner] = Outcome(done.verdict, (*done.records, shown), done.run_id, done.reason, done.error)
+        return outcomes, None
+
+    def _complete(self, publish: bool, display: DisplayProjection, accepted: Accepted) -> OutboundRecord | None:
+        """Fold what `display` accepted; the display record due after it, when publishing."""
+        withheld = display.withheld
+        record = display.complete(accepted)
+        if not publish:
+            return None
+        self._withheld += display.withheld - withheld
+        if record is None:
+            return None
+        self._evicted += record.evicted
+        return OutboundRecord(Destination.DISPLAY, record.key, record.value, record.headers, None, None)
