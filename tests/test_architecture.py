@@ -75,3 +75,144 @@ def test_the_stream_package_takes_from_the_display_only_its_projection() -> None
         display = (name for name in names if _of(name, "worker.display"))
         bad = sorted(name for name in display if not _of(name, "worker.display.projection"))
         assert not bad, f"{path} imports {bad}: the partition state reaches the display through its projection"
+
+
+# ---- who changes what ----------------------------------------------------------------------------------------------
+
+# A PartitionState's methods that change it; every other public method only reads (a test below keeps the two lists
+# covering the class, so a new method is placed on purpose).
+STATE_CHANGES = frozenset({
+    "process", "process_batch", "checkpoint", "checkpoint_parts", "adopt_changelog_keys", "adopt_replay",
+    "take_display_tally",
+})  # fmt: skip
+STATE_READS = frozenset({"replay_from", "image"})
+# The modules a partition task runs its state through: the task itself, and the rebuild it awaits, which builds the
+# state before the task takes it. The state's own package (its replay shards, the offline conversion) is exempt.
+STATE_CHANGERS = frozenset({"worker/kafka/task.py", "worker/kafka/rebuild.py", "worker/kafka/replay.py"})
+
+
+def _sources(under: str = "worker") -> dict[str, str]:
+    return {str(path.relative_to(ROOT)): path.read_text() for path in sorted((ROOT / under).rglob("*.py"))}
+
+
+def _state_changes_outside_the_task(sources: dict[str, str]) -> list[str]:
+    """Calls of a method that changes a PartitionState, outside the state's package and the partition task."""
+    found = []
+    for path, source in sources.items():
+        if path.startswith("worker/stream/") or path in STATE_CHANGERS:
+            continue
+        for node in ast.walk(ast.parse(source, path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in STATE_CHANGES):  # fmt: skip
+                found.append(f"{path}:{node.lineno} .{node.func.attr}()")
+    return found
+
+
+def test_the_state_change_lists_cover_the_partition_state() -> None:
+    tree = ast.parse((ROOT / "worker" / "stream" / "_partition.py").read_text())
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "PartitionState"]
+    public = {
+        node.name for node in cls.body
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+        and not any(isinstance(d, ast.Name) and d.id in {"property", "classmethod"} for d in node.decorator_list)
+    }  # fmt: skip
+    assert public == STATE_CHANGES | STATE_READS, f"place {sorted(public ^ (STATE_CHANGES | STATE_READS))}"
+
+
+def test_only_the_partition_task_changes_a_partition_state() -> None:
+    found = _state_changes_outside_the_task(_sources())
+    assert not found, f"a PartitionState changed outside the partition task: {found}"
+
+
+def test_a_state_change_planted_in_the_commit_pipeline_is_found() -> None:
+    sources = _sources("worker/kafka")
+    sources["worker/kafka/pipeline.py"] += "\n\ndef _planted(state):\n    return state.checkpoint(7)\n"
+    (found,) = _state_changes_outside_the_task(sources)
+    assert found.startswith("worker/kafka/pipeline.py:") and found.endswith(" .checkpoint()"), found
+
+
+# Modules whose reason to exist is reaching into another library's private attributes, each saying which.
+PRIVATE_ACCESS_ALLOWED = frozenset({"worker/kafka/_aiokafka.py"})
+
+
+def _private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, assigned attributes and slots."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
+            names.add(node.value)  # a slot
+    return {name for name in names if name.startswith("_")}
+
+
+# A named tuple's public methods and fields carry an underscore so they never clash with its fields.
+_NAMED_TUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+
+
+def _private_reaches(sources: dict[str, str]) -> list[str]:
+    """`x._name` on an object other than `self` or `cls` (a class and its subclasses share theirs), where `_name`
+    is not one of the module's own (dunder names and a named tuple's API aside)."""
+    found = []
+    for path, source in sources.items():
+        if path in PRIVATE_ACCESS_ALLOWED:
+            continue
+        tree = ast.parse(source, path)
+        own = _private_names(tree) | _NAMED_TUPLE_API
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and node.attr not in own
+                    and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})):  # fmt: skip
+                found.append(f"{path}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_nothing_reaches_into_another_modules_private_attributes() -> None:
+    found = _private_reaches(_sources())
+    assert not found, f"private attributes of another module used: {found}"
+
+
+def test_a_private_attribute_planted_across_modules_is_found() -> None:
+    sources = {"worker/kafka/task.py": _sources("worker/kafka")["worker/kafka/task.py"]}
+    sources["worker/kafka/task.py"] += "\n\ndef _planted(pipeline):\n    return pipeline._waiting\n"
+    assert [hit.split(" ")[1] for hit in _private_reaches(sources)] == ["._waiting"]
+
+
+def _stage_moves_outside_the_table(source: str) -> list[str]:
+    """Assignments to a task's `_stage` other than the first one in `__init__` and `_move`'s, which must go through
+    `Stage.to` (the table)."""
+    found = []
+    for func in ast.walk(ast.parse(source)):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AugAssign | ast.AnnAssign) else []  # fmt: skip
+            for target in targets:
+                if not (isinstance(target, ast.Attribute) and target.attr == "_stage"):
+                    continue
+                value = node.value
+                through_table = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                                 and value.func.attr == "to")  # fmt: skip
+                if func.name == "_move" and through_table:
+                    continue
+                if func.name == "__init__" and isinstance(value, ast.Attribute) and value.attr == "REBUILDING":
+                    continue
+                found.append(f"{func.name}:{node.lineno}")
+    return found
+
+
+def test_every_task_stage_change_goes_through_the_table() -> None:
+    source = (ROOT / "worker" / "kafka" / "task.py").read_text()
+    assert "def _move" in source and "_MOVES[self]" in source, "the task's stage table or its one mover is gone"
+    assert not _stage_moves_outside_the_table(source), _stage_moves_outside_the_table(source)
+
+
+def test_a_stage_change_planted_beside_the_table_is_found() -> None:
+    source = (ROOT / "worker" / "kafka" / "task.py").read_text()
+    planted = source + "\n\ndef _planted(task):\n    task._stage = Stage.LIVE\n"
+    assert [hit.split(":")[0] for hit in _stage_moves_outside_the_table(planted)] == ["_planted"]
