@@ -1,5 +1,5 @@
-"""The parts generated from Settings (docs/configuration.md and chart tables, the values schema's `config`) are up
-to date, and the check notices a setting it has not seen."""
+"""The parts generated from Settings and GatewaySettings (docs/configuration.md's tables, the chart's table, the values
+schema's `config`) are up to date, and the check notices a setting it has not seen."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pydantic import Field
 
 from devtools import gen_docs
+from worker.gateway.settings import GatewaySettings
 from worker.settings import Settings
 
 
@@ -28,6 +29,18 @@ def test_a_new_setting_makes_every_target_stale(monkeypatch: pytest.MonkeyPatch)
     prop = gen_docs.schema_config_properties()["checkpoint_everything_ms"]
     assert prop == {"type": ["integer", "null"], "minimum": 10, "default": 250,
                     "description": "A setting the docs do not know yet."}
+
+
+def test_a_new_gateway_setting_makes_the_configuration_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    class WithNewSetting(GatewaySettings):
+        replay_window_ms: int = Field(250, ge=10, description="A gateway setting not yet documented.")
+
+    monkeypatch.setattr(gen_docs, "GatewaySettings", WithNewSetting)
+    assert gen_docs.check() == [str(gen_docs.CONFIGURATION.relative_to(gen_docs.ROOT))]
+    table = gen_docs.settings_table(WithNewSetting, (Settings, "run"))
+    new_row = "| `--replay-window-ms` | `WORKER_REPLAY_WINDOW_MS` | `250` | A gateway setting not yet documented. |"
+    assert new_row in table
+    assert "| `--output-topic` | `WORKER_OUTPUT_TOPIC` (also `run`) |" in table
 
 
 def test_schema_defaults_and_descriptions_are_the_settings() -> None:
