@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.__main__ import build_parser
 from worker.gateway.metrics import GatewayMetrics
 from worker.ops import Metrics
 from worker.settings import Settings, is_secret
@@ -100,6 +101,25 @@ def test_the_setup_needs_no_root_and_the_quick_start_names_its_tools() -> None:
     tools = " ".join(re.findall(r"^\| ([^|]+) \|", _section("Quick start"), flags=re.M))
     for tool in ("CPython", "Python headers", "C compiler", "Java", "Maven", "Go", "Node.js", "npm"):
         assert tool in tools, f"the Quick start's table of tools does not name {tool}"
+
+
+def test_the_docs_index_links_every_page_in_the_operators_order() -> None:
+    index = (ROOT / "docs" / "README.md").read_text()
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    linked = set(re.findall(r"\]\(([a-z-]+\.md)(?:#[^)]*)?\)", index))
+    assert pages <= linked, f"docs/README.md does not link {sorted(pages - linked)}"
+    steps = re.findall(r"^\| [0-9]+\. ([A-Z][a-z]+) \|", index, flags=re.M)
+    assert steps == ["Install", "Secure", "Check", "Run", "Deploy", "Gateway", "Replay", "Upgrade", "Inspect",
+                     "Troubleshoot"]
+
+
+def test_every_command_has_its_exit_statuses() -> None:
+    usage = build_parser().format_usage()
+    commands = re.search(r"\{([a-z,]+)\}", usage)
+    assert commands is not None, usage
+    rows = " ".join(re.findall(r"^\| (`[^|]+) \|", (ROOT / "docs" / "exit-codes.md").read_text(), flags=re.M))
+    for command in [*commands.group(1).split(","), "gateway token", "gateway check"]:
+        assert f"`python -m worker {command}`" in rows or f"`{command}`" in rows, f"{command} has no exit statuses"
 
 
 def test_the_produce_and_consume_examples_compile() -> None:
