@@ -69,6 +69,7 @@ def test_a_loop_held_without_cpu_says_so_and_names_no_work(caplog: pytest.LogCap
         asyncio.run(_monitored(lambda: time.sleep(0.15)))
     (stall,) = _stalls(caplog)
     assert stall.__dict__["work"] == "none"
+    assert stall.__dict__["gc_generation"] == -1 and "generations" not in stall.getMessage()
     assert stall.__dict__["lag_seconds"] >= 0.14
     assert stall.__dict__["cpu_seconds"] < 0.05  # held, not working: a starved or sleeping thread
 
@@ -92,3 +93,16 @@ def test_collections_are_timed_by_generation_while_the_monitor_runs() -> None:
     gc.collect(2)  # the monitor has stopped: its callback is gone
     assert len(gc.callbacks) == callbacks
     assert _value(registry, "test_gc_duration_seconds_count", generation="2") == timed
+
+
+def test_a_stall_names_the_oldest_generation_collected_in_it(caplog: pytest.LogCaptureFixture) -> None:
+    def block() -> None:
+        with working_on("converting records of %s", "t[0]"):
+            _spin(0.12)
+            gc.collect(1)
+
+    with caplog.at_level(logging.WARNING, logger="worker.loop"):
+        asyncio.run(_monitored(block))
+    (stall,) = _stalls(caplog)
+    assert stall.__dict__["gc_generation"] == 1 and stall.__dict__["gc_seconds"] > 0
+    assert "(generations 0 to 1)" in stall.getMessage()

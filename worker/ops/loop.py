@@ -84,6 +84,7 @@ class LoopMonitor:
         self._tick_s = tick_s
         self._gc_began = 0.0
         self._gc_seconds = 0.0  # collections since the monitor last woke
+        self._gc_generation = -1  # the oldest generation collected since then; -1: none
 
     async def run(self, stop: asyncio.Event) -> None:
         """Measure until `stop` is set."""
@@ -99,24 +100,28 @@ class LoopMonitor:
                 self._metrics.lag_seconds.observe(lag)
                 noted = _Noted.take()
                 gc_s, self._gc_seconds = self._gc_seconds, 0.0
+                generation, self._gc_generation = self._gc_generation, -1
                 if self._stall_s and lag >= self._stall_s:
                     window = (time.thread_time() - cpu_before, time.perf_counter() - wall_before)
-                    self._stalled(lag, noted, gc_s, window)
+                    self._stalled(lag, noted, (gc_s, generation), window)
         finally:
             gc.callbacks.remove(self._on_gc)
 
-    def _stalled(self, lag: float, noted: tuple[float, tuple[Any, ...]], gc_s: float, window: tuple[float, float]
-                 ) -> None:  # fmt: skip
-        """`noted`: the longest noted work and its description; `window`: the loop thread's CPU and the wall time
-        since the monitor's previous wake."""
-        (noted_s, what), (cpu_s, wall_s) = noted, window
+    def _stalled(self, lag: float, noted: tuple[float, tuple[Any, ...]], collected: tuple[float, int],
+                 window: tuple[float, float]) -> None:  # fmt: skip
+        """`noted`: the longest noted work and its description; `collected`: the collections' time and the oldest
+        generation collected (-1: none); `window`: the loop thread's CPU and the wall time since the monitor's
+        previous wake."""
+        (noted_s, what), (gc_s, generation), (cpu_s, wall_s) = noted, collected, window
         work = (what[0] % what[1:] if len(what) > 1 else str(what[0])) if what else "none"
         _log.warning(
             "event loop blocked %.0f ms (warning from %.0f ms); the longest work noted: %s, %.0f ms; garbage "
-            "collection %.0f ms; the loop's thread ran %.0f ms of CPU in these %.0f ms",
-            lag * 1000, self._stall_s * 1000, work, noted_s * 1000, gc_s * 1000, cpu_s * 1000, wall_s * 1000,
+            "collection %.0f ms%s; the loop's thread ran %.0f ms of CPU in these %.0f ms",
+            lag * 1000, self._stall_s * 1000, work, noted_s * 1000, gc_s * 1000,
+            f" (generations 0 to {generation})" if generation >= 0 else "", cpu_s * 1000, wall_s * 1000,
             extra={"lag_seconds": round(lag, 4), "work": work, "work_seconds": round(noted_s, 4),
-                   "gc_seconds": round(gc_s, 4), "cpu_seconds": round(cpu_s, 4), "wall_seconds": round(wall_s, 4)},
+                   "gc_seconds": round(gc_s, 4), "gc_generation": generation, "cpu_seconds": round(cpu_s, 4),
+                   "wall_seconds": round(wall_s, 4)},
         )  # fmt: skip
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
@@ -124,5 +129,7 @@ class LoopMonitor:
             self._gc_began = time.perf_counter()
             return
         took = time.perf_counter() - self._gc_began
+        generation = min(info.get("generation", 2), 2)
         self._gc_seconds += took
-        self._metrics.gc_by_generation[min(info.get("generation", 2), 2)].observe(took)
+        self._gc_generation = max(self._gc_generation, generation)
+        self._metrics.gc_by_generation[generation].observe(took)
