@@ -95,6 +95,8 @@ def test_the_public_surface_is_pinned() -> None:
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
         "load_processor", "read_checkpoint_header", "record_size",
+        # the changelog's keys and values, read back by `worker inspect` through the same code
+        "PARTITION_KEY", "decode_ended", "decode_stream", "ended_key", "split_key", "stream_key",
     ])
     assert [r.value for r in worker.stream.DeadLetterReason] == [
         "bad-key", "decode-error", "mis-keyed", "stream-start-missing", "stream-closed", "duplicate", "gap",
