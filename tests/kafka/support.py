@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -411,3 +412,20 @@ class RecordBatch:
 
     def close(self) -> None:
         return None
+
+
+class _RunningSender:
+    """A producer's sender task that never ends."""
+
+    @staticmethod
+    def done() -> bool:
+        return False
+
+
+class StandInInternals:
+    """What `observe_producer` reads of a transactional producer, for a stand-in producer to inherit: a transaction
+    manager with no state known yet and a sender that runs (so an abort is always tried)."""
+
+    def __init__(self) -> None:
+        self._txn_manager = SimpleNamespace(state=None, _transaction_waiter=None)
+        self._sender = SimpleNamespace(sender_task=_RunningSender())

@@ -18,13 +18,13 @@ from worker.kafka.ownership import Ownership
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import ReplayWindow
-from worker.kafka.task import Member, PartitionTask, Stage
+from worker.kafka.task import Member, PartitionTask
 from worker.kafka.topics import TopicLimits
 from worker.ops import Health, Metrics
 from worker.settings import Settings
 from worker.stream import PartitionState
 
-__all__ = ["Fetch", "Rec", "ScriptedRebuilder", "TaskWorld", "fake_state", "live", "until"]
+__all__ = ["Fetch", "Rec", "ScriptedRebuilder", "TaskWorld", "fake_state", "until"]
 
 
 def fake_state(tp: TopicPartition) -> PartitionState:
@@ -136,14 +136,19 @@ class TaskWorld:
         got = self.metrics.registry.get_sample_value(f"harness_agui_{name}", labels)
         return 0.0 if got is None else got
 
+    def live(self, task: PartitionTask) -> bool:
+        """Whether the task's partition is ready (`partition_ready` 1), as operators see it."""
+        return self.value("partition_ready", topic=TOPIC, partition=str(task.tp.partition)) == 1
+
+    def halted(self, task: PartitionTask) -> bool:
+        """Whether the task's partition is held: not ready, and counted in `partition_failures_total`."""
+        labels = {"topic": TOPIC, "partition": str(task.tp.partition)}
+        return not self.live(task) and self.value("partition_failures_total", **labels) > 0
+
     def processed(self, task: PartitionTask) -> float:
         """Source records the task has processed, by every verdict."""
         return sum(self.value("source_records_total", topic=TOPIC, partition=str(task.tp.partition), verdict=v)
                    for v in ("processed", "duplicate", "gap", "dead_lettered"))
-
-
-def live(task: PartitionTask) -> bool:
-    return task.stage is Stage.LIVE
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from tests.kafka.support import RecordBatch
-from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
+from tests.kafka.support import RecordBatch, StandInInternals
+from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, item
 from worker.kafka.pipeline import CommitPolicy
@@ -37,10 +37,11 @@ class _Txn:
     metadata: str | None = None
 
 
-class _RecordingProducer:
+class _RecordingProducer(StandInInternals):
     """Keeps each transaction's sent records and committed offset; commit yields to the loop like a broker does."""
 
     def __init__(self, commit_s: float) -> None:
+        super().__init__()
         self.commit_s = commit_s
         self.transactions: list[_Txn] = []
         self.committed: list[int] = []
@@ -112,7 +113,7 @@ async def _publish(batches: list[list[Rec]], *, max_records: int, interval_ms: i
     world = TaskWorld(rebuilder, max_records_per_transaction=max_records, commit_interval_ms=interval_ms,
                       checkpoint_interval_ms=checkpoint_ms, broker_call_timeout_ms=5_000)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     total = 0
     for batch in batches:
         world.offer(task, batch)

@@ -13,13 +13,12 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from tests.kafka.support import RecordBatch
-from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
+from tests.kafka.support import RecordBatch, StandInInternals
+from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, golden_source, item
 from worker.kafka.membership import partition_state
 from worker.kafka.source import to_source_record
-from worker.kafka.task import Stage
 from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
@@ -29,10 +28,11 @@ TP = TopicPartition(TOPIC, 0)
 DLQ = Settings().dlq_topic
 
 
-class _Producer:
+class _Producer(StandInInternals):
     """Records what each transaction sent, per topic; every call succeeds at once."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent: list[tuple[str, bytes | None, bytes | None, dict[str, bytes]]] = []
         self.committed: list[int] = []
         self._offset = 0
@@ -69,19 +69,20 @@ def _rec(offset: int, key: str, value: bytes) -> Rec:
 
 
 async def _run(state: PartitionState, recs: list[Rec], limits: TopicLimits | None = None
-               ) -> tuple[TaskWorld, _Producer, Stage]:
+               ) -> tuple[TaskWorld, _Producer, bool]:
     """Process `recs` in one live partition task whose state starts as `state`, then stop it (its final commit
-    when it is still live); the world, the producer and the stage the task ended in."""
+    when it is still live); the world, the producer and whether the partition was held."""
     rebuilder = ScriptedRebuilder(lambda tp: _Producer(), state=lambda tp: state)
     world = TaskWorld(rebuilder, limits, commit_interval_ms=30_000)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     world.offer(task, recs)
-    await until(lambda: world.processed(task) == len(recs) or task.stage is Stage.HALTED)
-    stage = task.stage
+    await until(lambda: world.processed(task) == len(recs) or world.halted(task))
+    halted = world.halted(task)
+    assert halted or world.live(task)
     await task.stop(1.0)
     [producer] = rebuilder.producers
-    return world, producer, stage
+    return world, producer, halted
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -96,9 +97,9 @@ def test_internal_errors_are_dead_lettered_counted_and_logged_once_per_stream(
             _rec(2, "run-b", item("run-b", 0)), _rec(3, "run-a", item("run-a", 2, refuse="crash")),
             _rec(4, "run-b", item("run-b", 1, refuse="crash")), _rec(5, "run-a", item("run-a", 3))]
     with caplog.at_level(logging.ERROR, logger="worker.kafka.task"):
-        world, producer, stage = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs))
+        world, producer, halted = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs))
     metrics = world.metrics
-    assert stage is Stage.LIVE and producer.committed[-1] == len(recs)
+    assert not halted and producer.committed[-1] == len(recs)
     dead = [h for topic, _, _, h in producer.sent if topic == DLQ]
     assert [h["dlq-reason"] for h in dead] == [b"internal-error"] * 3
     assert {h["dlq-exception-type"] for h in dead} == {b"RuntimeError"}
@@ -135,9 +136,9 @@ def test_a_partition_state_that_fails_holds_its_partition_after_committing_what_
     state = PartitionState(TOPIC, 0, core=core)
     recs = [_rec(0, "", item("run-a", 0)), _rec(1, "run-a", item("run-a", 0)), _rec(2, "run-b", item("run-b", 0))]
     with caplog.at_level(logging.WARNING, logger="worker.kafka.task"):
-        world, producer, stage = asyncio.run(_run(state, recs))
+        world, producer, halted = asyncio.run(_run(state, recs))
     held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("partition held")]
-    assert stage is Stage.HALTED
+    assert halted
     assert len(held) == 1 and "partition state failed: MemoryError: no room for an observer" in held[0], held
     assert producer.committed == [1], "the bad-key record before it committed, nothing from the failed one on"
     assert world.value("partition_failures_total", topic=TOPIC, partition="0") == 1

@@ -18,7 +18,7 @@ from aiokafka.errors import IllegalOperation, ProducerFenced, TransactionalIdAut
 from aiokafka.producer.transaction_manager import TransactionManager
 
 from tests.kafka.support import RecordBatch
-from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, live, until
+from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._support import TOPIC, item
 from worker.errors import KafkaWorkerError
 from worker.kafka.ownership import Ownership
@@ -128,7 +128,7 @@ async def test_a_partition_fenced_while_another_member_owns_it_never_starts_a_pr
     rebuilder = _rebuilder(setup=lambda producer, n: setattr(producer, "fence_on", "commit" if n == 1 else None))
     world = TaskWorld(rebuilder)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     rebuilder.owners.extend([Ownership.NOT_OWNER] * 1000)
     _feed(world, task, 3)
     await until(lambda: world.value("producers_fenced_total") == 1)
@@ -146,12 +146,12 @@ async def test_a_partition_fenced_while_the_group_still_gives_it_to_us_rebuilds_
     rebuilder = _rebuilder(setup=lambda producer, n: setattr(producer, "fence_on", "commit" if n == 1 else None))
     world = TaskWorld(rebuilder)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 3)
     loop = asyncio.get_running_loop()
     await until(lambda: world.value("producers_fenced_total") == 1)
     fenced_at = loop.time()
-    await until(lambda: rebuilder.rebuilds == 2 and live(task))
+    await until(lambda: rebuilder.rebuilds == 2 and world.live(task))
     assert loop.time() - fenced_at < 0.5, "an owner re-initialises at once, not after a session timeout"
     _feed(world, task, 2)
     await until(lambda: rebuilder.producers[-1].committed[-1:] == [2], timeout_s=2)
@@ -170,9 +170,9 @@ async def test_a_fence_reported_by_a_delivery_is_confirmed_by_the_aborts_answer(
     rebuilder = _rebuilder(setup=setup)
     world = TaskWorld(rebuilder)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 1)
-    await until(lambda: rebuilder.rebuilds >= 2 and live(task))
+    await until(lambda: rebuilder.rebuilds >= 2 and world.live(task))
     assert rebuilder.producers[0].aborts == 1
     assert world.value("transaction_failures_total", topic=TOPIC, partition="0", cause="fenced") == 1
     _feed(world, task, 1)
@@ -192,8 +192,8 @@ async def test_a_missing_acl_is_named_at_every_step_counted_and_never_taken_for_
     with caplog.at_level(logging.ERROR, logger="worker.kafka.task"):
         task = world.start(0)
         await until(lambda: rebuilder.rebuilds >= 4)
-        assert not live(task) and world.health.ready()[0] is False
-        await until(lambda: live(task), timeout_s=5)  # the ACL was granted
+        assert not world.live(task) and world.health.ready()[0] is False
+        await until(lambda: world.live(task), timeout_s=5)  # the ACL was granted
     named = [r for r in caplog.records if "TransactionalId" in r.getMessage()]
     assert [r.getMessage() for r in named] == [
         "partition not authorised: WRITE and DESCRIBE on TransactionalId 'txn:0' (TransactionalIdAuthorizationFailed)"
@@ -212,7 +212,7 @@ async def test_a_stuck_partition_is_isolated_at_its_deadline_while_its_sibling_k
                            else None)
     world = TaskWorld(rebuilder)
     stuck, healthy = world.start(0), world.start(1)
-    await until(lambda: live(stuck) and live(healthy))
+    await until(lambda: world.live(stuck) and world.live(healthy))
     loop = asyncio.get_running_loop()
     _feed(world, stuck, 5)
     started = loop.time()
@@ -240,7 +240,7 @@ async def test_fetching_pauses_while_a_commit_holds_the_backlog_and_resumes_once
     world = TaskWorld(rebuilder, max_pending_records=20, broker_call_timeout_ms=5_000)
     task = world.start(0)
     tp = task.tp
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 5)
     await until(lambda: rebuilder.producers[0].commits_started > 0)  # the commit now waits for the broker
     for _ in range(4):
@@ -266,7 +266,7 @@ async def test_records_taken_for_conversion_count_toward_the_backlog_until_the_c
     world = TaskWorld(rebuilder, max_pending_records=60, max_records_per_transaction=10)
     task = world.start(0)
     tp = task.tp
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     seen: list[bool] = []
 
     def fetched_mid_batch() -> None:  # the poll loop offers more while the first transaction is being sent
@@ -288,7 +288,7 @@ async def test_a_revocation_commit_that_cannot_finish_in_budget_drops_the_partit
     rebuilder = _rebuilder(setup=lambda producer, n: producer.hang.add("commit"))
     world = TaskWorld(rebuilder, broker_call_timeout_ms=5_000)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 3)
     await until(lambda: world.processed(task) == 3)
     loop = asyncio.get_running_loop()
@@ -303,7 +303,7 @@ async def test_a_revoked_live_partition_commits_and_is_handed_back_for_parking()
     rebuilder = _rebuilder()
     world = TaskWorld(rebuilder, commit_interval_ms=30_000)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 4)
     await until(lambda: world.processed(task) == 4)
     parked = await task.stop(1.0)
@@ -316,7 +316,7 @@ async def test_a_partition_whose_revoke_commit_fails_is_not_parked() -> None:
     rebuilder = _rebuilder(setup=lambda producer, n: setattr(producer, "fence_on", "commit"))
     world = TaskWorld(rebuilder, commit_interval_ms=30_000)
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     _feed(world, task, 3)
     await until(lambda: world.processed(task) == 3)
     assert await task.stop(1.0) is None
@@ -329,7 +329,7 @@ async def test_failed_rebuilds_back_off_with_a_cap_and_count_each_retry() -> Non
     loop = asyncio.get_running_loop()
     started = loop.time()
     task = world.start(0)
-    await until(lambda: live(task))
+    await until(lambda: world.live(task))
     elapsed = loop.time() - started
     # 0.25 s doubling would take 0.25+0.5+1+2+4+8 s; capped at 0.1 s it is at most 0.6 s.
     assert 0.3 < elapsed < 2.0, elapsed

@@ -9,6 +9,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from tests.kafka.support import StandInInternals
 from worker.errors import DeadlineError, KafkaWorkerError
 from worker.kafka.transaction import Transaction, TxnPhase
 
@@ -25,10 +26,11 @@ def _settled(error: Exception | None) -> asyncio.Future[Any]:
     return fut
 
 
-class _Producer:
+class _Producer(StandInInternals):
     """Records the calls a checkpoint makes; `fail` names a call that raises."""
 
     def __init__(self, fail: str | None = None) -> None:
+        super().__init__()
         self.calls: list[tuple[str, Any]] = []
         self.fail = fail
         self.offsets_gate: asyncio.Event | None = None  # when set, sending offsets waits for it

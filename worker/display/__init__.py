@@ -1,4 +1,4 @@
-"""Display fold: compact, stably identified display items from a run's AG-UI stream, with checkpoints."""
+"""Display fold: compact, stably identified display items from a run's AG-UI stream, exported and restored exactly."""
 
 from worker.display._customs import AUTHORED_INPUT_EVENT_NAMES
 from worker.display.bounding import (

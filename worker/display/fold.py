@@ -1,4 +1,4 @@
-"""DisplayFold: one run's AG-UI stream folded into stably identified display items, with exact checkpoints."""
+"""DisplayFold: one run's AG-UI stream folded into stably identified display items, exported and restored exactly."""
 
 from __future__ import annotations
 

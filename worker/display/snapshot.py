@@ -1,4 +1,4 @@
-"""Checkpoint models of the display fold: the items plus everything an intact suffix needs to continue."""
+"""Export models of the display fold: the items plus everything an intact suffix needs to continue."""
 
 from __future__ import annotations
 

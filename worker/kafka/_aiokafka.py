@@ -46,17 +46,16 @@ def _done_error(fut: Any) -> BaseException | None:
 
 
 def observe_producer(producer: Any) -> ProducerView:
-    """Read `producer._txn_manager.state`, `._txn_manager._transaction_waiter` and `._sender.sender_task`; an
-    object without them (a stand-in) reads as unknown state with a running sender."""
-    manager = getattr(producer, "_txn_manager", None)
-    state = getattr(getattr(manager, "state", None), "name", None)
-    task = getattr(getattr(producer, "_sender", None), "sender_task", None)
-    running = not isinstance(task, asyncio.Future) or not task.done()
+    """Read `producer._txn_manager.state`, `._txn_manager._transaction_waiter` and `._sender.sender_task` of a
+    transactional producer; a producer not started has no sender running."""
+    manager = producer._txn_manager
+    state = getattr(manager.state, "name", None)
+    task = producer._sender.sender_task  # None before the producer starts it
     return ProducerView(
         state=state if isinstance(state, str) else None,
-        sender_running=running,
+        sender_running=task is not None and not task.done(),
         sender_error=_done_error(task),
-        transaction_error=_done_error(getattr(manager, "_transaction_waiter", None)),
+        transaction_error=_done_error(manager._transaction_waiter),
     )
 
 

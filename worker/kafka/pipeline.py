@@ -164,7 +164,7 @@ class CommitPipeline:
         partitions new to it and join the group early (steps 2 and 3), and start the commit once it is due (step 4).
         A commit in flight takes what waits itself. Returns the seconds until the next tick is due; None when no
         time is awaited (nothing open, a commit in flight, which calls `on_end` when it ends, or a failure)."""
-        if self._task is not None or self._failed or not await self._flush():
+        if self._task is not None or self._failed or not await self._put_waiting():
             return None
         txn = self._txn
         try:
@@ -185,7 +185,7 @@ class CommitPipeline:
         task = self._task
         if task is not None:
             await asyncio.wait([task])
-        if self._failed or not await self._flush():
+        if self._failed or not await self._put_waiting():
             return False
         txn, offset = self._txn, self._next_offset
         changes = await self._checkpoint(offset, True)
@@ -235,8 +235,8 @@ class CommitPipeline:
     def _metadata(self) -> str:
         return encode_replay_metadata(self._replay_from)
 
-    async def _flush(self) -> bool:
-        """Send the waiting records into the open transaction (opening one); False if the partition failed."""
+    async def _put_waiting(self) -> bool:
+        """Put the waiting records into the open transaction (opening one); False if the partition failed."""
         txn, sent, routes = self._txn, self._sent, self._routes()
         try:
             while self._waiting and not self._failed:
@@ -258,7 +258,7 @@ class CommitPipeline:
         return not self._failed
 
     def _count(self, sent: Sent) -> None:
-        """Move what was sent into the metrics, once per flush: a labelled counter's inc() costs more than a small
+        """Move what was sent into the metrics, once per put: a labelled counter's inc() costs more than a small
         record."""
         metrics = self._metrics
         for kind, n in sent.events.items():
@@ -278,18 +278,18 @@ class CommitPipeline:
     async def _start(self) -> None:
         """Fix the open transaction's offset at every record added so far (step 5), with the checkpoint the owner
         cuts there (step 6), and commit it in the background; what is added meanwhile waits for the next one."""
-        if not await self._flush() or not self._txn.is_open:
+        if not await self._put_waiting() or not self._txn.is_open:
             return
-        offset = self._next_offset  # the flush returned with nothing waiting: the owner's state is at this offset
+        offset = self._next_offset  # the put returned with nothing waiting: the owner's state is at this offset
         commit = self._commit(offset, self._metadata(), await self._checkpoint(offset, False))
-        self._task = asyncio.create_task(self._commit_then_flush(commit), name=f"commit-{self._tp.partition}")
+        self._task = asyncio.create_task(self._commit_then_put(commit), name=f"commit-{self._tp.partition}")
 
-    async def _commit_then_flush(self, commit: Coroutine[Any, Any, bool]) -> None:
+    async def _commit_then_put(self, commit: Coroutine[Any, Any, bool]) -> None:
         """Commit, then move what waited meanwhile into a new transaction; `on_end` wakes the owner, whose next
         `tick` commits that one when due."""
         try:
             if await commit:
-                await self._flush()
+                await self._put_waiting()
         finally:
             if self._task is asyncio.current_task():
                 self._task = None

@@ -189,22 +189,9 @@ class PartitionTask:
         self._task.add_done_callback(self._ended)
 
     @property
-    def stage(self) -> Stage:
-        return self._stage
-
-    @property
     def committed(self) -> int | None:
         """The offset the partition last committed while live (None while not live)."""
         return self._pipeline.committed if self._pipeline is not None else None
-
-    @property
-    def next_offset(self) -> int | None:
-        """The next source offset the live partition processes (None while not live)."""
-        return self._pipeline.next_offset if self._pipeline is not None else None
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
 
     def _move(self, to: Stage) -> None:
         """The one way to change stage: a move `_MOVES` does not list raises. Entering a stage that is not live
@@ -314,7 +301,7 @@ class PartitionTask:
                 await asyncio.sleep(delay)
                 continue
             self._parked = None
-            self._adopt(rebuilt)
+            self._go_live(rebuilt)
             return failures
 
     async def _until_owner(self, first: Ownership | None = None) -> None:
@@ -341,7 +328,7 @@ class PartitionTask:
             delay = min(delay * 2, cap)
             ownership = None
 
-    def _adopt(self, rebuilt: Rebuilt) -> None:
+    def _go_live(self, rebuilt: Rebuilt) -> None:
         """Go live at the rebuilt state: a transaction on the new producer, fetching from the committed offset."""
         s, d = self._m.settings, self._m.deadlines
         self._state = rebuilt.state
@@ -389,7 +376,8 @@ class PartitionTask:
             self._failed(exc)
         finally:
             state = self._state
-            self._report.processed(tally, state.open_streams, state.take_display_tally() if state.display else None)
+            shown = state.take_display_tally() if state.shows_display else None
+            self._report.processed(tally, state.open_streams, shown)
 
     async def _consume(self, pipeline: CommitPipeline, recs: list[Any], tally: dict[Verdict, int]) -> None:
         state = self._state

@@ -159,7 +159,7 @@ class PartitionState:
         return self._settings.options()
 
     @property
-    def display(self) -> bool:
+    def shows_display(self) -> bool:
         """Whether open streams keep display projections (the display topic is on)."""
         return self._display is not None
 
@@ -592,7 +592,7 @@ class PartitionState:
         """
         state = cls(topic, partition, core=core, **options)
         stored = yield from read_state(values, topic, partition, state._core.restore_observer,
-                                       display=state.display, part_s=part_s)  # fmt: skip
+                                       display=state.shows_display, part_s=part_s)  # fmt: skip
         offset = stored.header.offset
         state._streams = OrderedDict(stored.streams)
         state._changes.checkpointed = offset
