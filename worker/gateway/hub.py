@@ -329,7 +329,7 @@ class Hub:
             log.served_at = self._clock()
             self.subscriptions -= 1
 
-    def restore(self, run_id: str, events: Sequence[tuple[int, bytes, int, bool]]) -> bool:
+    def backfill(self, run_id: str, events: Sequence[tuple[int, bytes, int, bool]]) -> bool:
         """Hold `events` (number, value, record timestamp, terminal; consecutive, read back from the topic) where
         they reach the run's held events and fit within `max_recent`: the run's later readers then find them in
         memory. Whether they were taken."""

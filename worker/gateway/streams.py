@@ -207,7 +207,7 @@ class RunStreams:
                 if stream.sent < 0:
                     break
             if read:
-                self._hub.restore(run_id, read)
+                self._hub.backfill(run_id, read)
         finally:
             if reading is not None:
                 del self._reading[run_id]
