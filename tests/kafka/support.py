@@ -25,7 +25,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from worker.errors import AguiObservationError, DecodeError
+from worker.errors import AguiObservationError, DecodeError, KafkaWorkerError
 from worker.observe import HarnessAguiStreamObserver, announced_child, encode_event
 from worker.wire import decode_item
 
@@ -429,3 +429,16 @@ class StandInInternals:
     def __init__(self) -> None:
         self._txn_manager = SimpleNamespace(state=None, _transaction_waiter=None)
         self._sender = SimpleNamespace(sender_task=_RunningSender())
+
+
+async def phase_after(txn: Any) -> str:
+    """Where a transaction (`worker.kafka.transaction.Transaction`) that is not open stands, as its next `begin`
+    shows it: "broken" when the begin is refused (a broken transaction never opens again), else "idle" (a new one
+    began, so ask last)."""
+    assert not txn.is_open, "an open transaction"
+    try:
+        await txn.begin()
+    except KafkaWorkerError as exc:
+        assert "illegal transaction move broken -> open" in str(exc), exc
+        return "broken"
+    return "idle"

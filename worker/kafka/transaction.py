@@ -113,10 +113,6 @@ class Transaction:
         return self._tp
 
     @property
-    def phase(self) -> TxnPhase:
-        return self._phase
-
-    @property
     def is_open(self) -> bool:
         return self._phase is TxnPhase.OPEN
 
