@@ -8,7 +8,10 @@ the partition state are the real ones. Recovery on a real broker is proven by te
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -350,3 +353,40 @@ def test_a_stage_moves_only_as_the_lifecycle_allows() -> None:
     for start, to in illegal:
         with pytest.raises(KafkaWorkerError, match=f"illegal partition stage move {start.value} -> {to.value}"):
             start.to(to)
+
+
+async def test_a_checkpoint_of_many_open_runs_lets_the_loop_run_between_its_parts() -> None:
+    """The final commit of a partition holding 20,000 open runs cuts and writes a checkpoint of the 19,000 opened
+    since its first: other work gets the loop every few ms of the loop's CPU all along (the CPU, not the wall time,
+    which a busy host stretches)."""
+    world = TaskWorld(_rebuilder(), commit_interval_ms=30_000, checkpoint_interval_ms=3_600_000)
+    task = world.start(0)
+    await until(lambda: world.live(task))
+    runs = 20_000
+    recs = [Rec(0, offset, f"run-{offset}".encode(), item(f"run-{offset}", 0)) for offset in range(runs)]
+    world.offer(task, recs)
+    await until(lambda: world.processed(task) == runs, timeout_s=60)
+    ticks: list[float] = []
+    stopping = True
+
+    async def ticker() -> None:
+        while stopping:
+            ticks.append(time.thread_time())
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    gc.disable()  # a collection of the test process's whole heap is not the cut's to bound
+    try:
+        parked = await task.stop(30.0)
+    finally:
+        gc.enable()
+    stopping = False
+    await beside
+    assert parked is not None and parked.state.checkpointed == runs
+    # the first transaction's checkpoint wrote the runs it held, the final one every run opened since
+    assert world.value("checkpoints_total", topic=TOPIC, partition="0") == 2
+    assert world.value("changelog_records_total", topic=TOPIC, partition="0") == runs + 2
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert ticks[-1] - ticks[0] > 0.05, "the final commit was too quick to tell"
+    assert max(gaps) < 0.025, f"the loop was held {max(gaps) * 1000:.0f} ms of CPU at once"
