@@ -18,7 +18,7 @@ from worker.kafka.ownership import Ownership
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import ReplayWindow
-from worker.kafka.task import Member, PartitionTask
+from worker.kafka.task import PartitionTask, TaskContext
 from worker.kafka.topics import TopicLimits
 from worker.ops import Health, Metrics
 from worker.settings import Settings
@@ -120,11 +120,11 @@ class TaskWorld:
         self.rebuilder = rebuilder
         self.routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name, KeyRouter(1),
                              limits)  # fmt: skip
-        self.member = Member(s, self.metrics, self.health, Deadlines.from_settings(s), rebuilder, self.fetch,
+        self.context = TaskContext(s, self.metrics, self.health, Deadlines.from_settings(s), rebuilder, self.fetch,
                              lambda: self.routes)  # fmt: skip
 
     def start(self, partition: int, parked: Parked | None = None) -> PartitionTask:
-        return PartitionTask(self.member, TopicPartition(TOPIC, partition), parked)
+        return PartitionTask(self.context, TopicPartition(TOPIC, partition), parked)
 
     def offer(self, task: PartitionTask, recs: list[Rec]) -> None:
         """Hand fetched records to the task and move the fetch position past them."""

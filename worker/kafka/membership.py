@@ -26,7 +26,7 @@ from worker.kafka.diagnosis import Fault, Names, diagnose
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilder
 from worker.kafka.startup import until_reachable, wait_beating
-from worker.kafka.task import Member, PartitionTask
+from worker.kafka.task import PartitionTask, TaskContext
 from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
 from worker.settings import Settings
@@ -97,8 +97,8 @@ class GroupMember:
         self._admin, self._consumer = admin, consumer
         self._rebuilder = Rebuilder(self._s, self._metrics, admin=admin, consumer=consumer, new_state=self._new_state,
                                     limits=self._limits, pool=self._pool, deadlines=self._deadlines)  # fmt: skip
-        self._member = Member(self._s, self._metrics, self._health, self._deadlines, self._rebuilder,
-                              _GroupFetch(consumer), self._current_routes)  # fmt: skip
+        self._context = TaskContext(self._s, self._metrics, self._health, self._deadlines, self._rebuilder,
+                                    _GroupFetch(consumer), self._current_routes)  # fmt: skip
 
     def _limits(self) -> TopicLimits | None:
         return self._routes.limits if self._routes is not None else None
@@ -292,14 +292,14 @@ class GroupMember:
                 self._rebuilder.close_later(self._parked.pop(tp).producer)
                 self._metrics.forget_partition(*tp)
             for tp in sorted(assigned - set(self._tasks)):
-                self._tasks[tp] = PartitionTask(self._member, tp, self._parked.pop(tp, None))
+                self._tasks[tp] = PartitionTask(self._context, tp, self._parked.pop(tp, None))
             self._metrics.assigned_partitions.set(len(self._tasks))
             self._health.set_assigned(True)  # each partition is recorded rebuilding by now: ready once all are live
 
     def hold(self, tps: Iterable[TopicPartition]) -> None:
         """Pause partitions whose assignment could not be handled, reported not ready."""
         for tp in tps:
-            self._member.fetcher.pause(tp)
+            self._context.fetcher.pause(tp)
             self._health.set_partition(tp.topic, tp.partition, "failed")
         self._health.set_assigned(True)  # the assignment arrived: what holds readiness back is its partitions
 

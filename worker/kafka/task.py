@@ -40,7 +40,7 @@ from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
 from worker.stream import PartitionState, Verdict
 
-__all__ = ["BackPressure", "Fetcher", "Member", "PartitionTask", "Rebuilding", "Stage"]
+__all__ = ["BackPressure", "Fetcher", "PartitionTask", "Rebuilding", "Stage", "TaskContext"]
 
 _OWNER_POLL_FIRST_S = 0.25
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
@@ -105,7 +105,7 @@ class Fetcher(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class TaskContext:
     """What the partition tasks of one group member share: settings, metrics, health, the broker's deadlines, the
     rebuild side, the fetch controls, and the destinations as last checked."""
 
@@ -169,15 +169,15 @@ class BackPressure:
 class PartitionTask:
     """Runs one assigned partition until `stop`; `offer` hands it fetched records without waiting."""
 
-    def __init__(self, member: Member, tp: TopicPartition, parked: Parked | None = None) -> None:
+    def __init__(self, context: TaskContext, tp: TopicPartition, parked: Parked | None = None) -> None:
         self.tp = tp
-        self._m = member
+        self._m = context
         self._where = f"{tp.topic}[{tp.partition}]"
-        self._report = TaskReporter(member.metrics, member.health, tp.topic, tp.partition)
-        self._backlog = BackPressure(member.settings.max_pending_records, member.fetcher, tp, self._report)
-        self._policy = CommitPolicy(member.settings)
+        self._report = TaskReporter(context.metrics, context.health, tp.topic, tp.partition)
+        self._backlog = BackPressure(context.settings.max_pending_records, context.fetcher, tp, self._report)
+        self._policy = CommitPolicy(context.settings)
         self._stage = Stage.REBUILDING
-        self._state = member.rebuilder.fresh_state(tp)
+        self._state = context.rebuilder.fresh_state(tp)
         self._pipeline: CommitPipeline | None = None  # while live
         self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint cut
         self._parked = parked  # kept through the rebalance: adopted when the committed offset did not move
