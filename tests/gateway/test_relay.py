@@ -1,13 +1,19 @@
-"""The relay of a run another replica owns (no broker, no HTTP): connections that want numbers the relay holds
-follow it exactly, the owner's prelude goes to the connection that opened it alone, a follower that falls a whole
-queue behind while its writer waits is dropped, and the stream to the owner closes when nobody follows."""
+"""The relay of a run another replica owns (no broker): connections that want numbers the relay holds follow it
+exactly, the owner's prelude goes to the connection that opened it alone, a follower that falls a whole queue behind
+while its writer waits is dropped, the stream to the owner closes when nobody follows, and the forwarder relays
+whole frames, ending cleanly when the owner ends its stream and with UpstreamLost when the owner breaks off."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
 
-from worker.gateway.forwarding import UpstreamLost
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from worker.gateway.forwarding import Forwarder, PeerKey, UpstreamLost
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.owners import Owners
 from worker.gateway.relay import Follower, Relay, Relays
 
 RUN = "run-a"
@@ -117,5 +123,73 @@ def test_a_slow_follower_is_dropped_and_the_owner_stream_closes_when_nobody_foll
         relay.leave(slow)
         await asyncio.sleep(0.01)
         assert owner.closed and relays.upstreams == 0
+
+    asyncio.run(scenario())
+
+
+def test_connections_that_come_while_a_relay_is_being_opened_wait_for_it_or_go_their_way() -> None:
+    async def scenario() -> None:
+        relays, owner = Relays(bound=8, queue_events=100), _Owner()
+        relay = relays.reserve(RUN, 0)
+        assert relays.find(RUN, 0) is relay and relays.find(RUN, 1) is None and not relay.opened.done()
+        relays.start(relay, owner.stream(), "t")
+        assert relay.opened.result() is True and relays.upstreams == 1
+        refused = relays.reserve("run-b", 0)
+        relays.cancel(refused)
+        assert refused.opened.result() is False and relays.find("run-b", 0) is None
+        await owner.chunks.put(None)
+        await asyncio.sleep(0.01)
+        assert relays.upstreams == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_forwarder_relays_whole_frames_ends_cleanly_with_the_owner_and_says_when_the_owner_broke_off() -> None:
+    async def scenario() -> None:
+        async def stream(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(_frame(0) + _frame(1)[:9])  # the second frame arrives in two writes
+            await asyncio.sleep(0.05)
+            await response.write(_frame(1)[9:] + _frame(2)[:5])
+            if request.query.get("break"):
+                request.transport.abort()  # type: ignore[union-attr]  # killed mid-frame
+                return response
+            await response.write(_frame(2)[5:])
+            await response.write_eof()
+            return response
+
+        app = web.Application()
+        app.router.add_get("/runs/{run_id}/events", stream)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        owners = Owners("http://me")
+        owners.partitions = 1
+        owners.assign({0: f"http://127.0.0.1:{port}"}, [])
+        forwarder = Forwarder(owners, PeerKey(None), GatewayMetrics(), wait_s=1, retry_after_s=1)
+        await forwarder.start()
+        try:
+            for broken in (False, True):
+                target = f"/runs/{RUN}/events" + ("?break=1" if broken else "")
+                request = make_mocked_request("GET", target)
+                upstream = await forwarder.forward(request, RUN, owners.route(RUN))
+                assert upstream is not None
+                got, error = b"", None
+                try:
+                    async for chunk in upstream.chunks:
+                        assert chunk.endswith(b"\n\n"), "only whole frames are relayed"
+                        got += chunk
+                except UpstreamLost as exc:
+                    error = exc
+                if broken:
+                    assert got == _frame(0) + _frame(1) and isinstance(error, UpstreamLost)
+                else:
+                    assert got == _frame(0) + _frame(1) + _frame(2) and error is None, "a clean end is no loss"
+        finally:
+            await forwarder.close()
+            await runner.cleanup()
 
     asyncio.run(scenario())

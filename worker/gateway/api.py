@@ -265,13 +265,21 @@ class GatewayApi:
             run_id = asked.run_id
             want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
             relay = None if want is None else self._relays.find(run_id, want)
+            if relay is not None and not relay.opened.done() and not await asyncio.shield(relay.opened):
+                relay = None  # its opener was refused or is served here: this request asks for itself
             if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
                 relay = None  # the owner decides on this token
             if relay is None:
-                upstream = await self._forwarder.forward(request, run_id, route)
+                relay = self._relays.reserve(run_id, want)
+                try:
+                    upstream = await self._forwarder.forward(request, run_id, route)
+                except BaseException:
+                    self._relays.cancel(relay)
+                    raise
                 if upstream is None:
+                    self._relays.cancel(relay)
                     return None
-                relay = self._relays.open(run_id, upstream.chunks, upstream.thread_id, want)
+                self._relays.start(relay, upstream.chunks, upstream.thread_id)
                 follower = relay.join(None, creator=True, on_drop=lambda: self._drop(connection),
                                       blocked=connection.blocked)  # fmt: skip
             else:

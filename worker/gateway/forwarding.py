@@ -213,7 +213,8 @@ async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
 
 
 async def _frames(answer: aiohttp.ClientResponse, run_id: str) -> AsyncGenerator[bytes, None]:
-    """The owner's stream, up to the last whole frame of each read; UpstreamLost when it broke off."""
+    """The owner's stream, up to the last whole frame of each read; UpstreamLost when it broke off (the client
+    raises when a stream ends before its last chunk), a plain end when the owner ended it."""
     buffer = bytearray()
     try:
         async for data in answer.content.iter_any():
@@ -227,5 +228,3 @@ async def _frames(answer: aiohttp.ClientResponse, run_id: str) -> AsyncGenerator
         raise UpstreamLost(run_id) from exc
     finally:
         answer.close()
-    if answer.content.exception() is not None:
-        raise UpstreamLost(run_id)

@@ -90,6 +90,7 @@ class Relay:
         self.ended = False
         self.error: BaseException | None = None
         self.task: asyncio.Task[None] | None = None
+        self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # the owner answered 200
 
     def covers(self, want: int) -> bool:
         """Whether a connection that wants events from `want` on can follow this relay exactly."""
@@ -174,18 +175,38 @@ class Relays:
         """A relay of `run_id` whose kept frames reach `want`."""
         return next((relay for relay in self._runs.get(run_id, ()) if relay.covers(want)), None)
 
-    def open(self, run_id: str, upstream: AsyncGenerator[bytes, None], thread_id: str, start: int | None) -> Relay:
-        """A new relay of `run_id` pumping `upstream`, the forwarded stream of the request that opened it, which
-        wanted events from `start` on."""
-        relay = Relay(run_id, thread_id, start, self._bound, self._queue_events)
+    def reserve(self, run_id: str, start: int | None) -> Relay:
+        """A relay of `run_id` for a request about to be forwarded (which wants events from `start` on): connections
+        that want the same start meanwhile wait for it (`opened`) instead of opening streams of their own."""
+        relay = Relay(run_id, "", start, self._bound, self._queue_events)
         self._runs.setdefault(run_id, []).append(relay)
-        self.upstreams += 1
-        relay.task = asyncio.create_task(relay.pump(upstream))
-        relay.task.add_done_callback(lambda _: self._closed(relay))
         return relay
 
-    def _closed(self, relay: Relay) -> None:
-        self.upstreams -= 1
+    def start(self, relay: Relay, upstream: AsyncGenerator[bytes, None], thread_id: str) -> None:
+        """The owner answered: pump `upstream` (the forwarded stream) to the relay's followers."""
+        relay.thread_id = thread_id
+        self.upstreams += 1
+        relay.task = asyncio.create_task(relay.pump(upstream))
+        relay.task.add_done_callback(lambda _: self._closed(relay, pumped=True))
+        relay.opened.set_result(True)
+
+    def cancel(self, relay: Relay) -> None:
+        """The request that reserved `relay` was not forwarded (refused, or served here): its waiters go their way."""
+        relay.ended = True
+        if not relay.opened.done():
+            relay.opened.set_result(False)
+        self._closed(relay, pumped=False)
+
+    def open(self, run_id: str, upstream: AsyncGenerator[bytes, None], thread_id: str, start: int | None) -> Relay:
+        """A new relay of `run_id` pumping `upstream`, the forwarded stream of a request that wanted events from
+        `start` on."""
+        relay = self.reserve(run_id, start)
+        self.start(relay, upstream, thread_id)
+        return relay
+
+    def _closed(self, relay: Relay, *, pumped: bool) -> None:
+        if pumped:
+            self.upstreams -= 1
         relays = self._runs.get(relay.run_id, [])
         with contextlib.suppress(ValueError):
             relays.remove(relay)
