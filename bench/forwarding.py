@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from bench._latency import p50_p99_ms  # noqa: E402
 from devtools.kafka_cluster import free_port  # noqa: E402
 
 __all__ = ["main"]
@@ -67,18 +67,6 @@ def _renice(pid: int, nice: int) -> None:
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(ProcessLookupError):
             os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
-
-
-def _ms(values: list[float]) -> tuple[float, float]:
-    """p50 and p99 of `values` (seconds), in ms."""
-    if not values:
-        return float("nan"), float("nan")
-    return round(1000 * statistics.median(values), 2), round(1000 * _percentile(values, 0.99), 2)
 
 
 def _run_ids(runs: int) -> list[str]:
@@ -320,9 +308,9 @@ async def _client(owner_url: str, relay_url: str, runs: int, per_run: int) -> No
         "direct events": len(reads.direct), "relayed events": len(reads.relayed), "expected relayed": expected,
         "failed streams": reads.failed[:3], "failed count": len(reads.failed),
         "ended by comment": reads.ended_by_comment,
-        "added": _ms(added), "added max": round(1000 * max(added, default=float("nan")), 2),
+        "added": p50_p99_ms(added, 2), "added max": round(1000 * max(added, default=float("nan")), 2),
         "added negative share": round(sum(1 for a in added if a < 0) / max(1, len(added)), 3),
-        "made to direct arrival": _ms(direct), "made to relayed arrival": _ms(through),
+        "made to direct arrival": p50_p99_ms(direct, 2), "made to relayed arrival": p50_p99_ms(through, 2),
     }), flush=True)  # fmt: skip
 
 

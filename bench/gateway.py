@@ -35,7 +35,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from typing import NamedTuple
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench._latency import p50_p99_ms
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.sample_runs import SampleRun, interleave, load_samples, make_copy
 from worker.kafka.partitioner import partition_for
@@ -90,18 +90,6 @@ def _rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS")
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
-
-
-def _ms(values: list[float]) -> tuple[float, float]:
-    """p50 and p99 of `values` (seconds), in ms."""
-    if not values:
-        return float("nan"), float("nan")
-    return round(1000 * statistics.median(values), 1), round(1000 * _percentile(values, 0.99), 1)
 
 
 def _templates() -> list[SampleRun]:
@@ -577,7 +565,7 @@ async def _single(setup: _Setup) -> dict[str, object]:
         "live runs, subscribers": (args.runs, per_run * args.runs),
         "subscribers connected and sent their runs so far, s": round(measured.caught_up_s, 2),
         "events delivered": measured.received,
-        "delivery from commit p50 / p99 ms": _ms(measured.latencies),
+        "delivery from commit p50 / p99 ms": p50_p99_ms(measured.latencies),
         "the gateway's own histogram, read to write, p50 / p99 ms at most": (
             _histogram_quantile(body, _LATENCY, 0.5), _histogram_quantile(body, _LATENCY, 0.99)),
         "gateway CPU per delivered event us": round(1e6 * gateway_cpu / max(1, measured.received), 1),
@@ -586,9 +574,9 @@ async def _single(setup: _Setup) -> dict[str, object]:
         "gateway cores busy": round(gateway_cpu / measured.wall, 2),
         "cores busy while producing": measured.split,
         "memory per idle connection KB": round(idle_kb, 1),
-        "late join p50 / p99 ms": _ms(measured.joins["prelude"]),
+        "late join p50 / p99 ms": p50_p99_ms(measured.joins["prelude"]),
         "late joins replayed from the first event instead (display not exact): count, p50 / p99 ms": (
-            len(measured.joins["replayed"]), *_ms(measured.joins["replayed"])),
+            len(measured.joins["replayed"]), *p50_p99_ms(measured.joins["replayed"])),
         "slow-client drops": _metric(body, "harness_agui_gateway_slow_client_drops_total"),
     }
 
@@ -765,12 +753,12 @@ async def _scaled(setup: _Setup, replicas: int) -> dict[str, object]:
             int(sum(_metric(body, 'harness_agui_gateway_forwarded_requests_total{outcome="ok"}')
                     for body in measured.after))),
         "live: events delivered": measured.received,
-        "live: delivery from commit p50 / p99 ms": _ms(measured.latencies),
+        "live: delivery from commit p50 / p99 ms": p50_p99_ms(measured.latencies),
         "live: the replicas' own histogram, read to write, p50 / p99 ms at most": (
             _histogram_quantile(measured.after, _LATENCY, 0.5), _histogram_quantile(measured.after, _LATENCY, 0.99)),
-        "live: late join p50 / p99 ms": _ms(measured.joins["prelude"]),
+        "live: late join p50 / p99 ms": p50_p99_ms(measured.joins["prelude"]),
         "live: late joins replayed from the first event instead: count, p50 / p99 ms": (
-            len(measured.joins["replayed"]), *_ms(measured.joins["replayed"])),
+            len(measured.joins["replayed"]), *p50_p99_ms(measured.joins["replayed"])),
         "live: records read per replica": [int(r) for r in read_live],
         "live: CPU per replica, cores": [round(c / measured.wall, 3) for c in measured.cpu],
         "live: cores busy while producing": measured.split,

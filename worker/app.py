@@ -204,6 +204,18 @@ def quiet_client_logs() -> None:
     root.setLevel(logging.WARNING)
 
 
+def _readable_settings(args: argparse.Namespace, command: str) -> Settings | None:
+    """`run`'s settings from the parsed flags and the environment, their files readable; None after one line
+    naming what to fix."""
+    try:
+        settings = settings_from_args(args)
+        settings.check_files()
+    except ConfigError as exc:
+        print(f"worker {command}: {exc}", file=sys.stderr)
+        return None
+    return settings
+
+
 def main_check(argv: list[str] | None = None) -> int:
     """Entry point of `python -m worker check`: the checks of `worker/kafka/preflight.py` for `run`'s settings;
     exit status 0 when every check passed, 1 when one failed, 2 for settings that cannot work."""
@@ -216,11 +228,8 @@ def main_check(argv: list[str] | None = None) -> int:
                         help="where the cgroup file system is mounted: the memory limit is read there "
                         "(default /sys/fs/cgroup)")  # fmt: skip
     args = parser.parse_args(argv)
-    try:
-        settings = settings_from_args(args)
-        settings.check_files()
-    except ConfigError as exc:
-        print(f"worker check: {exc}", file=sys.stderr)
+    settings = _readable_settings(args, "check")
+    if settings is None:
         return 2
     from worker.kafka.preflight import check_worker  # noqa: PLC0415 - the Kafka stack loads only for `check`
 
@@ -249,11 +258,8 @@ def main_inspect(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-ms", type=int, default=60_000, metavar="MS",
                         help="longest the whole inspection may take (default 60000)")
     args = parser.parse_args(argv)
-    try:
-        settings = settings_from_args(args)
-        settings.check_files()
-    except ConfigError as exc:
-        print(f"worker inspect: {exc}", file=sys.stderr)
+    settings = _readable_settings(args, "inspect")
+    if settings is None:
         return 2
     from worker.errors import KafkaWorkerError  # noqa: PLC0415
     from worker.kafka.inspection import inspect_group, inspect_run  # noqa: PLC0415
