@@ -189,7 +189,7 @@ class PartitionTask:
         self._task.add_done_callback(self._ended)
 
     @property
-    def committed(self) -> int | None:
+    def _committed(self) -> int | None:
         """The offset the partition last committed while live (None while not live)."""
         return self._pipeline.committed if self._pipeline is not None else None
 
@@ -253,7 +253,7 @@ class PartitionTask:
             failures = 0  # since the partition last committed
             while True:
                 failures = await self._rebuild_until_live(failures)
-                went_live_at = self.committed or 0
+                went_live_at = self._committed or 0
                 await self._live()
                 if self._stage is Stage.STOPPING:
                     parked = await self._final_commit()
@@ -261,7 +261,7 @@ class PartitionTask:
                     return parked
                 if self._stage is Stage.HALTED:
                     await asyncio.Event().wait()  # held until the group moves the partition (stop cancels this)
-                progressed = (self.committed or 0) > went_live_at
+                progressed = (self._committed or 0) > went_live_at
                 diagnosis = await self._contain()
                 failures = 1 if progressed else failures + 1
                 if diagnosis.fault is Fault.FENCED:
