@@ -57,6 +57,13 @@ async def _read(relays: Relays, relay: Relay, follower: Follower) -> tuple[bytes
     return got, None
 
 
+def _opened(relays: Relays, owner: _Owner, thread_id: str, start: int) -> Relay:
+    """A relay of RUN pumping the owner's stream, as the API opens one."""
+    relay = relays.reserve(RUN, start)
+    relays.start(relay, owner.stream(), thread_id)
+    return relay
+
+
 def _join(relay: Relay, want: int | None, *, creator: bool = False) -> Follower:
     return relay.join(want, creator=creator, on_drop=lambda: None, blocked=lambda: False)
 
@@ -64,7 +71,7 @@ def _join(relay: Relay, want: int | None, *, creator: bool = False) -> Follower:
 def test_followers_get_from_their_number_on_and_the_prelude_goes_to_the_opener_alone() -> None:
     async def scenario() -> None:
         relays, owner = Relays(bound=4, queue_events=100), _Owner()
-        relay = relays.open(RUN, owner.stream(), "thread-1", 3)
+        relay = _opened(relays, owner, "thread-1", 3)
         opener = _join(relay, None, creator=True)
         assert relays.find(RUN, 3) is relay and relays.find(RUN, 4) is None, "before a frame: the opener's start"
         early = _join(relay, 3)
@@ -95,7 +102,7 @@ def test_followers_get_from_their_number_on_and_the_prelude_goes_to_the_opener_a
 def test_a_relay_keeps_at_most_its_bound_and_a_broken_owner_ends_every_follower_with_upstream_lost() -> None:
     async def scenario() -> None:
         relays, owner = Relays(bound=2, queue_events=100), _Owner()
-        relay = relays.open(RUN, owner.stream(), "", 0)
+        relay = _opened(relays, owner, "", 0)
         opener = _join(relay, None, creator=True)
         reading = asyncio.create_task(_read(relays, relay, opener))
         await owner.chunks.put(b"".join(map(_frame, range(5))))
@@ -112,7 +119,7 @@ def test_a_relay_keeps_at_most_its_bound_and_a_broken_owner_ends_every_follower_
 def test_a_slow_follower_is_dropped_and_the_owner_stream_closes_when_nobody_follows() -> None:
     async def scenario() -> None:
         relays, owner = Relays(bound=100, queue_events=3), _Owner()
-        relay = relays.open(RUN, owner.stream(), "", 0)
+        relay = _opened(relays, owner, "", 0)
         dropped: list[bool] = []
         slow = relay.join(None, creator=True, on_drop=lambda: dropped.append(True), blocked=lambda: True)
         for n in range(5):

@@ -197,13 +197,6 @@ class Relays:
             relay.opened.set_result(False)
         self._closed(relay, pumped=False)
 
-    def open(self, run_id: str, upstream: AsyncGenerator[bytes, None], thread_id: str, start: int | None) -> Relay:
-        """A new relay of `run_id` pumping `upstream`, the forwarded stream of a request that wanted events from
-        `start` on."""
-        relay = self.reserve(run_id, start)
-        self.start(relay, upstream, thread_id)
-        return relay
-
     def _closed(self, relay: Relay, *, pumped: bool) -> None:
         if pumped:
             self.upstreams -= 1
