@@ -116,14 +116,15 @@ async def _pass(data: dict[int, bytes], runs: int, followed: int, subscribers: i
     delivered = [0]
 
     async def connection(run: int) -> None:
-        stream = RunStream(StreamRequest(f"run-{run:05d}", None, "sse"), None, lambda: None)
+        writing = [False]
+        stream = RunStream(StreamRequest(f"run-{run:05d}", None, "sse"), None, lambda: None, lambda: writing[0])
         streams._attach(stream, 0)
         stream.sent = 0
         async for chunk in streams._live(stream):
             delivered[0] += chunk.count(b"\nid: ") + 1
-            stream.writing = True
+            writing[0] = True
             await asyncio.sleep(0)  # a socket write that completes at once
-            stream.writing = False
+            writing[0] = False
 
     tasks = [asyncio.create_task(connection((i % followed) * (runs // followed))) for i in range(subscribers)]
     await asyncio.sleep(0)

@@ -229,14 +229,17 @@ class GatewayApi:
         if pointer is not None and pointer.thread_id and thread != pointer.thread_id:
             raise GatewayError(400, "bad-body", f"run {run_id!r} belongs to another thread than {thread!r}")
 
+    def _shutting_down(self) -> Unavailable:
+        """The answer to a stream refused or ended before its first chunk by the drain."""
+        return Unavailable("the gateway is shutting down: retry, another replica answers", self._settings.retry_after_s)
+
     @contextlib.contextmanager
     def _admitted(self, request: web.Request) -> Iterator[_Connection]:
         """The request's connection, counted among the open ones (the limit, the drain) until its handler ends;
         Unavailable while draining or at max_connections."""
         if self.draining:
             self._metrics.refused.inc()
-            raise Unavailable("the gateway is shutting down: retry, another replica answers",
-                              self._settings.retry_after_s)  # fmt: skip
+            raise self._shutting_down()
         if len(self._open) >= self._settings.max_connections:
             self._metrics.refused.inc()
             raise Unavailable(f"the gateway holds max_connections ({self._settings.max_connections}) streams",
@@ -291,7 +294,7 @@ class GatewayApi:
 
     async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
         with self._admitted(request) as connection:
-            stream = self._streams.start(asked, connection.drop)
+            stream = self._streams.start(asked, connection.drop, connection.blocked)
             return await self._write(request, asked, connection, self._streams.chunks(stream), stream=stream,
                                      label=asked.reader)
 
@@ -308,8 +311,7 @@ class GatewayApi:
             await chunks.aclose()
             if not self.draining or connection.dropped:
                 raise
-            raise Unavailable("the gateway is shutting down: retry, another replica answers",
-                              self._settings.retry_after_s) from None  # fmt: skip
+            raise self._shutting_down() from None
         except BaseException:
             await chunks.aclose()
             raise
@@ -325,12 +327,8 @@ class GatewayApi:
                 await response.write(first)
             async for chunk in chunks:
                 connection.writing = True
-                if stream is not None:
-                    stream.writing = True
                 await response.write(chunk)
                 connection.writing = False
-                if stream is not None:
-                    stream.writing = False
             await response.write_eof()
         except asyncio.CancelledError:
             await self._interrupted(request, response, connection, asked)

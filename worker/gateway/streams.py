@@ -53,13 +53,14 @@ class StreamRequest:
 @dataclass
 class RunStream:
     """One open stream: `chunks()` yields what to write; `close()` leaves the fan-out. `on_drop` is called (from
-    the tail loop, so it must not block) when the client fell a whole queue behind."""
+    the tail loop, so it must not block) when the client fell a whole queue behind while `blocked()` (its writer
+    waits on the socket)."""
 
     request: StreamRequest
     pointer: DisplayPointer | None
     on_drop: Callable[[], None]
+    blocked: Callable[[], bool]
     subscription: Subscription | None = None
-    writing: bool = False  # set by the writer while it waits on the socket
     sent: int = 0
     prelude: Prelude | None = field(default=None, repr=False)
 
@@ -108,9 +109,9 @@ class RunStreams:
         value = await self._display_value(run_id, pointer)
         return None if value is None else build_prelude(run_id, pointer, value)
 
-    def start(self, request: StreamRequest, on_drop: Callable[[], None]) -> RunStream:
+    def start(self, request: StreamRequest, on_drop: Callable[[], None], blocked: Callable[[], bool]) -> RunStream:
         """A stream of `request`'s run; GatewayError 404 for a run the gateway cannot find."""
-        return RunStream(request, self.known(request.run_id), on_drop)
+        return RunStream(request, self.known(request.run_id), on_drop, blocked)
 
     async def chunks(self, stream: RunStream) -> AsyncGenerator[bytes, None]:
         """The stream's bytes, frame after frame (several at once where they were ready together). Raises
@@ -167,7 +168,7 @@ class RunStreams:
             self._metrics.drops.inc()
             stream.on_drop()
 
-        attachment = self._hub.attach(run_id, partition, first, dropped, lambda: stream.writing)
+        attachment = self._hub.attach(run_id, partition, first, dropped, stream.blocked)
         stream.subscription = attachment.subscription
         return attachment
 
