@@ -151,7 +151,7 @@ class Forwarder:
                     if answer.status != 503:
                         self._metrics.forwarded.labels(outcome="ok").inc()
                         return answer
-                    failure = f"the replica owning run {run_id!r} answered 503: {await _message(answer)}"
+                    failure = f"the replica owning run {run_id!r} answered 503: {await _refusal(answer)}"
                     answer.release()
                     self._metrics.forwarded.labels(outcome="retried").inc()
             if time.monotonic() + backoff > deadline or self._closing.is_set():
@@ -187,14 +187,6 @@ class Forwarder:
             async with answer:
                 raise await _refusal(answer)
         return Upstream(_frames(answer, run_id), answer.headers.get(THREAD_HEADER, ""))
-
-
-async def _message(answer: aiohttp.ClientResponse) -> str:
-    try:
-        value = orjson.loads(await answer.read())
-    except (orjson.JSONDecodeError, aiohttp.ClientError):
-        return f"status {answer.status}"
-    return str(value.get("message", "")) if isinstance(value, dict) else f"status {answer.status}"
 
 
 async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
