@@ -251,7 +251,8 @@ class GroupMember:
             await self._pool.close()
 
     async def _drain(self) -> None:
-        """aiokafka never calls on_partitions_revoked on stop(): commit and close everything here."""
+        """The worker's drain on shutdown: commit and close every partition (aiokafka never calls
+        on_partitions_revoked on stop())."""
         async with self._membership:
             self._closing = True
             tasks = list(self._tasks.values())
@@ -260,7 +261,7 @@ class GroupMember:
             kept = [parked for parked in stopped if parked is not None] + list(self._parked.values())
             self._parked.clear()
             await asyncio.gather(*(force_close(parked.producer, self._deadlines.call_s) for parked in kept))
-            await self._rebuilder.drain(self._deadlines.call_s)
+            await self._rebuilder.await_closes(self._deadlines.call_s)
 
     # ---- rebalance ---------------------------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ class Rebuilt:
 
 
 class Rebuilder:
-    """Rebuilds the partitions of one group member; its background closes are awaited by `drain`."""
+    """Rebuilds the partitions of one group member; its background closes are awaited by `await_closes`."""
 
     def __init__(
         self, settings: Settings, metrics: Metrics, *, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer,
@@ -192,7 +192,7 @@ class Rebuilder:
         except Exception as exc:
             _log.debug("background close failed: %r", exc)
 
-    async def drain(self, seconds: float) -> None:
+    async def await_closes(self, seconds: float) -> None:
         """Wait (at most `seconds`) for the background closes still running."""
         if self._closing:
             with contextlib.suppress(Exception):

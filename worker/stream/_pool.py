@@ -29,7 +29,7 @@ __all__ = ["ReplayPool", "ReplaySession"]
 
 _log = logging.getLogger(__name__)
 _CHUNK = 512  # records per message to a helper
-_BACKLOG = 16  # messages queued for one helper before reading the source waits
+_UNSENT = 16  # messages queued for one helper before reading the source waits
 _FINISH_TIMEOUT_S = 300.0
 _PICKLE = pickle.HIGHEST_PROTOCOL
 _T = TypeVar("_T")
@@ -101,10 +101,10 @@ class _Helper:
         while self._outbox:
             await self.call(self.conn.send_bytes, self._outbox.popleft())
 
-    async def drain(self, backlog: int = 0) -> None:
-        """Wait until at most `backlog` messages wait to be sent (0: all sent); raises a failed send."""
-        while self._pump is not None and not self._pump.done() and (len(self._outbox) > backlog or not backlog):
-            if not backlog:
+    async def wait_sent(self, unsent: int = 0) -> None:
+        """Wait until at most `unsent` messages wait to be sent (0: all sent); raises a failed send."""
+        while self._pump is not None and not self._pump.done() and (len(self._outbox) > unsent or not unsent):
+            if not unsent:
                 await asyncio.wait([self._pump])
             else:
                 await asyncio.sleep(0.002)
@@ -156,7 +156,7 @@ class ReplaySession:
 
     async def flush(self, *, everything: bool = False) -> None:
         """Hand every full chunk of `_CHUNK` records (all with `everything`) to the helpers' senders; waits only
-        while a helper is `_BACKLOG` chunks behind, so reading the source overlaps the helpers' replay."""
+        while a helper is `_UNSENT` chunks behind, so reading the source overlaps the helpers' replay."""
         for helper, queued in zip(self._helpers, self._rows, strict=True):
             messages = []
             for where, rows in queued.items():
@@ -164,7 +164,7 @@ class ReplaySession:
                     messages.append(pickle.dumps(("rows", (where, rows)), _PICKLE))
                     queued[where] = []
             helper.post(messages)
-        await asyncio.gather(*(helper.drain(_BACKLOG) for helper in self._helpers))
+        await asyncio.gather(*(helper.wait_sent(_UNSENT) for helper in self._helpers))
 
     async def finish(self) -> dict[Where, list[tuple[int, str]]]:
         """Merge the shards into the fresh states and return the gaps replay passed over, per partition.
@@ -175,7 +175,7 @@ class ReplaySession:
         finish = pickle.dumps(("finish", None), _PICKLE)
         for helper in self._helpers:
             helper.post([finish])
-        await asyncio.gather(*(helper.drain() for helper in self._helpers))
+        await asyncio.gather(*(helper.wait_sent() for helper in self._helpers))
         try:
             replies = await asyncio.wait_for(
                 asyncio.gather(*(h.call(h.conn.recv_bytes) for h in self._helpers)), _FINISH_TIMEOUT_S
