@@ -1,7 +1,7 @@
 """Operations against a real broker and worker: keep-alive comments on a quiet stream, CORS, the connection limit
 (503 with Retry-After), the metrics of what was sent, the drain on SIGTERM (streams closed with a comment, `HttpAgent`
-streams with RUN_ERROR), the loud warning of --insecure-no-auth, and a client that never reads dropped and counted
-while a reading one of the same run gets every event."""
+streams with RUN_ERROR), the loud warning of --insecure-no-auth, a client that never reads dropped and counted
+while a reading one of the same run gets every event, and the stall lines at the gateway's own --stall-warning-ms."""
 
 from __future__ import annotations
 
@@ -199,3 +199,19 @@ def test_a_client_that_never_reads_is_dropped_and_counted_while_a_reader_gets_th
         assert len(ids) < len(run.events), "the client that never read was not cut off"
 
     run_scenario(scenario(), gateway, worker)
+
+
+def test_a_gateway_logs_the_turns_that_hold_its_loop_past_its_own_stall_warning_ms(
+    tmp_path: Path, kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """`--stall-warning-ms` reaches the gateway's loop monitor: at 1 ms, starting (reading the topics, the
+    collection that freezes the loaded heap) holds the loop long enough to be logged, with that threshold."""
+    gateway = GatewayProcess(tmp_path, kafka_bootstrap, Topics.create(topic_factory), ("--stall-warning-ms", "1"))
+    try:
+        gateway.start()
+    finally:
+        assert gateway.stop() == 0
+    stalls = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("event loop blocked")]
+    assert stalls, gateway.log()
+    assert all(r["level"] == "WARNING" and "(warning from 1 ms)" in r["msg"] for r in stalls), stalls
+    assert all(r["lag_seconds"] >= 0.001 for r in stalls), stalls

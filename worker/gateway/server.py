@@ -134,7 +134,7 @@ async def _serve(settings: GatewaySettings) -> int:
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
              asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, relays=relays, tail=tail)),
-             asyncio.create_task(LoopMonitor(metrics.loop).run(stop))]  # fmt: skip
+             asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404

@@ -112,6 +112,11 @@ class GatewaySettings(ConnectionSettings):
         "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    stall_warning_ms: int = Field(100, ge=0, le=60_000, description=(
+        "A turn of the event loop that holds it this long logs a WARNING naming the work in progress, the "
+        "garbage collection and the CPU the loop got meanwhile; 0: never. "
+        "`harness_agui_gateway_event_loop_lag_seconds` measures every turn."
+    ))
     auth_keys_dir: str | None = Field(None, description=(
         "Directory of HMAC keys (at least 32 bytes each) for HS256 JWTs, one file per key named by the `kid` of "
         "the tokens it signs (a mounted Kubernetes Secret works as it is); names starting with a dot are left out."
