@@ -83,9 +83,9 @@ class ShardedReplayError(WorkerError):
 
 
 class CheckpointError(WorkerError):
-    """A changelog partition cannot be restored (unreadable or inconsistent); `key` names the record at fault and
-    `reason` says why in a word: `unreadable`, or `display-off` for a run written without the display state the
-    worker now keeps."""
+    """A changelog partition cannot be restored; `key` names the record at fault and `reason` says why in a word:
+    `none` (no checkpoint), `ahead` (beyond the committed offset), `unreadable` (unreadable or inconsistent), or
+    `display-off` for a run written without the display state the worker now keeps."""
 
     def __init__(
         self, message: str, *, topic: str, partition: int, key: bytes | None = None, reason: str = "unreadable"

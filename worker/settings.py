@@ -263,7 +263,7 @@ class Settings(ConnectionSettings):
             "A run's display record is published at most this often, measured on source record timestamps, and "
             "always with the run's first and last events; 0: after every source record with events. Each record "
             "is the run's whole display: a longer interval writes fewer bytes, and a UI joining late reads more "
-            "of the output topic's tail after the record it starts from."
+            "of the output topic's events after the record it starts from."
         ),
     )
     rebuild_lookback_ms: int = Field(

@@ -37,8 +37,8 @@ from worker.kafka.clients import (
 from worker.kafka.deadlines import Deadlines, bounded
 from worker.kafka.diagnosis import Names
 from worker.kafka.ownership import Ownership, confirm_owner
-from worker.kafka.replay import Progress, ReplayWindow, plan_replay, replay_into, tail_window
-from worker.kafka.restore import Restored, read_changelog, restore
+from worker.kafka.replay import Progress, ReplayWindow, plan_replay, replay_into, window_after_checkpoint
+from worker.kafka.restore import Restored, read_changelog, restore_or_fall_back
 from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
@@ -156,16 +156,17 @@ class Rebuilder:
             if ctp is not None:
                 changelog = await read_changelog(replay, ctp)
                 values = changelog.values
-                restored = await restore(tp, changelog, window.committed, lambda: self._new_state(tp), self._metrics)
+                restored = await restore_or_fall_back(tp, changelog, window.committed, lambda: self._new_state(tp),
+                                                      self._metrics)
             state = restored.state if restored is not None else self._new_state(tp)
             if restored is not None:
-                window = tail_window(window, restored.offset, await replay.beginning_offsets([tp]))
+                window = window_after_checkpoint(window, restored.offset, await replay.beginning_offsets([tp]))
             elif self._pool is not None:
                 await self._pool.start()  # helpers still starting: the wait counts in the rebuild, not the replay
             started = time.monotonic()
             # The helper pool serves one rebuild at a time; a rebuild that finds it busy replays in-process (the
-            # same result: the pool's merge stands in for exactly that replay or is not used). A changelog's tail
-            # is short: always in-process.
+            # same result: the pool's merge stands in for exactly that replay or is not used). The replay after a
+            # checkpoint is short: always in-process.
             counts = await replay_into(replay, {tp: window}, {tp: state}, progress=progress,
                                        pool=self._pool if restored is None else None,
                                        on_fallback=lambda _: self._metrics.replay_fallbacks_total.inc())

@@ -22,7 +22,7 @@ from worker.kafka.source import to_source_record
 from worker.ops import working_on
 from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_replay_metadata
 
-__all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_into", "tail_window"]
+__all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_into", "window_after_checkpoint"]
 
 _log = logging.getLogger(__name__)
 _FEED_CHUNK = 128  # records replayed between two yields to the event loop
@@ -39,7 +39,7 @@ class ReplayWindow:
     tp: TopicPartition
     start: int
     committed: int
-    # "metadata", "lookback", "none" (no commit yet), "changelog" (the tail after a checkpoint) or "clamped"
+    # "metadata", "lookback", "none" (no commit yet), "changelog" (the records after a checkpoint) or "clamped"
     # (history lost to retention)
     source: str
     lost_history: bool
@@ -90,7 +90,9 @@ async def plan_replay(
     return windows
 
 
-def tail_window(window: ReplayWindow, checkpoint: int, log_start: dict[TopicPartition, int]) -> ReplayWindow:
+def window_after_checkpoint(
+    window: ReplayWindow, checkpoint: int, log_start: dict[TopicPartition, int]
+) -> ReplayWindow:
     """The replay after a changelog checkpoint at `checkpoint` (at most `window.committed`): `[K, C)`, clamped to
     the log start when retention deleted part of it."""
     low = log_start[window.tp]

@@ -1,10 +1,12 @@
-"""Restore: a partition's state read back from its changelog partition, the checkpoint at source offset K.
+"""A partition's state read back from its changelog partition: the checkpoint at source offset K, chosen, restored.
 
 The changelog partition is read with `read_committed` until the position reaches the last stable offset taken at
 the start (transaction markers occupy offsets: stopping at a record would wait forever for one that is a marker),
-folding the latest value per key. Its checkpoint is used unless there is none, it is unreadable, or it lies beyond
-the committed offset C (the group's offsets were reset below it); each such case is logged and counted, and the
-partition is replayed instead. A format this release cannot read raises: guessing could publish wrongly.
+folding the latest value per key. Choosing its checkpoint (`choose_checkpoint`) is apart from restoring the
+partition's state from it (`restore_partition`): the checkpoint is chosen unless there is none, it is unreadable,
+or it lies beyond the committed offset C (the group's offsets were reset below it); each such case, and a restore
+that finds a record unreadable, is logged and counted, and the partition is replayed instead. A format this
+release cannot read raises: guessing could publish wrongly.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.errors import CheckpointError, RebuildError
 from worker.ops import Metrics, working_on
-from worker.stream import PARTITION_KEY, PartitionState, read_checkpoint_header
+from worker.stream import PARTITION_KEY, CheckpointHeader, PartitionState, read_checkpoint_header
 
-__all__ = ["Changelog", "Restored", "read_changelog", "restore"]
+__all__ = ["Changelog", "Restored", "choose_checkpoint", "read_changelog", "restore_or_fall_back", "restore_partition"]
 
 _log = logging.getLogger(__name__)
 
@@ -96,45 +98,57 @@ class Restored:
     restore_s: float
 
 
-async def restore(
-    tp: TopicPartition, changelog: Changelog, committed: int, fresh: Callable[[], PartitionState], metrics: Metrics
-) -> Restored | None:
-    """The checkpoint of `changelog` restored into a state built like `fresh()`, or None (logged and counted in
-    `changelog_fallbacks_total`) when it cannot serve: there is none, it is unreadable, or it lies beyond the
-    committed offset. CheckpointVersionError, a format this release cannot read, is raised. Other partitions run
-    between the parts of the restore."""
+def choose_checkpoint(tp: TopicPartition, changelog: Changelog, committed: int) -> CheckpointHeader:
+    """The changelog's checkpoint, when a rebuild to committed offset `committed` can start from it.
+
+    CheckpointError, its `reason` in a word, when it cannot: `none` (the changelog holds none), `ahead` (it lies
+    beyond the committed offset: the group's offsets were reset), `unreadable`; CheckpointVersionError for a
+    format this release cannot read.
+    """
+    header = read_checkpoint_header(changelog.values, tp.topic, tp.partition)
+    if header is None:
+        raise CheckpointError("holds no checkpoint", topic=tp.topic, partition=tp.partition, reason="none")
+    if header.offset > committed:
+        raise CheckpointError(f"checkpoint at offset {header.offset} lies beyond the committed offset {committed} "
+                              "(the group's offsets were reset)", topic=tp.topic, partition=tp.partition,
+                              reason="ahead")  # fmt: skip
+    return header
+
+
+async def restore_partition(tp: TopicPartition, changelog: Changelog, fresh: Callable[[], PartitionState]) -> Restored:
+    """The partition's state restored from the changelog's checkpoint into a state built like `fresh()`; other
+    partitions run between the parts of the restore. CheckpointError when a record of it is unreadable."""
     template = fresh()
     values = changelog.values
-    reason = ""
-    where = {"topic": tp.topic, "partition": tp.partition}
+    began = time.monotonic()
+    parts = PartitionState.restore_in_parts(tp.topic, tp.partition, values, template.options, core=template.core)
+    while True:
+        try:
+            with working_on("restoring %s[%d] from %d changelog records", tp.topic, tp.partition, len(values)):
+                next(parts)
+        except StopIteration as done:
+            state, offset = done.value
+            return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
+        await asyncio.sleep(0)
+
+
+async def restore_or_fall_back(
+    tp: TopicPartition, changelog: Changelog, committed: int, fresh: Callable[[], PartitionState], metrics: Metrics
+) -> Restored | None:
+    """The checkpoint `choose_checkpoint` takes, restored by `restore_partition`; None (logged and counted in
+    `changelog_fallbacks_total` by reason) when it cannot serve and the partition is replayed instead.
+    CheckpointVersionError, a format this release cannot read, is raised."""
     try:
-        header = read_checkpoint_header(values, tp.topic, tp.partition)
-        if header is None:
-            reason = "none"
-        elif header.offset > committed:
-            reason = "ahead"
-            _log.warning("changelog checkpoint at offset %d lies beyond the committed offset %d (the group's offsets "
-                         "were reset): discarded, the partition is rebuilt by replay", header.offset, committed,
-                         extra=where)  # fmt: skip
-        else:
-            began = time.monotonic()
-            parts = PartitionState.restore_in_parts(tp.topic, tp.partition, values, template.options,
-                                                    core=template.core)  # fmt: skip
-            while True:
-                try:
-                    with working_on("restoring %s[%d] from %d changelog records", tp.topic, tp.partition,
-                                    len(values)):
-                        next(parts)
-                except StopIteration as done:
-                    state, offset = done.value
-                    return Restored(state, offset, changelog.records, changelog.seconds, time.monotonic() - began)
-                await asyncio.sleep(0)
+        choose_checkpoint(tp, changelog, committed)
+        return await restore_partition(tp, changelog, fresh)
     except CheckpointError as exc:
-        reason = exc.reason
-        if reason == "display-off":  # expected once after the display topic is turned on
+        where = {"topic": tp.topic, "partition": tp.partition}
+        if exc.reason == "ahead":
+            _log.warning("%s: discarded, the partition is rebuilt by replay", exc, extra=where)
+        elif exc.reason == "display-off":  # expected once after the display topic is turned on
             _log.warning("changelog written with the display topic off: the partition is rebuilt by replay, each "
                          "open run's display from its start: %s", exc, extra=where)
-        else:
+        elif exc.reason != "none":
             _log.error("changelog unusable, the partition is rebuilt by replay: %s", exc, extra=where)
-    metrics.changelog_fallbacks_total.labels(reason).inc()
-    return None
+        metrics.changelog_fallbacks_total.labels(exc.reason).inc()
+        return None
