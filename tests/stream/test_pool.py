@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.stream._fakes import fake_decode
 from tests.stream._support import TOPIC, golden_source, records
 from worker.errors import ShardedReplayError
 from worker.stream import PartitionState, ReplayPool, SourceRecord, default_core
+from worker.stream._pool import _PIECE_BYTES
 
 NAMES = ["s01_hello", "s05_failed", "c01_child_completed", "c03_child_nested", "r0038", "r0063", "s07_errors"]
 
@@ -207,3 +209,60 @@ async def test_helpers_convert_with_the_processor_the_pool_names() -> None:
     events = [orjson.loads(o.value or b"") for o in live if o.event_type is not None]
     deltas = [event["delta"] for event in events if event["type"] == "TEXT_MESSAGE_CONTENT"]
     assert any(d != d.lower() for d in deltas) and all(d == d.upper() for d in deltas), deltas
+
+
+def opened_runs(count: int) -> list[SourceRecord]:
+    """`count` runs, each started and given a text part, none ended."""
+    stamp = "2026-12-01T00:00:00Z"
+    events: list[dict[str, Any]] = [
+        {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}},
+        {"event_kind": "part_start", "index": 0, "previous_part_kind": None, "part": {
+            "part_kind": "text", "content": "", "id": None, "provider_name": None, "provider_details": None}},
+    ]  # fmt: skip
+    pairs = [
+        (f"run-{i:05d}", orjson.dumps({"thread_id": f"thread-{i}", "run_id": f"run-{i:05d}", "sequence": seq,
+                                       "occurred_at": stamp, "event": event}))
+        for seq, event in enumerate(events)
+        for i in range(count)
+    ]  # fmt: skip
+    return records(pairs)
+
+
+class Recording:
+    """A helper's end of the pipe that keeps every message it receives."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.received: list[bytes] = []
+
+    def recv_bytes(self) -> bytes:
+        message: bytes = self._conn.recv_bytes()
+        self.received.append(message)
+        return message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.timeout(120)
+async def test_helpers_hand_their_shards_back_in_pieces_that_rebuild_the_same_state(pool: ReplayPool) -> None:
+    recs = opened_runs(3000)
+    recordings = []
+    for helper in pool._helpers:
+        recordings.append(Recording(helper.conn))
+        helper.conn = recordings[-1]  # type: ignore[assignment]
+    state = fresh(0)
+    async with pool.session({(TOPIC, 0): state}) as session:
+        assert session is not None
+        session.add(TOPIC, 0, rows(recs))
+        await session.flush(everything=True)
+        await session.finish()
+    for recording in recordings:
+        pieces = [body[1] for kind, body in map(pickle.loads, recording.received) if kind == "streams"]
+        assert len(pieces) > 2
+        # a piece ends with the run that took it to _PIECE_BYTES: what came before stayed under the bound
+        assert all(sum(map(len, piece[:-1])) < _PIECE_BYTES for piece in pieces)
+    one = one_replay(recs)
+    end = recs[-1].offset + 1
+    assert state.open_streams == 3000
+    assert state.image(end) == one.image(end)

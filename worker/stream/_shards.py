@@ -23,7 +23,7 @@ from worker.stream._partition import PartitionState
 from worker.stream._records import SourceRecord
 from worker.stream._table import EndedStreams, OpenStream
 
-__all__ = ["ShardResult", "ShardState", "merge_shards", "shard_of"]
+__all__ = ["MemoryEntry", "ShardResult", "ShardState", "merge_shards", "shard_of"]
 
 # (offset, key, value, is_lookup): a lookup and the sequence it found, or an update and the sequence stored
 MemoryEntry = tuple[int, str, int | None, bool]
