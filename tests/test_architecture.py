@@ -85,7 +85,7 @@ STATE_CHANGES = frozenset({
     "process", "process_batch", "checkpoint", "checkpoint_parts", "adopt_changelog_keys", "adopt_replay",
     "take_display_tally",
 })  # fmt: skip
-STATE_READS = frozenset({"replay_from", "image"})
+STATE_READS = frozenset({"replay_from"})
 # The modules a partition task runs its state through: the task itself, and the rebuild it awaits, which builds the
 # state before the task takes it. The state's own package (its replay shards, the offline conversion) is exempt.
 STATE_CHANGERS = frozenset({"worker/kafka/task.py", "worker/kafka/rebuild.py", "worker/kafka/replay.py"})

@@ -30,6 +30,7 @@ from tests.kafka.support import (
     reset_offsets,
     wait_caught_up,
 )
+from tests.stream._support import image
 from worker.stream import PartitionState, SourceRecord
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -60,7 +61,7 @@ def _images(source: list[Rec], topic: str, **options: int) -> dict[int, dict[byt
         state = PartitionState(topic, partition, **options)  # type: ignore[arg-type]
         for r in sorted(recs, key=lambda r: r.offset):
             state.process(SourceRecord(topic, partition, r.offset, 0, r.key, r.value, r.headers), publish=False)
-        out[partition] = state.image(max(r.offset for r in recs) + 1)
+        out[partition] = image(state, max(r.offset for r in recs) + 1)
     return out
 
 
@@ -100,8 +101,8 @@ def test_the_changelog_holds_exactly_the_state_the_worker_reached(
     folded = _folded(written)
     expected = _images(asyncio.run(read_topic(kafka_bootstrap, source)), source, **OPTIONS)
     assert set(folded) == set(expected) == {0, 1}
-    for partition, image in expected.items():
-        assert folded[partition] == image, f"changelog partition {partition} differs from the state image"
+    for partition, whole in expected.items():
+        assert folded[partition] == whole, f"changelog partition {partition} differs from the state image"
     assert any(r.value is None for r in written), "ended streams must leave tombstones"
 
 

@@ -17,7 +17,7 @@ from aiokafka import TopicPartition
 from tests.kafka.support import RecordBatch, StandInInternals
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, item
+from tests.stream._support import TOPIC, image, item
 from worker.kafka.pipeline import CommitPolicy
 from worker.kafka.source import to_source_record
 from worker.settings import Settings
@@ -196,7 +196,7 @@ def test_each_checkpoint_is_the_state_at_the_offset_its_transaction_commits(chec
         state = PartitionState(TOPIC, 0, core=FAKE_CORE)
         for rec in source[: txn.offset]:
             state.process(to_source_record(rec), publish=False)
-        assert folded == state.image(txn.offset)
+        assert folded == image(state, txn.offset)
     assert checkpoints >= (len(producer.transactions) if checkpoint_ms == 0 else 2)
     assert header.offset == len(source), "the final commit writes the last state"
 

@@ -1,4 +1,5 @@
-"""Builders of source records and loaders of the golden runs shared by the stream tests."""
+"""Builders of source records, loaders of the golden runs, and changelogs folded as compaction keeps them, shared
+by the stream tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from worker.stream import SourceRecord
+from worker.stream import PartitionState, SourceRecord, read_checkpoint_header
 
 TOPIC = "harness.events"
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -104,3 +105,19 @@ def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Chang
         else:
             changelog[key] = value
     return changelog
+
+
+def image(state: PartitionState, offset: int) -> Changelog:
+    """Every key of `state` at source offset `offset` as a compacted changelog holds it after a checkpoint there:
+    told that its changelog holds nothing (`adopt_changelog_keys(())`), the state writes every live key. This marks
+    the state checkpointed at `offset`, with no change left for its next checkpoint: take it after the state's own
+    checkpoints are checked. Fails unless the keys written are those the partition record and the state count."""
+    state.adopt_changelog_keys(())
+    values = fold({}, state.checkpoint(offset))
+    head = read_checkpoint_header(values, state.topic, state.partition)
+    assert head is not None and head.offset == offset, head
+    streams = sum(key.startswith(b"stream:") for key in values)
+    ended = sum(key.startswith(b"ended:") for key in values)
+    assert (streams, ended) == (head.open_streams, head.ended_streams) == (state.open_streams, state.remembered_streams)
+    assert len(values) == streams + ended + 1, sorted(values)
+    return values

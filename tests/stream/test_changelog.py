@@ -13,7 +13,7 @@ import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE, FakeObserver
-from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, item, records
+from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, image, item, records
 from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream import (
@@ -107,7 +107,7 @@ def test_forgotten_ended_streams_are_tombstoned_only_when_written() -> None:
     feed(st, [(B, item(B, 0, terminal=True)), (C, item(C, 0, terminal=True))], start=1)
     assert dict(st.checkpoint(3)) == {
         b"ended:run-a": None, b"ended:run-c": b'{"last_sequence":0,"ended_at":2}',
-        b"partition": st.image(3)[b"partition"],
+        b"partition": image(st, 3)[b"partition"],
     }
 
 
@@ -127,7 +127,8 @@ def test_a_key_that_ends_reopens_and_ends_again_is_still_tombstoned() -> None:
 
 
 def test_folded_checkpoints_equal_the_image_and_restore_it() -> None:
-    st, changelog = state(closed_stream_memory=2), {}
+    # `twin` is fed alike and never checkpointed but for its whole image: `st`'s checkpoints are its own.
+    st, twin, changelog = state(closed_stream_memory=2), state(closed_stream_memory=2), {}
     batches = [
         [(A, item(A, 0)), (B, item(B, 0))],
         [(A, item(A, 1)), (B, item(B, 2)), (C, item(C, 0, terminal=True))],  # B: a gap closes it
@@ -136,12 +137,13 @@ def test_folded_checkpoints_equal_the_image_and_restore_it() -> None:
     offset = 0
     for batch in batches:
         feed(st, batch, start=offset)
+        feed(twin, batch, start=offset)
         offset += len(batch) + 2  # transaction markers leave holes
         fold(changelog, st.checkpoint(offset))
-        assert changelog == st.image(offset)
+        assert changelog == image(twin, offset)
         restored, k = restore(changelog, closed_stream_memory=2)
         assert k == offset
-        assert restored.image(offset) == changelog
+        assert image(restored, offset) == changelog
         assert restored.last_offset == st.last_offset == offset - 1
     b = orjson.loads(changelog[b"stream:run-b"])
     assert (b["observer"], b["closed_by"], b["last"]) == (None, "source_gap", {})
@@ -154,7 +156,9 @@ def test_restored_state_continues_as_the_original() -> None:
     restored, _ = restore(changelog, closed_stream_memory=2, max_open_streams=2)
     later = [(A, item(A, 0)), (C, item(C, 0)), (B, item(B, 1)), (C, item(C, 0)), ("run-d", item("run-d", 0))]
     assert feed(restored, later, start=4) == feed(st, later, start=4)
-    assert restored.image(9) == st.image(9)
+    # the restored state's next checkpoint brings the changelog to the original's state
+    assert fold(dict(changelog), restored.checkpoint(9)) == fold(changelog, st.checkpoint(9))
+    assert image(restored, 9) == image(st, 9) == changelog
 
 
 def test_checkpoints_never_go_back() -> None:
@@ -257,7 +261,7 @@ def test_a_smaller_ended_memory_forgets_the_oldest_at_restore_and_tombstones_the
     assert restored.remembered_streams == 1
     assert feed(restored, [(B, item(B, 0)), (A, item(A, 0))], start=3)[0].verdict is Verdict.DUPLICATE
     fold(changelog, restored.checkpoint(5))
-    assert changelog == restored.image(5)
+    assert changelog == image(restored, 5)
     assert b"ended:run-c" not in changelog
 
 
@@ -269,8 +273,8 @@ def test_a_state_rebuilt_without_the_changelog_adopts_its_keys_and_overwrites_th
     feed(fresh, [(A, item(A, 0)), (A, item(A, 1))], start=10)
     fresh.adopt_changelog_keys(changelog)
     fold(changelog, fresh.checkpoint(12))
-    assert changelog == fresh.image(12)
-    assert restore(changelog)[0].image(12) == changelog
+    assert changelog == image(fresh, 12)
+    assert image(restore(changelog)[0], 12) == changelog
 
 
 def test_adopted_keys_of_streams_that_end_before_the_next_checkpoint_are_tombstoned() -> None:
@@ -282,7 +286,7 @@ def test_adopted_keys_of_streams_that_end_before_the_next_checkpoint_are_tombsto
     fresh.adopt_changelog_keys(changelog)
     feed(fresh, [(A, item(A, 1, terminal=True))], start=1)
     fold(changelog, fresh.checkpoint(2))
-    assert changelog == fresh.image(2)
+    assert changelog == image(fresh, 2)
     assert set(changelog) == {b"ended:run-a", b"partition"}
 
 
@@ -318,10 +322,10 @@ def test_the_documented_examples_are_records_this_release_reads_and_writes() -> 
               b"ended:run-b": orjson.dumps(ended)}  # fmt: skip
     restored, offset = PartitionState.restore(TOPIC, 0, values, core=REAL_CORE)
     assert offset == partition["offset"]
-    image = restored.image(offset)
-    assert image.keys() == values.keys()
-    assert (image[b"stream:run-a"], image[b"ended:run-b"]) == (values[b"stream:run-a"], values[b"ended:run-b"])
-    assert orjson.loads(image[b"partition"]) == {**partition, "worker": metadata.version("harness-agui-worker")}
+    written = image(restored, offset)
+    assert written.keys() == values.keys()
+    assert (written[b"stream:run-a"], written[b"ended:run-b"]) == (values[b"stream:run-a"], values[b"ended:run-b"])
+    assert orjson.loads(written[b"partition"]) == {**partition, "worker": metadata.version("harness-agui-worker")}
 
 
 def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_recount() -> None:
@@ -391,10 +395,10 @@ def test_a_checkpoint_in_parts_writes_what_one_checkpoint_writes_and_marks_the_s
     assert len(taken) == 4  # A, run-d, run-g, then the tombstones, the ended records and the partition record
     assert [record for part in taken for record in part] == whole.checkpoint(15)
     assert in_parts.checkpointed == whole.checkpointed == 15
-    assert in_parts.image(15) == whole.image(15)
     feed(whole, [(A, item(A, 1))], start=15)
     feed(in_parts, [(A, item(A, 1))], start=15)
     assert in_parts.checkpoint(16) == whole.checkpoint(16)
+    assert image(in_parts, 16) == image(whole, 16)
 
 
 def test_a_cut_left_before_its_last_part_leaves_every_change_to_the_next_checkpoint() -> None:
@@ -420,4 +424,4 @@ def test_a_restore_in_parts_yields_between_streams_and_restores_what_restore_doe
         yields += 1
     assert yields == st.open_streams == 3
     assert offset == 15
-    assert restored.image(15) == restore(values, closed_stream_memory=1)[0].image(15) == st.image(15)
+    assert image(restored, 15) == image(restore(values, closed_stream_memory=1)[0], 15) == image(st, 15)

@@ -15,7 +15,7 @@ from ag_ui.core import BaseEvent
 
 from tests.display._flows import lines_of, reference_at_items
 from tests.stream._fakes import FAKE_CORE, fake_encode
-from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, item, records
+from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, image, item, records
 from worker.display import DisplaySnapshot
 from worker.errors import CheckpointError, ConfigError
 from worker.stream import Destination, OutboundRecord, Outcome, PartitionState, SourceRecord, Verdict
@@ -101,7 +101,7 @@ def test_replay_publishes_nothing_and_builds_the_projections_live_processing_bui
         for rec in recs[:cut]:
             live.process(rec)
             assert replayed.process(rec, publish=False).records == ()
-        assert replayed.image(recs[cut].offset) == live.image(recs[cut].offset)
+        assert image(replayed, recs[cut].offset) == image(live, recs[cut].offset)
         assert [replayed.process(r) for r in recs[cut:]] == [live.process(r) for r in recs[cut:]]
 
 
@@ -204,7 +204,7 @@ def test_stream_records_carry_display_state_only_with_the_display_on() -> None:
     for rec in recs[:40]:
         on.process(rec)
         off.process(rec)
-    with_display, without = _stream_records(on.image(40)), _stream_records(off.image(40))
+    with_display, without = _stream_records(image(on, 40)), _stream_records(image(off, 40))
     assert with_display and set(with_display) == set(without)
     for key, record in with_display.items():
         assert record["display"]["next_seq"] == record["n"]
@@ -219,10 +219,11 @@ def test_a_stream_closed_by_a_gap_keeps_no_display_state() -> None:
     state = PartitionState(TOPIC, 0, display_interval_ms=0)
     for rec in records([(key, line) for line in lines[:4] + lines[5:7]]):
         state.process(rec)
-    (record,) = _stream_records(state.image(6)).values()
+    changelog = image(state, 6)
+    (record,) = _stream_records(changelog).values()
     assert record["closed_by"] == "source_gap" and record["display"] is None
-    restored, _ = PartitionState.restore(TOPIC, 0, state.image(6), display_interval_ms=0)
-    assert restored.image(6) == state.image(6)
+    restored, _ = PartitionState.restore(TOPIC, 0, changelog, display_interval_ms=0)
+    assert image(restored, 6) == changelog
 
 
 def _changelog_at(cut: int, **options: Any) -> tuple[list[SourceRecord], Changelog]:
@@ -244,7 +245,7 @@ def test_a_restore_with_the_display_off_ignores_display_state() -> None:
     _, plain = _changelog_at(30)
     restored, k = PartitionState.restore(TOPIC, 0, changelog)
     expected, _ = PartitionState.restore(TOPIC, 0, plain)
-    assert restored.image(k) == expected.image(k) == plain
+    assert image(restored, k) == image(expected, k) == plain
     assert [restored.process(r) for r in recs[30:]] == [expected.process(r) for r in recs[30:]]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import fake_decode
-from tests.stream._support import TOPIC, golden_source, records
+from tests.stream._support import TOPIC, golden_source, image, records
 from worker.errors import ShardedReplayError
 from worker.stream import PartitionState, ReplayPool, SourceRecord, default_core
 from worker.stream._pool import _PIECE_BYTES
@@ -165,7 +165,7 @@ async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: 
         await session.flush(everything=True)
         await session.finish()
     end = recs[-1].offset + 1
-    assert state.image(end) == one.image(end)
+    assert image(state, end) == image(one, end)
     # and with runs still open, their projections come back from the helpers
     cut = len(recs) // 3
     one = PartitionState(TOPIC, 0, core=REAL_CORE, **options)
@@ -177,8 +177,9 @@ async def test_helpers_replay_with_the_options_of_the_states_they_rebuild(pool: 
         session.add(TOPIC, 0, rows(recs[:cut]))
         await session.flush(everything=True)
         await session.finish()
-    assert state.open_streams > 0 and b'"display":{' in b"".join(state.image(recs[cut].offset).values())
-    assert state.image(recs[cut].offset) == one.image(recs[cut].offset)
+    helped = image(state, recs[cut].offset)
+    assert state.open_streams > 0 and b'"display":{' in b"".join(helped.values())
+    assert helped == image(one, recs[cut].offset)
     assert [state.process(r) for r in recs[cut:]] == [one.process(r) for r in recs[cut:]]
 
 
@@ -265,4 +266,4 @@ async def test_helpers_hand_their_shards_back_in_pieces_that_rebuild_the_same_st
     one = one_replay(recs)
     end = recs[-1].offset + 1
     assert state.open_streams == 3000
-    assert state.image(end) == one.image(end)
+    assert image(state, end) == image(one, end)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.stream._cores import CORES, REAL_CORE
 from tests.stream._fakes import FAKE_CORE, fake_decode
-from tests.stream._support import TOPIC, golden_source, item, records
+from tests.stream._support import TOPIC, golden_source, image, item, records
 from tests.stream.test_rebuild import Scenario, scenarios
 from worker.errors import ShardedReplayError
 from worker.stream import Outcome, PartitionState, SourceRecord, StreamCore
@@ -59,16 +59,17 @@ def test_merged_shards_continue_exactly_as_one_replay(core: StreamCore, scenario
             continue
         next_offset = recs[cut].offset if cut < len(recs) else recs[-1].offset + 1
         assert shape(merged, next_offset) == shape(one, next_offset)
-        assert merged.image(next_offset) == one.image(next_offset)
+        expected = image(one, next_offset)
+        assert image(merged, next_offset) == expected
         # a changelog that held other keys is brought to the merged state by the next checkpoint
-        merged.adopt_changelog_keys([b"stream:gone", b"ended:gone", b"partition", *one.image(next_offset)])
-        changelog = dict.fromkeys([b"stream:gone", b"ended:gone", b"partition", *one.image(next_offset)], b"{}")
+        merged.adopt_changelog_keys([b"stream:gone", b"ended:gone", b"partition", *expected])
+        changelog = dict.fromkeys([b"stream:gone", b"ended:gone", b"partition", *expected], b"{}")
         for key, value in merged.checkpoint(next_offset):
             if value is None:
                 del changelog[key]
             else:
                 changelog[key] = value
-        assert changelog == one.image(next_offset)
+        assert changelog == expected
         assert then_live(merged, recs[cut:]) == then_live(one, recs[cut:])
 
 

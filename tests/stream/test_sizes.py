@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE
-from tests.stream._support import TOPIC, golden_source, header, item, records
+from tests.stream._support import TOPIC, golden_source, header, image, item, records
 from worker.errors import ConfigError, DecodeError
 from worker.stream import (
     EVENT_TOO_LARGE_CODE,
@@ -124,7 +124,7 @@ def test_replay_and_live_decide_alike_and_replay_publishes_nothing() -> None:
         a, b = live.process(rec), replay.process(rec, publish=False)
         assert (a.verdict, a.reason) == (b.verdict, b.reason)
         assert b.records == ()
-    assert live.image(len(pairs)) == replay.image(len(pairs))
+    assert image(live, len(pairs)) == image(replay, len(pairs))
 
 
 def _real(*payloads: dict[str, Any]) -> list[bytes]:
@@ -235,7 +235,7 @@ def test_golden_runs_under_a_limit_decide_alike_live_and_in_replay(limit: int) -
         a, b = live.process(rec), replay.process(rec, publish=False)
         assert (a.verdict, a.reason) == (b.verdict, b.reason)
         outcomes.append(a)
-    assert live.image(len(recs)) == replay.image(len(recs))
+    assert image(live, len(recs)) == image(replay, len(recs))
     published = [r for o in outcomes for r in o.records if r.destination is Destination.OUTPUT]
     assert max(record_size(r) for r in published) <= limit
     too_large = sum(o.reason == DeadLetterReason.TOO_LARGE for o in outcomes)

@@ -18,17 +18,7 @@ from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYT
 from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, output_record, record_size
-from worker.stream._changelog import (
-    PARTITION_KEY,
-    Changelog,
-    ChangeTracker,
-    encode_ended,
-    encode_partition,
-    encode_stream,
-    ended_key,
-    read_state,
-    stream_key,
-)
+from worker.stream._changelog import Changelog, ChangeTracker, read_state
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._display_batch import DisplayBatch
 from worker.stream._records import DeadLetterReason, OutboundRecord, Outcome, SourceRecord, Verdict
@@ -523,16 +513,6 @@ class PartitionState:
         if offset > 0 and (self._last_offset is None or self._last_offset < offset - 1):
             self._last_offset = offset - 1  # the tracker marked the checkpoint when its last part was taken
         yield part
-
-    def image(self, offset: int) -> dict[bytes, bytes]:
-        """The whole state at source offset `offset` as changelog values (what `restore` reads), changing
-        nothing; a changelog folded from every `checkpoint` equals the image at the last one."""
-        self._check_offset(offset)
-        export, display = self._core.export_observer, self._display is not None
-        out = {stream_key(key): encode_stream(stream, export, display=display) for key, stream in self._streams.items()}
-        out.update((ended_key(key), encode_ended(seq, at)) for key, seq, at in self._ended.items())
-        out[PARTITION_KEY] = encode_partition(self.topic, self.partition, offset, len(self._streams), len(self._ended))
-        return out
 
     def _check_offset(self, offset: int) -> None:
         checkpointed = self._changes.checkpointed
