@@ -205,7 +205,7 @@ async def _relay(port: int, owner_url: str) -> None:
     owners.partitions = PARTITIONS
     owners.assign(dict.fromkeys(range(PARTITIONS), owner_url), [])
     streams = RunStreams(owners, hub, directory, HistoryReader(settings, 1), metrics,
-                         keepalive_s=settings.keepalive_ms / 1000, hold_events=settings.recent_events_per_run)
+                         keepalive_s=settings.keepalive_ms / 1000, backfill_events=settings.recent_events_per_run)
     peers = PeerKey(None)
     forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
                           retry_after_s=settings.retry_after_s)  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker._signals import hold_stop_requests
+from worker._signals import record_stop_requests
 
 __all__ = ["build_parser", "main"]
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the command; returns the exit status."""
     args_list = sys.argv[1:] if argv is None else argv
     if args_list and args_list[0] == "run":
-        early = hold_stop_requests()
+        early = record_stop_requests()
         from worker.app import main_run  # noqa: PLC0415 - the Kafka stack loads only for `run`
 
         return main_run(args_list[1:], early=early)

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings
 
 from worker._heap import freeze_heap
 from worker._native import describe
-from worker._signals import hold_stop_requests
+from worker._signals import record_stop_requests
 from worker.errors import ConfigError
 from worker.settings import Settings, is_secret
 
@@ -142,7 +142,7 @@ def main_run(
 ) -> int:
     """Entry point of `python -m worker run`; returns the process exit status: 2, with one line naming what to
     fix, for settings, a processor or topics that cannot work (at start, or once a topic check finds so).
-    `early` holds the stop requests received before this was called (`hold_stop_requests`)."""
+    `early` lists the stop requests received before this was called (`record_stop_requests`)."""
     args = build_parser(parser).parse_args(argv)
     try:
         settings = settings_from_args(args)
@@ -155,7 +155,7 @@ def main_run(
         print(f"worker: {exc}", file=sys.stderr)
         return 2
     if early is None:  # called in-process: stop requests are held from here on
-        early = hold_stop_requests()
+        early = record_stop_requests()
     from worker.ops import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_format, settings.log_level)

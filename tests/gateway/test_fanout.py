@@ -32,11 +32,11 @@ async def test_a_subscription_joins_with_the_recent_events_it_missed_and_nothing
     for seq in range(5):
         hub.publish(1, 100 + seq, "run", seq, b'{"n":%d}' % seq, 0, False, 0.0)
     joined = hub.attach("run", 1, 2, lambda s: None, lambda: False)
-    assert joined.backlog is not None and [d.seq for d in joined.backlog] == [2, 3, 4]
+    assert joined.from_memory is not None and [d.seq for d in joined.from_memory] == [2, 3, 4]
     hub.publish(1, 105, "run", 5, b"{}", 0, True, 0.0)
     assert [d.seq for d in joined.subscription.take()] == [5] and not joined.subscription.take()
     unknown = hub.attach("other", 1, 0, lambda s: None, lambda: False)
-    assert unknown.backlog is None and unknown.live_from == 106  # read the topic up to where the tail is
+    assert unknown.from_memory is None and unknown.live_from == 106  # read the topic up to where the tail is
 
 
 async def test_recent_events_covered_by_a_display_record_go_after_the_window() -> None:
@@ -67,7 +67,7 @@ async def test_a_followed_run_keeps_its_events_and_takes_back_what_was_read_from
     for seq in range(4, 8):
         hub.publish(0, seq, "run", seq, b"{}", 0, False, 90.0)
     joined = hub.attach("run", 0, 0, lambda s: None, lambda: False)
-    assert joined.backlog is None  # events 0..3 are not held: read from the topic
+    assert joined.from_memory is None  # events 0..3 are not held: read from the topic
     hub.displayed("run", 7)
     log = hub.log("run")
     assert log is not None and log.recent_from == 4  # followed: nothing trimmed
@@ -75,7 +75,7 @@ async def test_a_followed_run_keeps_its_events_and_takes_back_what_was_read_from
     assert hub.backfill("run", [(n, b"{}", 0, False) for n in range(6)])  # 4 and 5 are held already
     assert log.recent_from == 0 and [e.seq for e in log.recent] == list(range(8))
     again = hub.attach("run", 0, 0, lambda s: None, lambda: False)
-    assert again.backlog is not None and [d.seq for d in again.backlog] == list(range(8))
+    assert again.from_memory is not None and [d.seq for d in again.from_memory] == list(range(8))
     hub.detach(joined.subscription)
     hub.detach(again.subscription)
     now[0] += 4.0

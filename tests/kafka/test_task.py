@@ -237,7 +237,7 @@ async def test_a_stuck_partition_is_isolated_at_its_deadline_while_its_sibling_k
         await task.stop(1.0)
 
 
-async def test_fetching_pauses_while_a_commit_holds_the_backlog_and_resumes_once_it_drains() -> None:
+async def test_fetching_pauses_while_a_commit_holds_the_backlog_and_resumes_once_it_shrinks() -> None:
     gate = asyncio.Event()
     rebuilder = _rebuilder(setup=lambda producer, n: setattr(producer, "commit_gate", gate))
     world = TaskWorld(rebuilder, max_pending_records=20, broker_call_timeout_ms=5_000)

@@ -173,11 +173,11 @@ class RunLog:
 
 
 class Attachment(NamedTuple):
-    """A new subscription and where its events start: `backlog` (events from the asked number on, from memory), or
+    """A new subscription and where its events start: `from_memory` (events from the asked number on), or
     None, and then events before offset `live_from` of the run's partition must be read from the topic."""
 
     subscription: Subscription
-    backlog: list[Delivery] | None
+    from_memory: list[Delivery] | None
     live_from: int
 
 
@@ -307,18 +307,18 @@ class Hub:
     ) -> Attachment:
         """Subscribe to `run_id` from event `from_seq` on; `on_drop` is called if its queue overflows while
         `blocked()` (its writer waits on the socket). Synchronous,
-        so no record is published between taking the backlog (or the partition's position) and joining the
+        so no record is published between taking the events from memory (or the partition's position) and joining the
         subscribers: nothing is missed or doubled."""
         log = self._tracked(run_id, partition)
         subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
         log.subscribers.append(subscription)
         log.served_at = self._clock()
         self.subscriptions += 1
-        backlog = None
+        from_memory = None
         if log.covers(from_seq):
-            backlog = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.read_at)
+            from_memory = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.read_at)
                        for e in log.recent if e.seq >= from_seq]  # fmt: skip
-        return Attachment(subscription, backlog, self.positions.get(partition, 0))
+        return Attachment(subscription, from_memory, self.positions.get(partition, 0))
 
     def detach(self, subscription: Subscription) -> None:
         """Leave the fan-out (idempotent)."""

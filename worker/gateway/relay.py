@@ -84,7 +84,7 @@ class Relay:
         self._prefix = f"id: {run_id}:".encode()
         self._bound = bound
         self._queue_events = queue_events
-        self._held: deque[tuple[int, bytes]] = deque()
+        self._recent: deque[tuple[int, bytes]] = deque()
         self.next_seq: int | None = None  # the number after the last durable frame relayed
         self.followers: list[Follower] = []
         self.ended = False
@@ -98,17 +98,17 @@ class Relay:
             return False
         if self.next_seq is None:  # nothing relayed yet: the same start as the opening request's
             return want == self.start
-        first = self._held[0][0] if self._held else self.next_seq
+        first = self._recent[0][0] if self._recent else self.next_seq
         return first <= want <= self.next_seq
 
     def join(self, want: int | None, *, creator: bool, on_drop: Callable[[], None],
              blocked: Callable[[], bool]) -> Follower:  # fmt: skip
         follower = Follower(want, creator=creator, on_drop=on_drop, blocked=blocked)
         if want is not None:
-            backlog = [frame for seq, frame in self._held if seq >= want]
-            if backlog:
-                follower.pending.append(b"".join(backlog))
-                follower.next_seq = want + len(backlog)
+            missed = [frame for seq, frame in self._recent if seq >= want]
+            if missed:
+                follower.pending.append(b"".join(missed))
+                follower.next_seq = want + len(missed)
         self.followers.append(follower)
         return follower
 
@@ -149,9 +149,9 @@ class Relay:
                 for follower in self.followers:  # a comment (keep-alive, or why the stream ends)
                     follower.offer(whole, self._queue_events)
                 continue
-            self._held.append((seq, whole))
-            if len(self._held) > self._bound:
-                self._held.popleft()
+            self._recent.append((seq, whole))
+            if len(self._recent) > self._bound:
+                self._recent.popleft()
             self.next_seq = seq + 1
             for follower in self.followers:
                 if follower.lost:

@@ -110,7 +110,7 @@ async def _serve(settings: GatewaySettings) -> int:
     tail = TopicTail(settings, hub, directory, owners, on_batch=metrics.records.inc)
     history = HistoryReader(settings, settings.history_readers)
     streams = RunStreams(owners, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
-                         hold_events=settings.recent_events_per_run)  # fmt: skip
+                         backfill_events=settings.recent_events_per_run)  # fmt: skip
     forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
                           retry_after_s=settings.retry_after_s)  # fmt: skip
     relays = Relays(bound=settings.recent_events_per_run, queue_events=settings.connection_queue_events)

@@ -70,12 +70,12 @@ class RunStreams:
 
     def __init__(
         self, owners: Owners, hub: Hub, directory: RunDirectory, history: HistoryReader, metrics: GatewayMetrics,
-        *, keepalive_s: float = 15.0, hold_events: int = 4_096,
+        *, keepalive_s: float = 15.0, backfill_events: int = 4_096,
     ) -> None:  # fmt: skip
         # A subscription's wait ends after one to two quiet periods without a delivery: half the keep-alive time
         # keeps every silence of a stream within `keepalive_s`.
         self._quiet_period_s = keepalive_s / 2
-        self._hold_events = hold_events
+        self._backfill_events = backfill_events
         self._reading: dict[str, asyncio.Future[None]] = {}  # runs being read back from the topic
         self._owners = owners
         self._hub = hub
@@ -177,13 +177,13 @@ class RunStreams:
         `stream.sent` ends as the next number, or -1 after a terminal event."""
         request = stream.request
         if request.after is not None:
-            self._metrics.resumes.labels(kind="memory" if attachment.backlog is not None else "topic").inc()
+            self._metrics.resumes.labels(kind="memory" if attachment.from_memory is not None else "topic").inc()
         stream.sent = first
-        if attachment.backlog is not None:
-            if attachment.backlog:
-                backlog = attachment.backlog
-                yield b"".join(d.frame for d in backlog)
-                self._count(stream, backlog[-1].seq, backlog[-1].terminal, len(backlog))
+        if attachment.from_memory is not None:
+            if attachment.from_memory:
+                missed = attachment.from_memory
+                yield b"".join(d.frame for d in missed)
+                self._count(stream, missed[-1].seq, missed[-1].terminal, len(missed))
             return
         run_id, pointer = request.run_id, stream.pointer
         partition = pointer.partition if pointer is not None else self._owners.partition_of(run_id)
@@ -201,7 +201,7 @@ class RunStreams:
             ):  # fmt: skip
                 if read is not None:
                     read.extend(batch)
-                    if len(read) > self._hold_events:
+                    if len(read) > self._backfill_events:
                         read = None
                 yield b"".join(event_frame(run_id, e.seq, e.value) for e in batch)
                 self._count(stream, batch[-1].seq, batch[-1].terminal, len(batch))

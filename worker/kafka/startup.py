@@ -26,8 +26,8 @@ _T = TypeVar("_T")
 _CLIENT_LOGGER = "aiokafka"  # where aiokafka's client logs a failed bootstrap
 
 
-class _Held(logging.Filter):
-    """Holds back every record of the logger it is added to."""
+class _Withheld(logging.Filter):
+    """Withholds every record of the logger it is added to."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -39,14 +39,14 @@ class _Held(logging.Filter):
 
 
 @contextlib.contextmanager
-def _client_log_held() -> Iterator[_Held]:
+def _client_log_withheld() -> Iterator[_Withheld]:
     logger = logging.getLogger(_CLIENT_LOGGER)
-    held = _Held()
-    logger.addFilter(held)
+    withheld = _Withheld()
+    logger.addFilter(withheld)
     try:
-        yield held
+        yield withheld
     finally:
-        logger.removeFilter(held)
+        logger.removeFilter(withheld)
 
 
 async def until_reachable(
@@ -72,7 +72,7 @@ async def until_reachable(
     number = 0
     while not stop.is_set():
         number += 1
-        with _client_log_held() as held:
+        with _client_log_withheld() as withheld:
             task = asyncio.ensure_future(attempt())
             finished = await _beating(stop, beat, task=task)
         if not finished:
@@ -89,9 +89,9 @@ async def until_reachable(
             backoff = min(backoff * 2, max_backoff_s)
             continue
         except (KafkaError, OSError, TimeoutError) as exc:
-            reason, refusal = _failure(exc, held)
+            reason, refusal = _failure(exc, withheld)
         else:
-            for record in held.records:  # a success may still have news: a bootstrap server that is down
+            for record in withheld.records:  # a success may still have news: a bootstrap server that is down
                 logging.getLogger(record.name).handle(record)
             return result
         if refusal is None:
@@ -111,13 +111,13 @@ def _args(record: logging.LogRecord) -> tuple[object, ...]:
     return args if isinstance(args, tuple) else ()
 
 
-def _failure(exc: BaseException, held: _Held) -> tuple[str, Refusal | None]:
+def _failure(exc: BaseException, withheld: _Withheld) -> tuple[str, Refusal | None]:
     """What a failed attempt says, in one line (the client's own warnings folded in), and the handshake refusal
     that caused it, if one did."""
-    told = dict.fromkeys(r.getMessage() for r in held.records if r.levelno >= logging.WARNING)
+    told = dict.fromkeys(r.getMessage() for r in withheld.records if r.levelno >= logging.WARNING)
     named = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
     reason = " ".join(("; ".join(told) or named).split())
-    return reason, refusal_in([exc, *(a for r in held.records for a in _args(r) if isinstance(a, BaseException))])
+    return reason, refusal_in([exc, *(a for r in withheld.records for a in _args(r) if isinstance(a, BaseException))])
 
 
 async def reach_brokers(
@@ -136,11 +136,11 @@ async def reach_once(settings: ConnectionSettings, *, topics: tuple[str, ...] = 
     """One attempt of `reach_brokers`, within `timeout_s`: the partition count of each of `topics` the client may
     see. KafkaWorkerError saying in one line why it failed, starting with the cause of a TLS or SASL refusal
     (`worker.kafka.handshake.CAUSES`) and what to check."""
-    with _client_log_held() as held:
+    with _client_log_withheld() as withheld:
         try:
             return await asyncio.wait_for(_connect(settings, topics), timeout_s)
         except (KafkaError, OSError, TimeoutError) as exc:
-            reason, refusal = _failure(exc, held)
+            reason, refusal = _failure(exc, withheld)
     if refusal is None:
         raise KafkaWorkerError(f"Kafka brokers not reachable: {reason}")
     raise KafkaWorkerError(f"Kafka brokers refused the connection ({refusal.cause}): {refusal.meaning}. {reason}")

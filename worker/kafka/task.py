@@ -180,7 +180,7 @@ class PartitionTask:
         self._state = context.rebuilder.fresh_state(tp)
         self._pipeline: CommitPipeline | None = None  # while live
         self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint cut
-        self._parked = parked  # kept through the rebalance: adopted when the committed offset did not move
+        self._parked = parked  # kept through the rebalance: taken back when the committed offset did not move
         self._inbox: list[list[Any]] = []
         self._wake = asyncio.Event()
         self._fault: BaseException | None = None

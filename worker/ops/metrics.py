@@ -75,14 +75,14 @@ class _WithoutCreated(Collector):
 
 class BatchHistogram(Collector):
     """A histogram without labels filled a batch of values at a time: one bucket search per value and no lock
-    (a scrape reads a snapshot that each batch replaces whole, so it never sees half a batch)."""
+    (a scrape reads the counts as one tuple that each batch replaces whole, so it never sees half a batch)."""
 
     def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
         self._name = name
         self._documentation = documentation
         self._bounds = (*sorted(buckets), math.inf)
         self._les = tuple(_le_text(bound) for bound in self._bounds)
-        self._snapshot: tuple[tuple[int, ...], float] = ((0,) * len(self._bounds), 0.0)
+        self._counts: tuple[tuple[int, ...], float] = ((0,) * len(self._bounds), 0.0)
         registry.register(self)
 
     def observe(self, value: float) -> None:
@@ -91,16 +91,16 @@ class BatchHistogram(Collector):
 
     def observe_many(self, values: Iterable[float]) -> None:
         """Count every value of `values` (each into the first bucket whose bound is at least the value)."""
-        counts, total = self._snapshot
+        counts, total = self._counts
         updated = list(counts)
         find, bounds = bisect.bisect_left, self._bounds
         for value in values:
             updated[find(bounds, value)] += 1
             total += value
-        self._snapshot = (tuple(updated), total)
+        self._counts = (tuple(updated), total)
 
     def collect(self) -> Iterator[Metric]:
-        counts, total = self._snapshot
+        counts, total = self._counts
         cumulative = itertools.accumulate(counts)
         yield HistogramMetricFamily(
             self._name, self._documentation, buckets=list(zip(self._les, cumulative, strict=True)), sum_value=total
