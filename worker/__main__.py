@@ -13,7 +13,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command."""
-    from worker._version import package_version  # noqa: PLC0415 - not on `run`'s path before stops are held
+    from worker._version import package_version  # noqa: PLC0415 - not on `run`'s path before stops are recorded
 
     parser = argparse.ArgumentParser(prog="python -m worker", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"harness-agui-worker {package_version()}",

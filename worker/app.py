@@ -154,7 +154,7 @@ def main_run(
     except ConfigError as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
-    if early is None:  # called in-process: stop requests are held from here on
+    if early is None:  # called in-process: stop requests are recorded from here on
         early = record_stop_requests()
     from worker.ops import configure_logging  # noqa: PLC0415
 

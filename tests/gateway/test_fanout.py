@@ -72,7 +72,7 @@ async def test_a_followed_run_keeps_its_events_and_takes_back_what_was_read_from
     log = hub.log("run")
     assert log is not None and log.recent_from == 4  # followed: nothing trimmed
     assert not hub.backfill("run", [(0, b"{}", 0, False), (1, b"{}", 0, False)])  # 2 and 3 missing: a gap
-    assert hub.backfill("run", [(n, b"{}", 0, False) for n in range(6)])  # 4 and 5 are held already
+    assert hub.backfill("run", [(n, b"{}", 0, False) for n in range(6)])  # 4 and 5 are kept already
     assert log.recent_from == 0 and [e.seq for e in log.recent] == list(range(8))
     again = hub.attach("run", 0, 0, lambda s: None, lambda: False)
     assert again.from_memory is not None and [d.seq for d in again.from_memory] == list(range(8))

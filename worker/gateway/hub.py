@@ -168,7 +168,7 @@ class RunLog:
         self.served_at = float("-inf")
 
     def covers(self, seq: int) -> bool:
-        """Whether every event of the run from `seq` on that the tail has read is held here."""
+        """Whether every event of the run from `seq` on that the tail has read is kept here."""
         return self.recent_from is not None and self.recent_from <= seq
 
 

@@ -66,11 +66,11 @@ class GatewayMetrics:
                                        "transaction's commit) to the write of its frame.", _LATENCY_BUCKETS)
         registry.register(self.latency)
         self.tracked_runs = Gauge("harness_agui_gateway_tracked_runs",
-                                  "Runs whose recent events are held in memory.", registry=registry)
+                                  "Runs whose recent events are kept in memory.", registry=registry)
         self.indexed_runs = Gauge("harness_agui_gateway_indexed_runs",
                                   "Runs of the display topic the gateway can find.", registry=registry)
         self.cache_bytes = Gauge("harness_agui_gateway_display_cache_bytes",
-                                 "Bytes of display records held in memory.", registry=registry)
+                                 "Bytes of display records kept in memory.", registry=registry)
         self.authentication_failures = Counter(
             "harness_agui_gateway_authentication_failures_total",
             "Connection attempts the brokers refused in the TLS or SASL handshake, by cause.", ["cause"],
