@@ -1,4 +1,4 @@
-"""Observer API: resume gate, journal, correlation, part conflicts and inline children."""
+"""Observer API: resume gate, snapshots, correlation, part conflicts and inline children."""
 
 from __future__ import annotations
 
@@ -95,30 +95,30 @@ async def test_resume_requires_an_async_iterable_and_a_fresh_observer() -> None:
         await restored.resume(aiter_of([]))
 
 
-def test_journal_ranges_and_retention() -> None:
+def test_snapshot_ranges_and_retention() -> None:
     observer = HarnessAguiObserver()
     observer.observe(started())
     observer.observe(text_delta(1))
     assert observer.event_count == 3
-    assert _types(observer.journal(start=1, stop=2)) == ["TEXT_MESSAGE_START"]
-    assert _types(observer.journal()) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
+    assert _types(observer.snapshot(start=1, stop=2)) == ["TEXT_MESSAGE_START"]
+    assert _types(observer.snapshot()) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
     for start, stop in [(-1, None), (2, 1), (0, 4)]:
         with pytest.raises(ValueError, match="outside"):
-            observer.journal(start=start, stop=stop)
+            observer.snapshot(start=start, stop=stop)
     lean = HarnessAguiObserver(retain_events=False)
     lean.observe(started())
     assert lean.event_count == 0
     with pytest.raises(AguiObservationError, match="retain_events=True"):
-        lean.journal()
+        lean.snapshot()
     assert HarnessAguiStreamObserver.restore(observer.export()).event_count == 0
 
 
-def test_journal_frames_are_detached() -> None:
+def test_snapshot_frames_are_detached() -> None:
     observer = HarnessAguiObserver()
     (returned,) = observer.observe(started())
     returned.thread_id = "changed"  # type: ignore[attr-defined]
-    observer.journal()[0].thread_id = "changed too"  # type: ignore[attr-defined]
-    assert observer.journal()[0].thread_id == "thread_t"  # type: ignore[attr-defined]
+    observer.snapshot()[0].thread_id = "changed too"  # type: ignore[attr-defined]
+    assert observer.snapshot()[0].thread_id == "thread_t"  # type: ignore[attr-defined]
 
 
 def test_observe_rejects_non_items() -> None:
@@ -236,6 +236,6 @@ def test_a_pickled_observer_keeps_its_kind_journal_and_state_and_goes_on_alike(c
     assert type(copy) is cls
     assert (copy.thread_id, copy.run_id, copy.event_count) == (observer.thread_id, observer.run_id, 3)
     assert copy.export() == observer.export()
-    assert copy.journal() == observer.journal()
+    assert copy.snapshot() == observer.snapshot()
     assert copy.observe(terminal(3)) == observer.observe(terminal(3))
     assert copy.export() == observer.export()

@@ -184,4 +184,4 @@ def test_processor_gets_a_copy_and_published_events_are_detached() -> None:
     (event,) = observer.observe(text_delta(1, text="abc"))[1:]
     seen[-1].delta = "mutated after return"  # type: ignore[attr-defined]
     event.delta = "mutated by caller"  # type: ignore[attr-defined]
-    assert [encode_event(e) for e in observer.journal()][-1].endswith(b'"delta":"abc"}')
+    assert [encode_event(e) for e in observer.snapshot()][-1].endswith(b'"delta":"abc"}')

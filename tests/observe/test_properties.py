@@ -39,7 +39,7 @@ async def test_resume_prefix_then_suffix_equals_uninterrupted(run, cut, cls) -> 
     resumed = cls()
     await resumed.resume(aiter_of(items[:cut]))
     assert feed(resumed, items[cut:]) == expected[cut:]
-    assert [encode_event(e) for e in resumed.journal()] == [encode_event(e) for e in whole.journal()]
+    assert [encode_event(e) for e in resumed.snapshot()] == [encode_event(e) for e in whole.snapshot()]
     assert resumed.export() == whole.export()
     assert resumed.event_count == whole.event_count
 
@@ -68,11 +68,11 @@ def test_refused_items_leave_no_trace(run, data) -> None:
     observer = HarnessAguiStreamObserver()
     for item in items:
         before = (observer.export(), observer.event_count, observer.thread_id, observer.run_id)
-        frames_before = [encode_event(e) for e in observer.journal()]
+        frames_before = [encode_event(e) for e in observer.snapshot()]
         outcome = feed(observer, [item])[0]
         if isinstance(outcome, str):
             assert (observer.export(), observer.event_count, observer.thread_id, observer.run_id) == before
-            assert [encode_event(e) for e in observer.journal()] == frames_before
+            assert [encode_event(e) for e in observer.snapshot()] == frames_before
     foreign = decode_item(json.dumps({**run[0], "thread_id": "thread_other", "sequence": 0}))
     position = data.draw(st.integers(1, len(items)))
     plain_items = [i for i in items if i.run_id == items[0].run_id]

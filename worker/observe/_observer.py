@@ -111,13 +111,13 @@ class HarnessAguiObserver:
         draft = Draft(self._state)
         return convert_run_item(item, ts, draft), draft.commit
 
-    def journal(self, *, start: int = 0, stop: int | None = None) -> tuple[BaseEvent, ...]:
+    def snapshot(self, *, start: int = 0, stop: int | None = None) -> tuple[BaseEvent, ...]:
         """Detached journal frames [start, stop)."""
         if not self._retain:
-            raise AguiObservationError("a journal requires retain_events=True")
+            raise AguiObservationError("Snapshots require retain_events=True")
         end = len(self._events) if stop is None else stop
         if start < 0 or end < start or end > len(self._events):
-            raise ValueError(f"journal range [{start}, {end}) is outside the {len(self._events)} journal frames")
+            raise ValueError(f"snapshot range [{start}, {end}) is outside the {len(self._events)} journal frames")
         return tuple(event.model_copy(deep=True) for event in self._events[start:end])
 
     def export(self) -> ObserverContinuation:
