@@ -51,6 +51,7 @@ __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild
 
 Placed = tuple[int, bytes, bytes]  # partition, key, value
 LAG = "harness_agui_event_loop_lag_seconds"
+GC = "harness_agui_gc_duration_seconds"
 STALL_LOGGED_MS = 20  # the workers log every turn of the loop this long: the longest one is read from their logs
 TURN_GOAL_S = 0.05
 
@@ -116,11 +117,15 @@ class Worker:
     async def loop_mark(self) -> LoopMark:
         """The event loop's lag histogram (cumulative count by bound) and the lines of the log, now."""
         buckets: dict[float, float] = {}
+        collected: dict[str, float] = {}
         for line in (await self._metrics_text()).splitlines():
             if line.startswith(f"{LAG}_bucket{{"):
                 series, _, value = line.rpartition(" ")
                 buckets[float(series.split('le="', 1)[1].split('"', 1)[0])] = float(value)
-        return LoopMark(buckets, len(self._log_lines()))
+            elif line.startswith((f"{GC}_count{{", f"{GC}_sum{{")):
+                series, _, value = line.rpartition(" ")
+                collected[series] = float(value)
+        return LoopMark(buckets, len(self._log_lines()), collected)
 
     def _log_lines(self) -> list[str]:
         path = self.logdir / f"{self.name}.log"
@@ -141,9 +146,15 @@ class Worker:
         total = counts[-1] if counts else 0.0
         p99 = next((b for b, c in zip(bounds, counts, strict=True) if c >= 0.99 * total), float("nan"))
         over = total - next((c for b, c in zip(bounds, counts, strict=True) if b >= TURN_GOAL_S), total)
+        def collected(series: str) -> float:
+            return until.collected.get(series, 0.0) - since.collected.get(series, 0.0)
+
+        counts = tuple(int(collected(f'{GC}_count{{generation="{g}"}}')) for g in "012")
+        gc_s = sum(collected(f'{GC}_sum{{generation="{g}"}}') for g in "012")
         return LoopTurns(int(total), p99, worst["lag_seconds"] if worst else None,
                          worst["cpu_seconds"] if worst else 0.0, busiest["cpu_seconds"] if busiest else None,
-                         busiest["work"] if busiest else "", int(over))
+                         busiest["work"] if busiest else "", int(over), busiest["gc_seconds"] if busiest else 0.0,
+                         busiest["gc_generation"] if busiest else -1, counts, gc_s)
 
     async def metrics(self) -> dict[str, float]:
         """Each series of the metrics endpoint summed over its labels ({} while the endpoint is down)."""
@@ -174,6 +185,7 @@ class Worker:
 class LoopMark(NamedTuple):
     buckets: dict[float, float]  # harness_agui_event_loop_lag_seconds: cumulative count by upper bound
     log_lines: int
+    collected: dict[str, float]  # harness_agui_gc_duration_seconds: _count and _sum by generation
 
 
 class LoopTurns(NamedTuple):
@@ -186,16 +198,28 @@ class LoopTurns(NamedTuple):
     own_s: float | None  # the most CPU the loop's thread ran in one logged stretch: the worker's own longest work
     work: str  # the work noted in that stretch
     over_goal: int  # the histogram's lags above the bucket bound of TURN_GOAL_S
+    own_gc_s: float = 0.0  # the garbage collections in the stretch of the most own work
+    own_gc_generation: int = -1  # the oldest generation they collected; -1: none
+    collections: tuple[int, ...] = (0, 0, 0)  # collections of generation 0, 1, 2 between the marks
+    gc_s: float = 0.0  # the time they took, all together
 
     def describe(self) -> str:
         if self.longest_s is None or self.own_s is None:
             return (f"no turn of {STALL_LOGGED_MS} ms or more; p99 <= {self.p99_s * 1000:g} ms over "
-                    f"{self.samples} samples")
+                    f"{self.samples} samples; {self.collected()}")
         goal = "OK" if self.own_s <= TURN_GOAL_S else "MISSED"
+        collected = (f", a generation-{self.own_gc_generation} collection of {self.own_gc_s * 1000:.0f} ms in it"
+                     if self.own_gc_generation >= 0 else "")
         return (f"longest {self.longest_s * 1000:.0f} ms, the loop's thread running {self.longest_cpu_s * 1000:.0f} "
-                f"ms of it; the most own work in one {self.own_s * 1000:.0f} ms CPU ({self.work or 'none noted'}), "
-                f"goal <= {TURN_GOAL_S * 1000:.0f} ms {goal}; p99 <= {self.p99_s * 1000:g} ms over {self.samples} "
-                f"samples, {self.over_goal} above {TURN_GOAL_S * 1000:.0f} ms")
+                f"ms of it; the most own work in one {self.own_s * 1000:.0f} ms CPU ({self.work or 'none noted'}"
+                f"{collected}), goal <= {TURN_GOAL_S * 1000:.0f} ms {goal}; p99 <= {self.p99_s * 1000:g} ms over "
+                f"{self.samples} samples, {self.over_goal} above {TURN_GOAL_S * 1000:.0f} ms; "
+                f"{self.collected()}")
+
+    def collected(self) -> str:
+        """The garbage collections between the marks, by generation, and their time."""
+        return (f"collections of generation 0/1/2: {'/'.join(map(str, self.collections))}, "
+                f"{self.gc_s * 1000:.0f} ms in all")
 
 
 # ---- measurements ----------------------------------------------------------------------
@@ -535,6 +559,7 @@ class HistoryRebuild:
     live_loop: LoopTurns | None = None  # catching up on the history, checkpoints of every open run included
     restore_loop: LoopTurns | None = None  # the rebuilds from the changelog: the round whose longest turn was longest
     fallback_loop: LoopTurns | None = None  # the same of the rebuilds by replay
+    live_cpu_us: float = 0.0  # the worker's CPU per record catching up
 
 
 def _history_items(tag: str, streams: int, history: int) -> Iterator[tuple[bytes, bytes]]:
@@ -592,7 +617,7 @@ async def _rebuilt(worker: Worker, within_s: float) -> tuple[dict[str, float], L
         while m.get("harness_agui_rebuild_duration_seconds_count", 0) < 1:
             await asyncio.sleep(0.05)
             m = await worker.metrics()
-        turns = worker.loop_turns(LoopMark({}, 0), await worker.loop_mark(), after="topics checked")
+        turns = worker.loop_turns(LoopMark({}, 0, {}), await worker.loop_mark(), after="topics checked")
     finally:
         worker.stop()
     return m, turns
@@ -628,7 +653,7 @@ async def history_rebuild(
         fallbacks.append(seconds)
         fallback_turns.append(turns)
     return HistoryRebuild(history, streams, caught_up.items_per_s, restores, read, fallbacks, replayed,
-                          caught_up.loop, _worst(restore_turns), _worst(fallback_turns))
+                          caught_up.loop, _worst(restore_turns), _worst(fallback_turns), caught_up.cpu_us_per_item)
 
 
 def _rebuild_field(worker: Worker, name: str) -> float:
@@ -937,6 +962,12 @@ async def _history_rows(
                             ("rebuild by replay", r.fallback_loop)):
             rows.append((f"    loop's longest turn / own work, {what}", _longest(turns),
                          turns.describe() if turns is not None else ""))
+        if r.live_loop is not None:
+            records = r.history + 2 * r.streams  # each run's start and text part, then the history
+            cpu_s = r.live_cpu_us * records / 1e6
+            rows.append(("    collections catching up", f"{r.live_loop.gc_s / records * 1e6:.1f} µs",
+                         f"per record, {r.live_loop.gc_s / cpu_s:.1%} of the worker's CPU ({r.live_cpu_us:.0f} µs "
+                         "per record; a collection's time is wall time, the CPU's is the process's)"))
     growth = min(two.changelog_s) / min(one.changelog_s) - 1
     rows.append(("    twice the history", f"{growth:+.0%}", "changelog rebuild, best rounds, goal < 15% "
                  + ("OK" if abs(growth) < 0.15 else "MISSED")
