@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import pickle
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,8 @@ from tests.stream._fakes import fake_decode
 from tests.stream._support import TOPIC, golden_source, image, records
 from worker.errors import ShardedReplayError
 from worker.stream import PartitionState, ReplayPool, SourceRecord, default_core
-from worker.stream._pool import _PIECE_BYTES
+from worker.stream._shard_pieces import PIECE_BYTES, PIECE_LOG, ShardPieces, failure_message, shard_messages
+from worker.stream._shards import ShardState, merge_shards
 
 NAMES = ["s01_hello", "s05_failed", "c01_child_completed", "c03_child_nested", "r0038", "r0063", "s07_errors"]
 
@@ -87,8 +89,8 @@ async def test_a_helper_that_dies_fails_the_session_and_the_next_rebuild_gets_ne
     with pytest.raises(ShardedReplayError, match="is gone"):
         async with pool.session(states) as session:
             assert session is not None
-            for helper in pool._helpers:
-                helper.process.kill()
+            for helper in multiprocessing.active_children():
+                helper.kill()
             session.add(TOPIC, 0, rows(recs))
             await session.flush(everything=True)
             await session.finish()
@@ -127,7 +129,8 @@ async def test_the_helpers_serve_one_rebuild_at_a_time_and_none_once_closed(pool
 
 @pytest.mark.timeout(120)
 async def test_a_cancelled_rebuild_discards_the_helpers(pool: ReplayPool) -> None:
-    processes = [h.process for h in pool._helpers]
+    processes = multiprocessing.active_children()
+    assert len(processes) == 2
 
     async def rebuild() -> None:
         async with pool.session({(TOPIC, 0): fresh(0)}) as session:
@@ -229,40 +232,43 @@ def opened_runs(count: int) -> list[SourceRecord]:
     return records(pairs)
 
 
-class Recording:
-    """A helper's end of the pipe that keeps every message it receives."""
+def test_shards_handed_back_in_pieces_come_back_whole() -> None:
+    recs = opened_runs(3000)
+    shard = ShardState(TOPIC, 0, core=REAL_CORE)
+    shard.replay_rows(rows(recs))
+    result = shard.result()._replace(memory_log=[(i, f"run-{i}", i, i % 2 == 0) for i in range(2 * PIECE_LOG + 1)])
+    messages = list(shard_messages({(TOPIC, 0): result}))
+    kinds = [pickle.loads(m)[0] for m in messages]
+    pieces = [pickle.loads(m)[1][1] for m in messages if pickle.loads(m)[0] == "streams"]
+    assert len(pieces) > 2 and sum(map(len, pieces)) == 3000
+    # a piece ends with the run that took it to PIECE_BYTES: what came before stayed under the bound
+    assert all(sum(map(len, piece[:-1])) < PIECE_BYTES for piece in pieces)
+    assert kinds[len(pieces):] == ["log", "log", "log", "shard", "done"]
+    back = ShardPieces("replay helper 0")
+    assert [back.take(m) for m in messages] == [False] * (len(messages) - 1) + [True]
+    (whole,) = back.results.values()
+    assert whole.memory_log == result.memory_log
+    assert (whole.peak_open, whole.gaps, whole.last_offset) == (result.peak_open, result.gaps, result.last_offset)
+    state, one, end = fresh(0), one_replay(recs), recs[-1].offset + 1
+    merge_shards({(TOPIC, 0): state}, {(TOPIC, 0): [whole._replace(memory_log=[])]})
+    assert state.open_streams == 3000
+    assert image(state, end) == image(one, end)
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self.received: list[bytes] = []
 
-    def recv_bytes(self) -> bytes:
-        message: bytes = self._conn.recv_bytes()
-        self.received.append(message)
-        return message
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
+def test_a_helper_that_failed_hands_back_its_reason() -> None:
+    with pytest.raises(ShardedReplayError, match="replay helper 1 stopped: a gap at offset 7"):
+        ShardPieces("replay helper 1").take(failure_message("a gap at offset 7"))
 
 
 @pytest.mark.timeout(120)
-async def test_helpers_hand_their_shards_back_in_pieces_that_rebuild_the_same_state(pool: ReplayPool) -> None:
+async def test_many_open_runs_replayed_by_helpers_rebuild_the_state_one_replay_builds(pool: ReplayPool) -> None:
     recs = opened_runs(3000)
-    recordings = []
-    for helper in pool._helpers:
-        recordings.append(Recording(helper.conn))
-        helper.conn = recordings[-1]  # type: ignore[assignment]
     state = fresh(0)
     async with pool.session({(TOPIC, 0): state}) as session:
         assert session is not None
         session.add(TOPIC, 0, rows(recs))
         await session.flush(everything=True)
         await session.finish()
-    for recording in recordings:
-        pieces = [body[1] for kind, body in map(pickle.loads, recording.received) if kind == "streams"]
-        assert len(pieces) > 2
-        # a piece ends with the run that took it to _PIECE_BYTES: what came before stayed under the bound
-        assert all(sum(map(len, piece[:-1])) < _PIECE_BYTES for piece in pieces)
     one = one_replay(recs)
     end = recs[-1].offset + 1
     assert state.open_streams == 3000

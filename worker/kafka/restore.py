@@ -28,7 +28,7 @@ __all__ = ["Changelog", "Restored", "choose_checkpoint", "read_changelog", "rest
 
 _log = logging.getLogger(__name__)
 
-_FETCH = 10_000  # records per fetch
+_FETCH = 1_000  # records per fetch: what one turn of the event loop unpacks and folds
 
 
 class Changelog(NamedTuple):
@@ -76,6 +76,7 @@ async def read_changelog(
                     values[rec.key] = rec.value
                     if rec.key == PARTITION_KEY:
                         written = rec.timestamp
+            await asyncio.sleep(0)  # getmany does not yield while a fetch is buffered: other partitions run here
             now = await consumer.position(ctp)
             if now > position:
                 position, moved = now, time.monotonic()

@@ -2,9 +2,8 @@
 
 A rebuild holds all helpers for its whole replay: it opens a shard state per partition in each helper, feeds
 each helper the records of its keys in chunks, then collects the shards and merges them (`_shards`). A helper
-hands its shards back in pieces of about `_PIECE_BYTES` of pickled runs (or `_PIECE_LOG` memory-log entries), each
-unpickled in a turn of the event loop of its own. A helper that fails, or a rebuild cancelled midway, discards
-every helper; the next rebuild starts new ones.
+hands its shards back in pieces (`_shard_pieces`), each unpickled in a turn of the event loop of its own. A
+helper that fails, or a rebuild cancelled midway, discards every helper; the next rebuild starts new ones.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import multiprocessing
 import pickle
 import signal
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
@@ -25,16 +24,14 @@ from worker._heap import freeze_heap
 from worker.errors import ConfigError, ShardedReplayError
 from worker.stream._core import StreamCore, default_core
 from worker.stream._partition import PartitionState
-from worker.stream._shards import MemoryEntry, ShardResult, ShardState, merge_shards, shard_of
-from worker.stream._table import OpenStream
+from worker.stream._shard_pieces import ShardPieces, failure_message, shard_messages
+from worker.stream._shards import ShardResult, ShardState, merge_shards, shard_of
 
 __all__ = ["ReplayPool", "ReplaySession"]
 
 _log = logging.getLogger(__name__)
 _CHUNK = 512  # records per message to a helper
 _UNSENT = 16  # messages queued for one helper before reading the source waits
-_PIECE_BYTES = 64 * 1024  # pickled open runs per message of a shard handed back (one run when it is larger)
-_PIECE_LOG = 8192  # closed-stream memory entries per message of a shard handed back
 _FINISH_TIMEOUT_S = 300.0
 _PICKLE = pickle.HIGHEST_PROTOCOL
 _T = TypeVar("_T")
@@ -68,63 +65,11 @@ def _serve(conn: Connection) -> None:
                 failure = str(exc)
         elif kind == "finish":
             if failure is not None:
-                conn.send_bytes(pickle.dumps(("failed", failure), _PICKLE))
+                conn.send_bytes(failure_message(failure))
             else:
-                for message in _shard_messages({where: state.result() for where, state in states.items()}):
+                for message in shard_messages({where: state.result() for where, state in states.items()}):
                     conn.send_bytes(message)
             states, failure = {}, None
-
-
-def _shard_messages(results: Mapping[Where, ShardResult]) -> Iterator[bytes]:
-    """The messages that hand `results` back: per partition its open runs, each pickled on its own, in pieces of
-    about `_PIECE_BYTES`, its memory log in pieces of `_PIECE_LOG` entries, then the rest; "done" last."""
-    for where, result in results.items():
-        piece: list[bytes] = []
-        size = 0
-        for pair in result.streams:
-            piece.append(pickle.dumps(pair, _PICKLE))
-            size += len(piece[-1])
-            if size >= _PIECE_BYTES:
-                yield pickle.dumps(("streams", (where, piece)), _PICKLE)
-                piece, size = [], 0
-        if piece:
-            yield pickle.dumps(("streams", (where, piece)), _PICKLE)
-        log = result.memory_log
-        for start in range(0, len(log), _PIECE_LOG):
-            yield pickle.dumps(("log", (where, log[start : start + _PIECE_LOG])), _PICKLE)
-        yield pickle.dumps(("shard", (where, result.peak_open, result.gaps, result.last_offset)), _PICKLE)
-    yield pickle.dumps(("done", None), _PICKLE)
-
-
-class _ShardPieces:
-    """A helper's shards put back together from `_shard_messages`, one message at a time."""
-
-    __slots__ = ("_helper", "_logs", "_streams", "results")
-
-    def __init__(self, helper: str) -> None:
-        self._helper = helper
-        self._streams: dict[Where, list[tuple[str, OpenStream]]] = {}
-        self._logs: dict[Where, list[MemoryEntry]] = {}
-        self.results: dict[Where, ShardResult] = {}
-
-    def take(self, message: bytes) -> bool:
-        """Take one message; True once the last came. Raises ShardedReplayError when the helper stopped."""
-        kind: str
-        body: Any
-        kind, body = pickle.loads(message)
-        if kind == "streams":
-            where, piece = body
-            self._streams.setdefault(where, []).extend(pickle.loads(pair) for pair in piece)
-        elif kind == "log":
-            where, entries = body
-            self._logs.setdefault(where, []).extend(entries)
-        elif kind == "shard":
-            where, peak, gaps, last_offset = body
-            streams, log = self._streams.pop(where, []), self._logs.pop(where, [])
-            self.results[where] = ShardResult(streams, log, peak, gaps, last_offset)
-        elif kind == "failed":
-            raise ShardedReplayError(f"{self._helper} stopped: {body}")
-        return kind == "done"
 
 
 class _Helper:
@@ -252,7 +197,7 @@ class ReplaySession:
 
 async def _received(helper: _Helper, name: str) -> dict[Where, ShardResult]:
     """The shards `helper` hands back, each message taken in a turn of the event loop of its own."""
-    pieces = _ShardPieces(name)
+    pieces = ShardPieces(name)
     while not pieces.take(await helper.call(helper.conn.recv_bytes)):
         pass
     return pieces.results
