@@ -41,7 +41,7 @@ sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # noqa: E402
 from devtools.kafka_tools import GroupLag  # noqa: E402
-from devtools.sample_runs import SampleRun, interleave, load_samples, produce  # noqa: E402
+from devtools.sample_runs import SampleRun, interleave, load_samples, open_runs, produce  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.kafka.source import to_source_record  # noqa: E402
 from worker.settings import Settings  # noqa: E402
@@ -562,28 +562,6 @@ class HistoryRebuild:
     live_cpu_us: float = 0.0  # the worker's CPU per record catching up
 
 
-def _history_items(tag: str, streams: int, history: int) -> Iterator[tuple[bytes, bytes]]:
-    """`streams` runs opened (run_started, then a text part) and fed `history` text deltas round-robin; none ends."""
-    stamp = "2026-12-01T00:00:00Z"
-    keys = [f"run-h{tag}-{i:06d}" for i in range(streams)]
-
-    def item(i: int, seq: int, event: dict[str, Any]) -> tuple[bytes, bytes]:
-        body = {"thread_id": f"thread-h{tag}-{i}", "run_id": keys[i], "sequence": seq, "occurred_at": stamp,
-                "event": event}
-        return keys[i].encode(), json.dumps(body, separators=(",", ":")).encode()
-
-    for i in range(streams):
-        yield item(i, 0, {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}})
-    for i in range(streams):
-        yield item(i, 1, {"event_kind": "part_start", "index": 0, "previous_part_kind": None,
-                          "part": {"part_kind": "text", "content": "", "id": None, "provider_name": None,
-                                   "provider_details": None}})
-    for n in range(history):
-        i = n % streams
-        yield item(i, 2 + n // streams, {"event_kind": "part_delta", "index": 0, "delta": {
-            "part_delta_kind": "text", "content_delta": "word ", "provider_name": None, "provider_details": None}})
-
-
 async def _produce_fast(bootstrap: str, topic: str, items: Iterator[tuple[bytes, bytes]]) -> int:
     """Send `items` to partition 0 of `topic` in full batches, acknowledged before it returns; how many."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
@@ -639,7 +617,7 @@ async def history_rebuild(
     open run)."""
     live = make("f-live", ())
     tag = secrets.token_hex(3)
-    total = await _produce_fast(live.bootstrap, live.source, _history_items(tag, streams, history))
+    total = await _produce_fast(live.bootstrap, live.source, open_runs(f"h{tag}", streams, history))
     caught_up = await worker_throughput(live, total, partitions=1)
     restores, fallbacks, read, replayed = [], [], 0, 0
     restore_turns, fallback_turns = [], []

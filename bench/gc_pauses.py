@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the install
 
 from aiokafka.structs import ConsumerRecord  # noqa: E402
 
+from devtools.sample_runs import open_runs  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.kafka.pipeline import Processed  # noqa: E402
@@ -44,28 +44,6 @@ from worker.stream import PartitionState  # noqa: E402
 
 TOPIC = "bench.gc"
 CHUNK = 32  # records converted between two yields (the partition task's chunk)
-
-
-def history(streams: int, deltas: int) -> Iterator[tuple[bytes, bytes]]:
-    """`streams` runs opened (run_started, then a text part), then `deltas` text deltas round-robin; none ends."""
-    stamp = "2026-12-01T00:00:00Z"
-    keys = [f"run-gc-{i:06d}" for i in range(streams)]
-
-    def item(i: int, seq: int, event: dict[str, Any]) -> tuple[bytes, bytes]:
-        body = {"thread_id": f"thread-gc-{i}", "run_id": keys[i], "sequence": seq, "occurred_at": stamp,
-                "event": event}
-        return keys[i].encode(), json.dumps(body, separators=(",", ":")).encode()
-
-    for i in range(streams):
-        yield item(i, 0, {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}})
-    for i in range(streams):
-        yield item(i, 1, {"event_kind": "part_start", "index": 0, "previous_part_kind": None,
-                          "part": {"part_kind": "text", "content": "", "id": None, "provider_name": None,
-                                   "provider_details": None}})
-    for n in range(deltas):
-        i = n % streams
-        yield item(i, 2 + n // streams, {"event_kind": "part_delta", "index": 0, "delta": {
-            "part_delta_kind": "text", "content_delta": "word ", "provider_name": None, "provider_details": None}})
 
 
 class Collections:
@@ -88,7 +66,7 @@ class Collections:
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One process, one policy: open the runs, then process the deltas as a catching-up task does."""
     thresholds, _, extra = args.child.partition("+")
-    pairs = list(history(args.streams, args.records))
+    pairs = list(open_runs("gc", args.streams, args.records))
     gc.collect()
     freeze_heap()  # as `worker run` starts: what is loaded now is never scanned
     gc.set_threshold(*map(int, thresholds.split("/")))

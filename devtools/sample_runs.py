@@ -33,6 +33,7 @@ __all__ = [
     "load_samples",
     "main",
     "make_copy",
+    "open_runs",
     "produce",
 ]
 
@@ -97,6 +98,29 @@ def make_copy(template: SampleRun, salt: str, copy: int) -> SampleRun:
         lines,
         tuple(mapping[o] for o in template.ids),
     )
+
+
+def open_runs(name: str, streams: int, deltas: int) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of `streams` runs `run-<name>-<i>` opened (run_started, then a text part), then `deltas` text
+    deltas round-robin over them; none ends, so every run stays open."""
+    stamp = "2026-12-01T00:00:00Z"
+    keys = [f"run-{name}-{i:06d}" for i in range(streams)]
+
+    def item(i: int, seq: int, event: dict[str, object]) -> tuple[bytes, bytes]:
+        body = {"thread_id": f"thread-{name}-{i}", "run_id": keys[i], "sequence": seq, "occurred_at": stamp,
+                "event": event}
+        return keys[i].encode(), json.dumps(body, separators=(",", ":")).encode()
+
+    for i in range(streams):
+        yield item(i, 0, {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}})
+    for i in range(streams):
+        yield item(i, 1, {"event_kind": "part_start", "index": 0, "previous_part_kind": None,
+                          "part": {"part_kind": "text", "content": "", "id": None, "provider_name": None,
+                                   "provider_details": None}})
+    for n in range(deltas):
+        i = n % streams
+        yield item(i, 2 + n // streams, {"event_kind": "part_delta", "index": 0, "delta": {
+            "part_delta_kind": "text", "content_delta": "word ", "provider_name": None, "provider_details": None}})
 
 
 def interleave(
