@@ -144,6 +144,18 @@ async def test_a_partition_fenced_while_another_member_owns_it_never_starts_a_pr
     assert await task.stop(1.0) is None, "a fenced partition is never parked"
 
 
+async def test_a_partition_that_waited_for_the_group_before_its_rebuild_goes_live_once_it_owns_it() -> None:
+    """A rebuild that finds the group rebalancing waits (not ready), then rebuilds and goes live."""
+    rebuilder = _rebuilder(owners=[Ownership.NOT_OWNER, Ownership.NOT_OWNER])
+    world = TaskWorld(rebuilder)
+    task = world.start(0)
+    await until(lambda: world.live(task))
+    assert (rebuilder.owner_asked, rebuilder.rebuilds) == (3, 1)
+    _feed(world, task, 2)
+    await until(lambda: rebuilder.producers[-1].committed[-1:] == [2], timeout_s=2)
+    await task.stop(1.0)
+
+
 async def test_a_partition_fenced_while_the_group_still_gives_it_to_us_rebuilds_at_once() -> None:
     """The broker aborted our transaction (a timeout bumps the epoch) but we own the partition: no session wait."""
     rebuilder = _rebuilder(setup=lambda producer, n: setattr(producer, "fence_on", "commit" if n == 1 else None))

@@ -286,7 +286,8 @@ class PartitionTask:
             try:
                 ownership = await rebuilder.owner(self.tp)
                 if ownership is not Ownership.OWNER:
-                    await self._until_owner(ownership)
+                    await self._until_owner(ownership)  # reported failed while it waited: rebuilding again
+                    self._move(Stage.REBUILDING)
                 rebuilt = await rebuilder.rebuild(self.tp, self._parked, self._progress)
             except CheckpointVersionError as exc:  # guessing could publish wrongly: held until the group moves it
                 self._move(Stage.HALTED)
