@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# Two stages: build a wheel of this project, its hot path compiled with mypyc, into a venv whose dependencies
-# come from requirements.lock (pinned, hash-checked); then ship only that venv on the slim image of the same
-# Python release (the builder's full image has the C compiler).
+# Two stages: build a wheel of this project, its per-record path the Rust crate in native/ (one abi3 extension
+# module), into a venv whose dependencies come from requirements.lock (pinned, hash-checked); then ship only that
+# venv on the slim image of the same Python release (the builder's full image has the C linker).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG BUILDER_IMAGE=python:3.11.14-bookworm
 
@@ -9,22 +9,29 @@ FROM ${BUILDER_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
+# The builder's own Rust tool chain, the official image's, pinned like the Python one.
+COPY --from=rust:1.95.0-slim-bookworm /usr/local/rustup /usr/local/rustup
+COPY --from=rust:1.95.0-slim-bookworm /usr/local/cargo /usr/local/cargo
+ENV RUSTUP_HOME=/usr/local/rustup \
+    CARGO_HOME=/usr/local/cargo \
+    PATH=/usr/local/cargo/bin:$PATH
 WORKDIR /src
 COPY requirements.lock requirements-build.lock ./
-# The runtime dependencies go into the shipped venv and, with mypyc's tool chain, into the builder's Python
-# (mypyc type-checks the sources against them). Every file is a pinned wheel with a known hash.
+# The runtime dependencies go into the shipped venv, the build's Python tools (setuptools-rust) into the builder's
+# Python. Every file is a pinned wheel with a known hash.
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements.lock \
- && python -m pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements.lock \
  && python -m pip install --no-cache-dir --require-hashes --only-binary=:all: --no-deps -r requirements-build.lock
 COPY pyproject.toml setup.py README.md ./
+COPY native ./native
 COPY worker ./worker
-# The check runs the installed package, not the sources in /src (-P: the working directory is not on the path):
-# its hot path must load from mypyc extension modules.
-RUN HARNESS_AGUI_COMPILE=1 python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+# The crate's dependencies are the versions native/Cargo.lock pins (cargo checks their hashes). The check runs the
+# installed package, not the sources in /src (-P: the working directory is not on the path): its conversion core
+# must be the native module.
+RUN HARNESS_AGUI_NATIVE=1 python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir --no-deps /wheels/*.whl \
  && /opt/venv/bin/pip check \
- && /opt/venv/bin/python -P -c "from worker._native import compiled, describe; assert compiled(), describe()" \
+ && /opt/venv/bin/python -P -c "from worker._native import describe, native; assert native(), describe()" \
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}

@@ -1,83 +1,60 @@
-"""Packaging hook: with HARNESS_AGUI_COMPILE=1 the conversion hot path is compiled with mypyc; else pure Python.
+"""Packaging hook: the native per-record path, the Rust crate in `native/`, built into the extension module
+`worker._native_core` (one abi3 module for CPython 3.11 and later) when a Rust tool chain is there; without one, the
+pure-Python build, whose sources are the reference and the fallback.
 
-A compiled wheel ships each listed module twice, as a mypyc extension module and as its source; Python imports
-the extension. A plain or editable install (`pip install .`, `pip install -e .`) runs the sources.
+HARNESS_AGUI_NATIVE decides what a missing or failing tool chain means: unset, the build goes on without the module;
+`1` (the image, scripts/test.sh, devtools/wheel.py), the build fails; `0`, the module is not built at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
-# The per-record path: decode, observe, encode and the partition state. Modules defining pydantic models
-# stay interpreted (mypyc cannot compile their classes); so does everything that talks to Kafka.
-# One path per line; a listed file that does not exist stops every build, compiled or not, naming it.
-COMPILED = [
-    "worker/_framing.py",
-    "worker/_value.py",
-    "worker/display/_customs.py",
-    "worker/display/_failures.py",
-    "worker/display/_ids.py",
-    "worker/display/_json.py",
-    "worker/display/_ledger.py",
-    "worker/display/_standard.py",
-    "worker/display/bounding.py",
-    "worker/display/cadence.py",
-    "worker/display/fold.py",
-    "worker/display/projection.py",
-    "worker/wire/_agent.py",
-    "worker/wire/_decode.py",
-    "worker/wire/_fields.py",
-    "worker/wire/_items.py",
-    "worker/wire/_media.py",
-    "worker/wire/_redact.py",
-    "worker/observe/_content.py",
-    "worker/observe/_convert.py",
-    "worker/observe/_encode.py",
-    "worker/observe/_json.py",
-    "worker/observe/_events.py",
-    "worker/observe/_observer.py",
-    "worker/observe/_parts.py",
-    "worker/observe/_state.py",
-    "worker/observe/_stream.py",
-    "worker/observe/_terminal.py",
-    "worker/stream/_build.py",
-    "worker/stream/_changelog.py",
-    "worker/stream/_core.py",
-    "worker/stream/_display_batch.py",
-    "worker/stream/_partition.py",
-    "worker/stream/_records.py",
-    "worker/stream/_shards.py",
-    "worker/stream/_table.py",
-]
+NATIVE = ROOT / "native"
+# What the crate is built from: its manifest, lock file and sources (not a build's target directory).
+NATIVE_INPUTS = ("Cargo.toml", "Cargo.lock", "src")
 
 
-def _listed_sources() -> list[str]:
-    """COMPILED, once every listed file exists: a missing one stops the build with its module's name."""
-    missing = [path for path in COMPILED if not (ROOT / path).is_file()]
-    if missing:
-        names = ", ".join(f"{path.removesuffix('.py').replace('/', '.')} ({path})" for path in missing)
-        raise SystemExit(f"setup.py: COMPILED lists modules that do not exist: {names}; remove or rename them there")
-    return COMPILED
+def native_digest(root: Path = NATIVE) -> str:
+    """A SHA-256 over the crate's inputs (relative path and bytes of each file, in path order): the module embeds the
+    one it was built from, so a test run can tell an installation built from other sources."""
+    digest = hashlib.sha256()
+    files = sorted(p for name in NATIVE_INPUTS for p in ([root / name] if (root / name).is_file()
+                                                         else (root / name).rglob("*")) if p.is_file())
+    for file in files:
+        digest.update(f"\0{file.relative_to(root).as_posix()}\0".encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
-def _extensions() -> dict[str, Any]:
-    sources = _listed_sources()
-    if os.environ.get("HARNESS_AGUI_COMPILE", "0") != "1":
+def _native() -> dict[str, Any]:
+    choice = os.environ.get("HARNESS_AGUI_NATIVE", "")
+    if choice not in ("", "0", "1"):
+        raise SystemExit(f"setup.py: HARNESS_AGUI_NATIVE must be 0, 1 or unset, got {choice!r}")
+    if choice == "0":
         return {}
-    if {"editable_wheel", "develop", "--inplace", "-i"} & set(sys.argv[1:]):
-        raise SystemExit("setup.py: HARNESS_AGUI_COMPILE=1 builds a wheel (pip wheel, pip install .); an editable "
-                         "install or build_ext --inplace would leave compiled modules beside the sources")
-    from mypyc.build import mypycify  # noqa: PLC0415  (only a compiling build needs mypy)
+    if not (NATIVE / "Cargo.toml").is_file():
+        if choice == "1":
+            raise SystemExit("setup.py: HARNESS_AGUI_NATIVE=1 but native/Cargo.toml is not in the build context")
+        return {}
+    try:
+        from setuptools_rust import Binding, RustExtension  # noqa: PLC0415  (only a native build needs it)
+    except ImportError as exc:
+        if choice == "1":
+            raise SystemExit("setup.py: HARNESS_AGUI_NATIVE=1 needs setuptools-rust (requirements-build.lock)") from exc
+        return {}
+    extension = RustExtension(
+        "worker._native_core", path=str(NATIVE / "Cargo.toml"), binding=Binding.PyO3, debug=False,
+        optional=choice != "1", args=["--locked"], env={**os.environ, "HARNESS_AGUI_NATIVE_DIGEST": native_digest()},
+    )  # fmt: skip
+    return {"rust_extensions": [extension], "options": {"bdist_wheel": {"py_limited_api": "cp311"}}}
 
-    # The group name puts mypyc's shared library inside the package (worker/_runtime__mypyc.*.so), so it
-    # is installed with it.
-    return {"ext_modules": mypycify(sources, opt_level="3", debug_level="0", group_name="worker._runtime")}
 
-
-setup(**_extensions())
+if __name__ == "__main__":
+    setup(**_native())

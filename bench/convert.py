@@ -1,5 +1,5 @@
 """Throughput of decode + stream observer + encode_event on the golden corpus, memory per open stream, the
-same throughput from the uncompiled sources when the core is compiled, and (when /root/refvenv has
+same throughput from the pure-Python sources when the core is native, and (when /root/refvenv has
 a13n-stream-protocol) the same throughput for the reference, with the ratios.
 
 Usage: .venv/bin/python bench/convert.py [--corpus DIR] [--repeat N] [--streams N]
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
 
-from worker._native import compiled, describe  # noqa: E402
+from worker._native import PURE_ENV, describe, native  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
 from worker.wire import decode_item  # noqa: E402
 
@@ -38,15 +38,14 @@ for command in sys.stdin:
     once(runs)
     print(json.dumps({"items": sum(len(lines) for lines in runs), "seconds": time.process_time() - start}), flush=True)
 '''
-# This bench's own pipeline from the checkout's sources (pure Python: no build puts compiled modules there), beside
-# the installed compiled one.
+# This bench's own pipeline from the installation's pure-Python sources (HARNESS_AGUI_PURE=1), beside the native one.
 PURE_SCRIPT = r'''
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
+sys.path.append(sys.argv[1])
 import worker._native
 from bench.convert import once
-if worker._native.compiled():
-    raise SystemExit("the pure sidecar runs compiled modules: " + worker._native.describe())
+if worker._native.native():
+    raise SystemExit("the pure sidecar runs the native module: " + worker._native.describe())
 runs = [[line.encode() for line in lines] for lines in json.loads(sys.stdin.readline())]
 ''' + _SERVE
 
@@ -201,8 +200,8 @@ def main() -> None:
             reference = Sidecar(runs, [str(REFERENCE_PYTHON), "-c", REFERENCE_SCRIPT])
         except (OSError, RuntimeError) as exc:
             print(f"reference unavailable: {exc}")
-    if compiled():
-        pure = Sidecar(runs, [sys.executable, "-c", PURE_SCRIPT, str(ROOT)])
+    if native():
+        pure = Sidecar(runs, [sys.executable, "-c", PURE_SCRIPT, str(ROOT)], env={PURE_ENV: "1"})
     once(runs)
     ours: list[float] = []
     theirs: list[float] = []
@@ -219,8 +218,8 @@ def main() -> None:
     if pure is not None:
         pure.close()
         pure_rate = total / min(sources)
-        print(f"pure:      {pure_rate:,.0f} items/s, the same sources uncompiled (same passes, interleaved): "
-              f"compiled runs {rate / pure_rate:.2f}x")
+        print(f"pure:      {pure_rate:,.0f} items/s, the pure-Python sources (same passes, interleaved): "
+              f"native runs {rate / pure_rate:.2f}x")
     per_stream = memory_per_stream(runs, args.streams)
     print(f"memory:    {per_stream:,.0f} bytes per open stream observer ({args.streams} streams, mid-run)")
     if reference is None:

@@ -58,7 +58,7 @@ def copy_build_context(dest: Path) -> Path:
     """Copy into `dest` what the builder stage's COPY lines copy from the context, leaving out what
     `.dockerignore` keeps out, so that a file the image would miss is missing here too."""
     for word, args in stages()[0]:
-        if word != "COPY":
+        if word != "COPY" or args.startswith("--from="):  # from another image, not the context
             continue
         *sources, target = args.split()
         for source in sources:

@@ -1,39 +1,45 @@
 #!/usr/bin/env bash
 # The one command: set up everything from a fresh clone, then run linters, type checks and the whole test suite.
 # Extra arguments go to pytest (e.g. `scripts/test.sh -k golden`). Nothing here needs root.
-# `scripts/test.sh --unit [pytest arguments]` is a contributor's fast loop: the checkout installed editable (unless
-# HARNESS_AGUI_COMPILE=1), the same linters and type checks, and the tests that need no broker, no browser and no
+# `scripts/test.sh --unit [pytest arguments]` is a contributor's fast loop: the checkout installed editable (its native
+# module built in place), the same linters and type checks, and the tests that need no broker, no browser and no
 # fresh install (`-m "not kafka and not cluster3 and not slow"`); of the tools, only helm, promtool
-# and the Node packages (no broker jars, no browser).
+# and the Node packages (no broker jars, no browser). HARNESS_AGUI_NATIVE=0 installs the pure-Python build instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UNIT=0
 if [ "${1:-}" = "--unit" ]; then
   UNIT=1
   shift
-  export HARNESS_AGUI_COMPILE="${HARNESS_AGUI_COMPILE:-0}"
 fi
+# The native module is required (HARNESS_AGUI_NATIVE=1, a missing Rust tool chain fails the build) unless set to 0;
+# cargo keeps its build in the tools cache, so a rebuild compiles only what changed.
+export HARNESS_AGUI_NATIVE="${HARNESS_AGUI_NATIVE:-1}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HARNESS_WORKER_CACHE:-$HOME/.cache/harness-agui-worker}/cargo-target}"
+export PYO3_PYTHON="$PWD/.venv/bin/python"
 
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-# The worker's dependencies at the versions the image ships (requirements.lock), and the image builder's mypyc
-# tool chain (requirements-build.lock); then the project and its test tools.
+# The worker's dependencies at the versions the image ships (requirements.lock), and the image builder's tool chain
+# (requirements-build.lock: setuptools-rust); then the project and its test tools.
 .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --only-binary=:all: --no-deps \
   -r requirements.lock
 .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --only-binary=:all: --no-deps \
   -r requirements-build.lock
-if [ "${HARNESS_AGUI_COMPILE:-1}" = "0" ]; then
-  echo "== build: none (HARNESS_AGUI_COMPILE=0): the suite tests the pure-Python sources, installed editable"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+if [ "$UNIT" = 1 ] || [ "$HARNESS_AGUI_NATIVE" = "0" ]; then
+  echo "== build: editable (HARNESS_AGUI_NATIVE=$HARNESS_AGUI_NATIVE): the suite tests the checkout's sources"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[test]'
 else
-  echo "== build: the compiled wheel, as the image builds it (devtools/wheel.py); the suite tests it installed"
+  echo "== build: the native wheel, as the image builds it (devtools/wheel.py); the suite tests it installed"
   wheel="$(.venv/bin/python -m devtools.wheel)"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
   .venv/bin/python -m pip install -q --disable-pip-version-check "$wheel[test]"
-  export HARNESS_AGUI_EXPECT_COMPILED=1
+fi
+if [ "$HARNESS_AGUI_NATIVE" = "1" ]; then
+  export HARNESS_AGUI_EXPECT_NATIVE=1
 fi
 
 if [ "$UNIT" = 1 ]; then
@@ -46,6 +52,8 @@ echo "== ruff"
 .venv/bin/ruff check setup.py worker tests bench devtools
 echo "== mypy --strict worker"
 .venv/bin/mypy --no-incremental worker
+echo "== cargo fmt, clippy, test (native/)"
+(cd native && cargo fmt --check && cargo clippy --locked --all-targets -- -D warnings && cargo test --locked -q)
 echo "== pytest"
 # pytest's own script, not `python -m pytest`: that would put the checkout's worker/ ahead of the installed one.
 if [ "$UNIT" = 1 ]; then

@@ -50,11 +50,11 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, N
 
 
 # ---- the suite tests the installed package (begin; owned by the build) ------------------------------------
-# scripts/test.sh installs the compiled wheel (or, with HARNESS_AGUI_COMPILE=0, the checkout as an editable
+# scripts/test.sh installs the native wheel (or, with --unit or HARNESS_AGUI_NATIVE=0, the checkout as an editable
 # install), and pytest imports test modules with --import-mode=append, so `worker` comes from that installation.
 # A run that would import anything else (e.g. `python -m pytest`, whose working directory comes first on the
-# path), one whose installed wheel was built from other sources than the checkout's, and one in a checkout holding
-# compiled modules stop before collecting. Every Python the suite starts (workers, their replay processes, the
+# path), and one whose installed wheel or native module was built from other sources than the checkout's, stop
+# before collecting. Every Python the suite starts (workers, their replay processes, the
 # demo) gets the same order through its environment. tests/test_build.py proves what runs.
 def pytest_configure(config: pytest.Config) -> None:
     problem = installation.problem()

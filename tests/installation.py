@@ -1,9 +1,9 @@
 """The installation of the project the suite tests: where it puts the `worker` package (site-packages for a wheel,
-this checkout for an editable install), whether it holds compiled modules, and the modules setup.py compiles."""
+this checkout for an editable install), and whether it holds the native module and from which sources it was built."""
 
 from __future__ import annotations
 
-import ast
+import importlib
 import importlib.machinery
 import importlib.util
 import json
@@ -42,16 +42,20 @@ def installed_package() -> Path:
     return Path(str(dist.locate_file("worker"))).resolve()
 
 
-def installed_extensions() -> dict[str, Path]:
-    """The extension modules the installation's RECORD lists (none for a pure build), by dotted module name."""
-    dist = _distribution()
-    found = {}
-    for file in dist.files or []:
-        suffix = next((s for s in EXTENSION_SUFFIXES if file.name.endswith(s)), None)
-        if suffix is not None:
-            name = ".".join([*file.parent.parts, file.name.removesuffix(suffix)])
-            found[name] = Path(str(dist.locate_file(file))).resolve()
-    return found
+def native_module_file() -> Path | None:
+    """The native extension module (`worker._native_core`) the installation holds, or None for a pure build."""
+    found = sorted(p for p in installed_package().glob("_native_core.*") if p.name.endswith(EXTENSION_SUFFIXES))
+    return found[0].resolve() if found else None
+
+
+def checkout_native_digest() -> str:
+    """The digest of the checkout's crate sources, as setup.py embeds it in the module it builds."""
+    spec = importlib.util.spec_from_file_location("_harness_agui_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # defines native_digest; builds nothing (not run as __main__)
+    digest: str = setup.native_digest()
+    return digest
 
 
 def child_path() -> dict[str, str]:
@@ -67,16 +71,6 @@ def imported_package() -> Path:
     spec = importlib.util.find_spec("worker")
     assert spec is not None and spec.origin is not None, "worker is not importable"
     return Path(spec.origin).resolve().parent
-
-
-def compiled_modules() -> list[str]:
-    """The dotted names of the modules setup.py's COMPILED list names."""
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if [getattr(t, "id", None) for t in targets] == ["COMPILED"]:
-                return [path.removesuffix(".py").replace("/", ".") for path in ast.literal_eval(node.value)]
-    raise AssertionError("setup.py has no COMPILED list")
 
 
 def differing_sources() -> list[str]:
@@ -106,9 +100,13 @@ def problem() -> str | None:
         more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
         return (f"the installed package {installed} was built from other sources than the checkout's (worker/"
                 f"{differing[0]}{more}): run scripts/test.sh to build and install it again")
-    stray = sorted(p for p in (ROOT / "worker").rglob("*") if p.name.endswith(EXTENSION_SUFFIXES))
-    if stray:  # no build writes them there; an editable install, or the sources as the pure build, would load them
-        more = f" and {len(stray) - 1} more" if len(stray) > 1 else ""
-        return (f"the checkout holds compiled modules that shadow their sources ({stray[0].relative_to(ROOT)}"
-                f"{more}); delete them: find worker -name '*.so' -delete")
+    module = native_module_file()
+    if module is not None and _embedded_digest() != checkout_native_digest():
+        return (f"the installed native module {module} was built from other sources than the checkout's native/: "
+                "run scripts/test.sh to build and install it again")
     return None
+
+
+def _embedded_digest() -> str:
+    digest: str = importlib.import_module("worker._native_core").SOURCE_DIGEST
+    return digest

@@ -1,6 +1,7 @@
 """The suite runs this Python's installation of the project, and the build it holds is the one promised: the wheel
-scripts/test.sh builds as the image does (hot path compiled with mypyc), or with HARNESS_AGUI_COMPILE=0 an editable
-install of the checkout's sources. The checkout never runs behind an installed wheel's back."""
+scripts/test.sh builds as the image does (the native module built from native/), or an editable install of the
+checkout (native when a Rust tool chain is there). `HARNESS_AGUI_PURE=1` runs the pure sources of any installation;
+without a tool chain `pip install .` gives the pure build. The checkout never runs behind an installed wheel's back."""
 
 from __future__ import annotations
 
@@ -8,29 +9,31 @@ import importlib
 import json
 import multiprocessing
 import os
-import shutil
 import signal
 import subprocess
 import sys
-from importlib.machinery import ExtensionFileLoader
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from devtools.dockerfile import copy_build_context
+from devtools.wheel import PIP_WHEEL
 from tests import installation
 from tests.installation import ROOT
-from worker._native import describe
+from worker._native import PURE_ENV, describe
 
-COMPILED_PROMISED = os.environ.get("HARNESS_AGUI_EXPECT_COMPILED") == "1"  # set by scripts/test.sh with the wheel
+NATIVE_PROMISED = os.environ.get("HARNESS_AGUI_EXPECT_NATIVE") == "1"  # set by scripts/test.sh with a native build
 GOLDEN = ROOT / "tests" / "data" / "golden"
 WORKER_RUN = ["-m", "worker", "run", "--bootstrap-servers", "127.0.0.1:1", "--source-topic", "s", "--output-topic",
               "o", "--dlq-topic", "d", "--metrics-port", "0", "--log-format", "json"]
+# The conversion core's modules and the worker's entry point.
+CORE = ["worker.wire", "worker.observe", "worker.display", "worker.stream", "worker._native", "worker.app"]
 
 
 def _loaded_worker_files() -> dict[str, Path]:
-    """The file of every loaded `worker` module, after loading the compiled list and the worker's entry point."""
-    for name in [*installation.compiled_modules(), "worker.app"]:
+    """The file of every loaded `worker` module, after loading the conversion core and the worker's entry point."""
+    for name in CORE:
         importlib.import_module(name)
     loaded = list(sys.modules.items())
     return {name: Path(str(module.__file__)).resolve() for name, module in loaded
@@ -46,40 +49,23 @@ def test_every_worker_module_loads_from_the_installation() -> None:
     assert installation.editable() or package != (ROOT / "worker").resolve(), package
 
 
-def test_the_suite_runs_the_installed_compiled_wheel_when_one_was_promised() -> None:
-    if not COMPILED_PROMISED:
-        pytest.skip("HARNESS_AGUI_EXPECT_COMPILED is not set (scripts/test.sh sets it when it installs the wheel)")
-    package = installation.installed_package()
-    assert not installation.editable() and package != (ROOT / "worker").resolve(), f"the suite imports {package}"
-    _loaded_worker_files()
-    shipped = installation.installed_extensions()
-    listed = installation.compiled_modules()
-    assert [name for name in listed if name not in shipped] == []
-    from_source = [name for name in listed if not isinstance(sys.modules[name].__loader__, ExtensionFileLoader)]
-    assert from_source == []
-    # mypyc's shared library (setup.py's group "worker._runtime"), which every compiled module calls into
-    runtime = sys.modules["worker._runtime__mypyc"]
-    assert Path(str(runtime.__file__)).resolve() == shipped["worker._runtime__mypyc"]
-    assert describe() == f"compiled (mypyc): {shipped['worker.wire._decode']}"
+def test_the_suite_runs_the_native_build_when_one_was_promised() -> None:
+    if not NATIVE_PROMISED:
+        pytest.skip("HARNESS_AGUI_EXPECT_NATIVE is not set (scripts/test.sh sets it when it builds the native module)")
+    module = installation.native_module_file()
+    assert module is not None, f"no native module in {installation.installed_package()}"
+    assert os.environ.get(PURE_ENV) != "1"
+    assert describe() == f"native (Rust): {module}"
+    assert Path(str(importlib.import_module("worker._native_core").__file__)).resolve() == module
 
 
-def test_the_checkouts_sources_run_as_plain_python() -> None:
-    """What an editable install imports, the checkout's worker/ ahead of any installation, works in either build:
-    every module setup.py compiles, and the entry point, import as plain Python from the checkout's own files."""
-    listed = installation.compiled_modules()
-    code = ("import importlib, json, sys\n"
-            "names = json.loads(sys.argv[1])\n"
-            "for name in [*names, 'worker.app']:\n"
-            "    importlib.import_module(name)\n"
-            "print(json.dumps({name: sys.modules[name].__file__ for name in names}))\n")
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(ROOT)}
-    loaded = subprocess.run([sys.executable, "-c", code, json.dumps(listed)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert loaded.returncode == 0, loaded.stderr
-    files = {name: Path(file).resolve() for name, file in json.loads(loaded.stdout).items()}
-    assert sorted(files) == sorted(listed)
-    expected = {name: (ROOT / name.replace(".", "/")).with_suffix(".py").resolve() for name in listed}
-    assert [f"{name}: {file}" for name, file in files.items() if file != expected[name]] == []
+def test_the_pure_switch_runs_the_sources_of_the_same_installation() -> None:
+    """With HARNESS_AGUI_PURE=1 the installation's pure sources run, whatever it holds."""
+    code = "from worker._native import describe, native; print(native(), describe())"
+    env = {**os.environ, PURE_ENV: "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == f"False pure Python: {installation.installed_package() / 'wire' / '_decode.py'}"
 
 
 def test_a_run_that_would_import_the_checkout_stops_before_collecting() -> None:
@@ -99,10 +85,10 @@ def test_a_run_that_would_import_the_checkout_stops_before_collecting() -> None:
 
 
 def _expected_core() -> str:
-    """How the start log line names the installation's build: by the file its decoder module loads from."""
-    decoder = installation.installed_extensions().get("worker.wire._decode")
-    if decoder is not None:
-        return f"compiled (mypyc): {decoder}"
+    """How the start log line names the installation's build: by its native module, or the pure decoder's source."""
+    module = installation.native_module_file()
+    if module is not None and os.environ.get(PURE_ENV) != "1":
+        return f"native (Rust): {module}"
     return f"pure Python: {installation.installed_package() / 'wire' / '_decode.py'}"
 
 
@@ -127,7 +113,7 @@ def test_a_worker_started_from_the_checkout_logs_the_installed_build() -> None:
     kind, _, file = str(starting["conversion_core"]).partition(": ")
     expected_kind, _, expected_file = _expected_core().partition(": ")
     assert (kind, Path(file).resolve()) == (expected_kind, Path(expected_file))
-    assert kind == "compiled (mypyc)" or not COMPILED_PROMISED
+    assert kind == "native (Rust)" or not NATIVE_PROMISED
 
 
 def test_the_processes_a_worker_forks_run_the_installed_build() -> None:
@@ -162,47 +148,41 @@ def _convert_corpus(out: Path, **env: str) -> tuple[str, dict[str, bytes]]:
     return probe.stdout.strip(), written
 
 
-def test_the_pure_sources_convert_the_corpus_byte_for_byte_like_the_compiled_wheel(tmp_path: Path) -> None:
-    """The compiled build is the same program: every golden file, both observers, identical output and error lines
-    from the installed wheel and from the checkout's sources."""
-    if not installation.installed_extensions():
-        pytest.skip("the installed build is pure: nothing compiled to compare")
-    compiled_build, compiled = _convert_corpus(tmp_path / "compiled")
-    pure_build, pure = _convert_corpus(tmp_path / "pure", PYTHONPATH=str(ROOT))
-    assert compiled_build.startswith("compiled (mypyc): ")
-    assert pure_build == f"pure Python: {ROOT / 'worker' / 'wire' / '_decode.py'}"
-    assert len(compiled) > 200
-    assert compiled.keys() == pure.keys()
-    assert [name for name in compiled if compiled[name] != pure[name]] == []
+def test_the_pure_sources_convert_the_corpus_byte_for_byte_like_the_native_build(tmp_path: Path) -> None:
+    """The native build is the same program: every golden file, both observers, identical output and error lines
+    from the installation's native module and from its pure sources."""
+    if installation.native_module_file() is None:
+        pytest.skip("the installed build is pure: nothing native to compare")
+    native_build, native = _convert_corpus(tmp_path / "native", **{PURE_ENV: "0"})
+    pure_build, pure = _convert_corpus(tmp_path / "pure", **{PURE_ENV: "1"})
+    assert native_build.startswith("native (Rust): ")
+    assert pure_build == f"pure Python: {installation.installed_package() / 'wire' / '_decode.py'}"
+    assert len(native) > 200
+    assert native.keys() == pure.keys()
+    assert [name for name in native if native[name] != pure[name]] == []
 
 
-def test_a_compiled_module_listed_but_missing_stops_the_build_naming_it(tmp_path: Path) -> None:
+def _wheel_without_rust(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`pip wheel` of the build context as the builder stage runs it, on a PATH without cargo or rustc."""
     context = copy_build_context(tmp_path / "context")
-    [first, *_] = installation.compiled_modules()
-    missing = first.replace(".", "/") + ".py"
-    (context / missing).unlink()
-    done = subprocess.run([sys.executable, "setup.py", "--version"], cwd=context, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 1
-    assert f"{first} ({missing})" in done.stderr
-    shutil.copy2(ROOT / missing, context / missing)
-    done = subprocess.run([sys.executable, "setup.py", "--version"], cwd=context, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
+    bare = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(d) / "cargo").exists() and not (Path(d) / "rustc").exists())
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith(("CARGO", "RUSTUP"))}, "PATH": bare,
+                   **env}
+    return subprocess.run([sys.executable, "-m", *PIP_WHEEL, "--wheel-dir", str(tmp_path / "wheels"), "."],
+                          cwd=context, env=environment, capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_compiling_into_the_source_tree_is_refused(tmp_path: Path) -> None:
-    """HARNESS_AGUI_COMPILE=1 builds wheels only: an editable install or `build_ext --inplace` would leave compiled
-    modules beside the sources they shadow."""
-    context = copy_build_context(tmp_path / "context")
-    environment = {**os.environ, "HARNESS_AGUI_COMPILE": "1"}
-    editable = subprocess.run(
-        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_editable({str(tmp_path)!r})"],
-        cwd=context, env=environment, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    in_place = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=context, env=environment,
-                              capture_output=True, text=True, timeout=120, check=False)
-    for done in (editable, in_place):
-        assert done.returncode != 0
-        assert "HARNESS_AGUI_COMPILE=1 builds a wheel" in done.stderr
-    assert [p for p in context.rglob("*") if p.name.endswith(installation.EXTENSION_SUFFIXES)] == []
+@pytest.mark.slow
+def test_without_a_rust_tool_chain_the_build_is_pure_unless_native_is_required(tmp_path: Path) -> None:
+    """`pip install .` on a machine without Rust installs the pure build; HARNESS_AGUI_NATIVE=1 (the image, the
+    suite) fails instead, naming what is missing."""
+    done = _wheel_without_rust(tmp_path / "optional")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [wheel] = (tmp_path / "optional" / "wheels").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "worker/wire/_decode.py" in names
+    assert [n for n in names if n.endswith(installation.EXTENSION_SUFFIXES)] == []
+    required = _wheel_without_rust(tmp_path / "required", HARNESS_AGUI_NATIVE="1")
+    assert required.returncode != 0
+    assert "can't find Rust compiler" in required.stdout + required.stderr

@@ -99,7 +99,7 @@ def test_the_setup_needs_no_root_and_the_quick_start_names_its_tools() -> None:
         found = re.findall(r"\b(sudo|apt-get|apt|yum|dnf|apk|id -u)\b", text)
         assert not found, f"scripts/{name} uses {found}: no set-up step may need root"
     tools = " ".join(re.findall(r"^\| ([^|]+) \|", _section("Quick start"), flags=re.M))
-    for tool in ("CPython", "Python headers", "C compiler", "Java", "Maven", "Go", "Node.js", "npm"):
+    for tool in ("CPython", "Rust", "cargo", "C linker", "Java", "Maven", "Go", "Node.js", "npm"):
         assert tool in tools, f"the Quick start's table of tools does not name {tool}"
 
 

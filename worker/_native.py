@@ -1,39 +1,46 @@
-"""Which build of the conversion core this installation runs, told by the file Python imports its modules from.
-
-A wheel built with HARNESS_AGUI_COMPILE=1 holds each module of setup.py's list as a mypyc extension module beside
-its source, and Python imports the extension; a plain or editable install has the sources alone. One module
-answers for all of them: a build compiles the whole list or none of it.
+"""Which build of the conversion core this installation runs: the native one when the Rust extension module
+`worker._native_core` is installed and loads, else the pure-Python sources (the reference, and the fallback where no
+wheel fits). `HARNESS_AGUI_PURE=1` makes an installation with the module run the pure sources, as a build without it
+does (the tests of the conversion core run both builds in one installation).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
+import importlib
+import os
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["compiled", "describe"]
+__all__ = ["PURE_ENV", "core", "describe", "native"]
 
-_PROBE = "worker.wire._decode"  # listed in setup.py's COMPILED
-_PROBE_DIR = Path(__file__).resolve().parent / "wire"
-
-
-def _probe_file() -> str:
-    # Found afresh on the path, not read from the loaded module: mypyc sets the `__file__` of a module that its
-    # shared library imports as if the library sat at the top of the package tree (…/worker/worker/wire/…).
-    spec = importlib.machinery.PathFinder.find_spec(_PROBE, [str(_PROBE_DIR)])
-    return str(spec.origin) if spec is not None and spec.origin else f"{_PROBE} (not found)"
+PURE_ENV = "HARNESS_AGUI_PURE"
+_PACKAGE = Path(__file__).resolve().parent
+_loaded: list[ModuleType | None] = []
 
 
-def _is_extension(file: str) -> bool:
-    return file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+def core() -> ModuleType | None:
+    """The native module, or None when this installation has none (or `HARNESS_AGUI_PURE=1` sets it aside); found
+    once per process."""
+    if not _loaded:
+        module = None
+        if os.environ.get(PURE_ENV) != "1":
+            try:
+                module = importlib.import_module("worker._native_core")
+            except ImportError:
+                module = None
+        _loaded.append(module)
+    return _loaded[0]
 
 
-def compiled() -> bool:
-    """True when the conversion core runs from mypyc extension modules."""
-    return _is_extension(_probe_file())
+def native() -> bool:
+    """True when the native module runs the conversion core."""
+    return core() is not None
 
 
 def describe() -> str:
-    """The build and the file that shows it, for logs and benchmarks: "compiled (mypyc): <path>.so" or
+    """The build and the file that shows it, for logs and benchmarks: "native (Rust): <path>" or
     "pure Python: <path>.py"."""
-    file = _probe_file()
-    return f"{'compiled (mypyc)' if _is_extension(file) else 'pure Python'}: {file}"
+    module = core()
+    if module is not None:
+        return f"native (Rust): {Path(str(module.__file__)).resolve()}"
+    return f"pure Python: {_PACKAGE / 'wire' / '_decode.py'}"

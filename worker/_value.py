@@ -1,7 +1,5 @@
-"""The base of the core's small value classes: a dataclass's equality and repr without its `__init__`.
-
-mypyc leaves a dataclass's generated `__init__` interpreted; a plain `__init__` on these classes compiles to
-a native constructor, which matters for the values built once or more per source record.
+"""The base of the core's small value classes: a dataclass's equality and repr with a plain slotted `__init__`,
+cheaper to call than a dataclass's for the values built once or more per source record.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ class _Fields:  # noqa: PLW1641  # each subclass decides: Value is unhashable, F
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self._values() == other._values()  # tuples, as a dataclass compares
 
-    def __ne__(self, other: object) -> bool:  # explicit: mypyc cannot derive it for subclasses in other modules
+    def __ne__(self, other: object) -> bool:  # explicit, for subclasses in other modules
         return not self.__eq__(other)
 
     def _values(self) -> tuple[object, ...]:

@@ -40,17 +40,18 @@ def test_every_copy_source_exists_and_reaches_the_build_context() -> None:
             assert (ROOT / source).exists(), f"COPY source {source} is missing"
             assert not ignored(source), f"COPY source {source} is excluded by .dockerignore"
     assert ignored(".venv") and ignored("tests") and ignored(".git")
-    # compiled modules a checkout may hold never reach the image, which compiles its own
-    so = "cpython-311-x86_64-linux-gnu.so"
-    for built in (f"worker/wire/_decode.{so}", f"worker/_runtime__mypyc.{so}", "worker/__pycache__/app.pyc"):
+    # extension modules and build output a checkout may hold never reach the image, which builds its own
+    for built in ("worker/_native_core.cpython-311-x86_64-linux-gnu.so", "worker/_native_core.abi3.so",
+                  "worker/__pycache__/app.pyc", "native/target/release/lib_native_core.so"):
         assert ignored(built), built
-    assert not ignored("worker/wire/_decode.py")
+    for source in ("worker/wire/_decode.py", "native/Cargo.toml", "native/Cargo.lock", "native/src/lib.rs"):
+        assert not ignored(source), source
 
 
 def test_the_wheel_build_inputs_are_all_copied() -> None:
     copied = {p for w, a in instructions() if w == "COPY" and "--from=" not in a for p in a.split()[:-1]}
-    # pyproject names README.md as the long description; setup.py lists the compiled modules.
-    assert {"pyproject.toml", "setup.py", "README.md", "worker"} <= copied
+    # pyproject names README.md as the long description; setup.py builds native/ into the package.
+    assert {"pyproject.toml", "setup.py", "README.md", "native", "worker"} <= copied
 
 
 def test_base_image_is_slim_bookworm_pinned_to_a_patch_release() -> None:
@@ -60,14 +61,27 @@ def test_base_image_is_slim_bookworm_pinned_to_a_patch_release() -> None:
     assert len(froms) == 2 and froms[0].startswith("${BUILDER_IMAGE}") and froms[1] == "${PYTHON_IMAGE}"
 
 
-def test_the_builder_compiles_for_the_same_python_release_it_ships() -> None:
-    """Compiled modules are bound to one CPython build: the builder's full image and the slim one must agree."""
+def test_the_builder_builds_for_the_same_python_release_it_ships() -> None:
+    """The builder's full image and the slim one must agree on the CPython release the wheel is built against."""
     args = dict(a.split("=", 1) for w, a in instructions() if w == "ARG")
     builder, runtime = args["BUILDER_IMAGE"], args["PYTHON_IMAGE"]
     assert re.fullmatch(r"python:3\.11\.\d+-bookworm(@sha256:[0-9a-f]{64})?", builder), builder
     assert builder.split("-")[0] == runtime.split("-")[0]
     runs = " ".join(a for w, a in stages()[0] if w == "RUN")
-    assert "HARNESS_AGUI_COMPILE=1 python -m pip wheel" in runs
+    assert "HARNESS_AGUI_NATIVE=1 python -m pip wheel" in runs
+
+
+def test_the_builder_has_its_own_pinned_rust_tool_chain() -> None:
+    """The Rust tool chain comes from the official image at a pinned release, cargo and rustc on the PATH."""
+    builder = stages()[0]
+    copies = [a for w, a in builder if w == "COPY" and a.startswith("--from=")]
+    images = {a.split()[0].removeprefix("--from=") for a in copies}
+    assert len(images) == 1, images
+    [image] = images
+    assert re.fullmatch(r"rust:1\.\d+\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", image), image
+    assert {a.split()[1] for a in copies} == {"/usr/local/rustup", "/usr/local/cargo"}
+    env = " ".join(a for w, a in builder if w == "ENV")
+    assert "PATH=/usr/local/cargo/bin:$PATH" in env
 
 
 def _builder_commands() -> list[list[str]]:
@@ -79,15 +93,15 @@ def _builder_commands() -> list[list[str]]:
 def test_the_builder_builds_the_wheel_as_scripts_test_does() -> None:
     """scripts/test.sh builds the wheel the suite tests with devtools.wheel: the same `pip wheel` command."""
     [wheel] = [c for c in _builder_commands() if "wheel" in c and "pip" in c]
-    assert wheel == ["HARNESS_AGUI_COMPILE=1", "python", "-m", *PIP_WHEEL, "--wheel-dir", "/wheels", "."]
+    assert wheel == ["HARNESS_AGUI_NATIVE=1", "python", "-m", *PIP_WHEEL, "--wheel-dir", "/wheels", "."]
 
 
-def test_the_builder_checks_that_the_installed_package_is_compiled() -> None:
+def test_the_builder_checks_that_the_installed_package_is_native() -> None:
     """The check imports the installed package (-P: not the sources in the working directory /src) and fails
-    unless its hot path loads from extension modules; tests/deploy/test_install.py runs it."""
+    unless its conversion core is the native module; tests/deploy/test_install.py runs it."""
     checks = [c for c in _builder_commands() if c[0] == "/opt/venv/bin/python"]
     assert [c[:3] for c in checks] == [["/opt/venv/bin/python", "-P", "-c"]]
-    assert "assert compiled()" in checks[0][3]
+    assert "assert native()" in checks[0][3]
 
 
 def test_final_stage_ships_only_the_venv_and_runs_unprivileged() -> None:

@@ -1,6 +1,6 @@
 """The image's install step, done for real: the wheel built from the Docker build context as the builder stage
 builds it (devtools.wheel, which scripts/test.sh also installs), installed fresh with the locked dependencies
-alone, then the builder's own check that the installed hot path is compiled."""
+alone, then the builder's own check that the installed conversion core is the native module."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _builder_check(venv_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
-    wheel = build()  # in this environment, as the builder stage does: compiled with mypyc
+    wheel = build()  # in this environment, as the builder stage does: the native module built from native/
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

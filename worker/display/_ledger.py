@@ -381,7 +381,6 @@ class Ledger:
                 entry.content = None
                 entry.model = None
         self.stale.clear()
-        # One join: mypyc 1.x leaks the middle result of `b"[" + ... + b"]"`.
         return b"".join((b"[", b",".join(jsons), b"]"))  # type: ignore[arg-type]  # every stale place was filled
 
     def eviction(self) -> Eviction | None:

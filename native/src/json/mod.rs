@@ -1,0 +1,184 @@
+//! JSON values as the Python reference holds them after `orjson.loads` (every integer exact, object keys in
+//! insertion order, a repeated key keeping its first place and its last value), and the two spellings the
+//! reference writes them in: the output records' (`write::compact`) and `json.dumps(sort_keys=True)`'s
+//! (`write::sorted`).
+
+pub mod float;
+pub mod parse;
+pub mod write;
+
+/// One JSON value. Integers beyond 64 bits keep their decimal text, as Python's `int` keeps them exact.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// An integer outside `i64`, as canonical decimal text (an optional `-`, no leading zeros).
+    Big(Box<str>),
+    Float(f64),
+    Str(String),
+    Array(Vec<Value>),
+    Object(Map),
+}
+
+/// A JSON object: keys in insertion order, each once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Map {
+    entries: Vec<(String, Value)>,
+}
+
+impl Map {
+    pub fn new() -> Self {
+        Map { entries: Vec::new() }
+    }
+
+    pub fn with_capacity(capacity: usize) -> Self {
+        Map { entries: Vec::with_capacity(capacity) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
+        self.entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.entries.iter().any(|(k, _)| k == key)
+    }
+
+    /// Set `key` as a Python dict does: a new key goes last, an existing one keeps its place.
+    pub fn insert(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        match self.get_mut(&key) {
+            Some(slot) => *slot = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+
+    /// Append a key known not to be present (the caller guarantees it).
+    pub fn push(&mut self, key: impl Into<String>, value: Value) {
+        self.entries.push((key.into(), value));
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let index = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(index).1)
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &Value)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &Value> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+
+    pub fn entries_mut(&mut self) -> &mut Vec<(String, Value)> {
+        &mut self.entries
+    }
+
+    pub fn into_entries(self) -> Vec<(String, Value)> {
+        self.entries
+    }
+
+    pub fn from_entries(entries: Vec<(String, Value)>) -> Self {
+        Map { entries }
+    }
+}
+
+impl FromIterator<(String, Value)> for Map {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        let mut map = Map::new();
+        for (key, value) in iter {
+            map.insert(key, value);
+        }
+        map
+    }
+}
+
+impl Value {
+    pub fn str(text: impl Into<String>) -> Value {
+        Value::Str(text.into())
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_object(&self) -> Option<&Map> {
+        match self {
+            Value::Object(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&Vec<Value>> {
+        match self {
+            Value::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// Python truthiness: false for null, false, 0, 0.0, "" and empty containers.
+    pub fn truthy(&self) -> bool {
+        match self {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Int(i) => *i != 0,
+            Value::Big(_) => true,
+            Value::Float(f) => *f != 0.0,
+            Value::Str(s) => !s.is_empty(),
+            Value::Array(items) => !items.is_empty(),
+            Value::Object(map) => !map.is_empty(),
+        }
+    }
+
+    /// Python's `isinstance(value, int)`, which holds for booleans too.
+    pub fn is_python_int(&self) -> bool {
+        matches!(self, Value::Int(_) | Value::Big(_) | Value::Bool(_))
+    }
+
+    /// The JSON type name the reference's error messages use (`kind_of`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Int(_) | Value::Big(_) => "integer",
+            Value::Float(_) => "number",
+            Value::Str(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+
+    /// Whether a float is anywhere in the value (where `json.dumps` and the output spell numbers differently).
+    pub fn has_float(&self) -> bool {
+        match self {
+            Value::Float(_) => true,
+            Value::Array(items) => items.iter().any(Value::has_float),
+            Value::Object(map) => map.values().any(Value::has_float),
+            _ => false,
+        }
+    }
+}

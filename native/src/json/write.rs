@@ -1,0 +1,157 @@
+//! Compact JSON text, byte for byte as the reference writes it: strings with non-ASCII characters raw, `\b \t \n
+//! \f \r` short and other control characters as `\u00xx`; numbers as `float::output` (the output records) or
+//! `float::python_repr` (`json.dumps`).
+
+use super::{float, Map, Value};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Append `text` as a JSON string.
+pub fn string(out: &mut Vec<u8>, text: &str) {
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => 0,
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if short == 0 {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(byte >> 4) as usize]);
+            out.push(HEX[(byte & 0xf) as usize]);
+        } else {
+            out.push(b'\\');
+            out.push(short);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+pub fn int(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(value.to_string().as_bytes());
+}
+
+/// The output records' spelling of `value` (pydantic's `model_dump_json`, orjson's).
+pub fn compact(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Int(i) => int(out, *i),
+        Value::Big(digits) => out.extend_from_slice(digits.as_bytes()),
+        Value::Float(f) => out.extend_from_slice(float::output(*f).as_bytes()),
+        Value::Str(s) => string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                compact(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => compact_object(out, map),
+    }
+}
+
+pub fn compact_object(out: &mut Vec<u8>, map: &Map) {
+    out.push(b'{');
+    for (i, (key, item)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, key);
+        out.push(b':');
+        compact(out, item);
+    }
+    out.push(b'}');
+}
+
+/// `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
+pub fn sorted(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                sorted(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            // Python orders str keys by code point, as UTF-8 bytes order them.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(out, key);
+                out.push(b':');
+                sorted(out, item);
+            }
+            out.push(b'}');
+        }
+        other => compact(out, other),
+    }
+}
+
+/// `sorted` as a String.
+pub fn sorted_text(value: &Value) -> String {
+    let mut out = Vec::new();
+    sorted(&mut out, value);
+    // Only valid UTF-8 is ever written: keys and strings are Rust strings, the rest ASCII.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// `compact` as bytes.
+pub fn compact_bytes(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    compact(&mut out, value);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_and_quotes_are_escaped_as_the_reference_does() {
+        let mut out = Vec::new();
+        string(&mut out, "a\"\\\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}/<\u{2028}é");
+        assert_eq!(String::from_utf8(out).unwrap(), "\"a\\\"\\\\\\n\\r\\t\\b\\f\\u0001\\u001f\u{7f}/<\u{2028}é\"");
+    }
+
+    #[test]
+    fn sorted_orders_keys_by_code_point_and_spells_floats_as_repr() {
+        let map = Map::from_entries(vec![
+            ("b".into(), Value::Float(1e-7)),
+            ("a".into(), Value::Int(1)),
+            ("é".into(), Value::Null),
+            ("Z".into(), Value::Big("123456789012345678901234567890".into())),
+        ]);
+        assert_eq!(
+            sorted_text(&Value::Object(map.clone())),
+            "{\"Z\":123456789012345678901234567890,\"a\":1,\"b\":1e-07,\"é\":null}"
+        );
+        let text = String::from_utf8(compact_bytes(&Value::Object(map))).unwrap();
+        assert_eq!(text, "{\"b\":1e-7,\"a\":1,\"é\":null,\"Z\":123456789012345678901234567890}");
+    }
+}

@@ -1,0 +1,39 @@
+//! `worker._native_core`: the worker's per-record path in Rust, behind the Python API of the pure-Python sources
+//! (which stay the readable reference and the fallback where no wheel fits).
+//!
+//! Rooms mirror the Python package: `json` (the values and the reference's two JSON spellings), `agui` (the AG-UI
+//! events the observer emits and their output encoding), and `py` (the boundary: conversions and the exported
+//! functions).
+
+pub mod agui;
+pub mod json;
+pub mod py;
+
+use pyo3::prelude::*;
+
+/// The digest of the crate's sources this module was built from (`setup.py` sets it; empty in a plain
+/// `cargo build`), compared with the checkout's by the test suite.
+pub const SOURCE_DIGEST: &str = match option_env!("HARNESS_AGUI_NATIVE_DIGEST") {
+    Some(digest) => digest,
+    None => "",
+};
+
+#[pymodule(name = "_native_core")]
+mod native_core {
+    use pyo3::prelude::*;
+    use pyo3::types::PyBytes;
+
+    #[pymodule_export]
+    const SOURCE_DIGEST: &str = super::SOURCE_DIGEST;
+
+    #[pymodule_export]
+    const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+    /// The output record bytes of an ag-ui event object, as `worker.observe.encode_event` writes them; TypeError
+    /// for an event these types do not hold (extra fields, values that are not JSON data).
+    #[pyfunction]
+    fn encode_event<'py>(py: Python<'py>, event: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let event = crate::py::event::event_from_python(event)?;
+        Ok(PyBytes::new(py, &event.encode()))
+    }
+}

@@ -1,0 +1,4 @@
+//! The boundary with Python: values and events converted both ways, and the functions the extension module exports.
+
+pub mod event;
+pub mod value;
