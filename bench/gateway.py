@@ -50,7 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from bench._latency import p50_p99_ms
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
 from devtools.sample_runs import SampleRun, interleave, load_samples, make_copy
-from worker.kafka.partitioner import partition_for
+from worker.client import partition_for
 
 __all__ = ["main"]
 

@@ -13,7 +13,8 @@ import pytest
 
 from worker._version import package_version
 from worker.app import build_parser, main_run, settings_from_args
-from worker.settings import ConnectionSettings, GapPolicy, Settings, is_secret
+from worker.client import ConnectionSettings
+from worker.settings import GapPolicy, Settings, is_secret
 
 SHAPED = {"processor": "my_hooks.redact:processor", "sasl_mechanism": "SCRAM-SHA-512",
           "oauth_token_endpoint": "https://idp.example/token"}  # strings a validator holds to a form
@@ -175,7 +176,7 @@ def test_a_security_combination_the_worker_cannot_serve_exits_2_with_the_reason(
 
 
 def test_a_secret_is_read_from_its_file_when_a_client_is_made(tmp_path: Path) -> None:
-    from worker.kafka.clients import connection_options  # noqa: PLC0415
+    from worker.client import connection_options  # noqa: PLC0415
 
     file = _secret_file(tmp_path, "first")
     settings = ConnectionSettings(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="u",

@@ -19,7 +19,7 @@ def test_every_path_named_exists() -> None:
 
 
 def test_every_module_in_the_picture_is_one_of_the_worker() -> None:
-    names = set(re.findall(r"\b([a-z_]+\.py)\b", DOC)) - {"test_architecture.py"}
+    names = {name for name in re.findall(r"\b([a-z_]+\.py)\b", DOC) if not name.startswith("test_")}
     modules = {path.name for path in (ROOT / "worker").rglob("*.py")}
     unknown = sorted(names - modules)
     assert not unknown, f"docs/architecture.md names modules the worker does not have: {unknown}"
@@ -54,16 +54,57 @@ def _of(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
-def test_only_the_kafka_package_and_the_gateways_reader_use_the_kafka_client() -> None:
-    allowed = ("worker/kafka/", "worker/gateway/reader/")
+def test_only_the_kafka_packages_and_the_gateways_reader_use_the_kafka_client() -> None:
+    allowed = ("worker/client/", "worker/kafka/", "worker/gateway/reader/")
     users = {path for path, names in _modules("worker").items() if any(_of(name, "aiokafka") for name in names)}
     assert users, "no module uses aiokafka: the rule checks nothing"
     strays = sorted(path for path in users if not path.startswith(allowed))
-    assert not strays, f"modules that use the Kafka client outside worker/kafka/ and the gateway's reader: {strays}"
+    assert not strays, f"modules that use the Kafka client outside {allowed}: {strays}"
+
+
+# ---- the rooms' import rules -----------------------------------------------------------------------------------
+
+# What the client kit may import of the worker: its one error tree, a leaf that imports nothing.
+KIT_MAY_IMPORT = ("worker.client", "worker.errors")
+
+
+def _kit_strays(modules: dict[str, set[str]]) -> list[str]:
+    """Imports of the worker's own code in the client kit, but the kit itself and the error tree."""
+    return sorted(f"{path}: {name}" for path, names in modules.items() if path.startswith("worker/client/")
+                  for name in names if _of(name, "worker") and not any(_of(name, ok) for ok in KIT_MAY_IMPORT))
+
+
+def _kit_private_reaches(modules: dict[str, set[str]]) -> list[str]:
+    """Imports of a private module of the kit from outside it: everyone else takes the kit's public surface."""
+    return sorted(f"{path}: {name}" for path, names in modules.items() if not path.startswith("worker/client/")
+                  for name in names if re.match(r"worker\.client\._", name))
+
+
+def test_the_client_kit_imports_nothing_of_the_worker_but_its_errors() -> None:
+    modules = _modules("worker/client")
+    assert len(modules) >= 10, "the kit is gone: the rule checks nothing"
+    assert not _kit_strays(modules), _kit_strays(modules)
+
+
+def test_a_worker_import_planted_in_the_client_kit_is_found() -> None:
+    modules = _modules("worker/client")
+    modules["worker/client/_read.py"] = modules["worker/client/_read.py"] | {"worker.settings", "worker.errors"}
+    assert _kit_strays(modules) == ["worker/client/_read.py: worker.settings"]
+
+
+def test_everyone_else_takes_the_client_kits_public_surface() -> None:
+    assert not _kit_private_reaches(_modules("worker")), _kit_private_reaches(_modules("worker"))
+
+
+def test_a_private_kit_module_planted_in_the_gateway_is_found() -> None:
+    modules = _modules("worker/gateway")
+    modules["worker/gateway/reader/tail.py"] |= {"worker.client._read", "worker.client._read.end_offsets"}
+    assert [hit.split(": ")[1] for hit in _kit_private_reaches(modules)] == [
+        "worker.client._read", "worker.client._read.end_offsets"]
 
 
 def test_the_core_imports_no_kafka_and_no_gateway_code() -> None:
-    banned = ("aiokafka", "worker.kafka", "worker.gateway", "worker.app")
+    banned = ("aiokafka", "worker.client", "worker.kafka", "worker.gateway", "worker.app")
     for package in ("worker/wire", "worker/observe", "worker/display", "worker/stream"):
         for path, names in _modules(package).items():
             bad = sorted(name for name in names if any(_of(name, ban) for ban in banned))
@@ -132,7 +173,7 @@ def test_a_state_change_planted_in_the_commit_pipeline_is_found() -> None:
 
 
 # Modules whose reason to exist is reaching into another library's private attributes, each saying which.
-PRIVATE_ACCESS_ALLOWED = frozenset({"worker/kafka/_aiokafka.py"})
+PRIVATE_ACCESS_ALLOWED = frozenset({"worker/client/_aiokafka.py"})
 
 
 def _private_names(tree: ast.AST) -> set[str]:

@@ -97,8 +97,8 @@ def _check_memory(settings: Settings, partitions: int | None) -> None:
 
 async def _serve(settings: Settings, early: list[int]) -> int:
     # The Kafka stack loads here, after the early signal handler is in place (see main_run).
+    from worker.client import reach_brokers  # noqa: PLC0415
     from worker.kafka import GroupMember  # noqa: PLC0415
-    from worker.kafka.startup import reach_brokers  # noqa: PLC0415
     from worker.ops import Health, HealthServer, LoopMonitor, Metrics  # noqa: PLC0415
 
     metrics = Metrics()
@@ -261,9 +261,9 @@ def main_inspect(argv: list[str] | None = None) -> int:
     settings = _readable_settings(args, "inspect")
     if settings is None:
         return 2
+    from worker.client import reach_once  # noqa: PLC0415
     from worker.errors import KafkaWorkerError  # noqa: PLC0415
     from worker.kafka.inspection import inspect_group, inspect_run  # noqa: PLC0415
-    from worker.kafka.startup import reach_once  # noqa: PLC0415
 
     quiet_client_logs()
     timeout_s = args.timeout_ms / 1000

@@ -15,6 +15,7 @@
         ├── RebuildError        a partition could not be rebuilt from its source history
         ├── FencedError         another worker now owns a partition's transactional id
         ├── DeadlineError       a broker call of one partition did not finish within its deadline
+        ├── StalledReadError    a read up to a partition's end offset stopped moving
         └── TokenError          the OIDC token endpoint refused or did not answer        (also ConnectionError)
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "KafkaWorkerError",
     "RebuildError",
     "ShardedReplayError",
+    "StalledReadError",
     "TokenError",
     "WorkerError",
 ]
@@ -148,6 +150,23 @@ class DeadlineError(KafkaWorkerError):
         self.seconds = seconds
         self.where = where
         super().__init__(f"{where}: {call} did not finish within {seconds:g} s")
+
+
+class StalledReadError(KafkaWorkerError):
+    """A read up to end offsets made no progress for `seconds`: the position of `topic`[`partition`] (one of
+    `partitions` still being read) stayed at `position`, below `end`."""
+
+    def __init__(
+        self, topic: str, partition: int, *, position: int, end: int, seconds: float, partitions: int = 1
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = position
+        self.end = end
+        self.seconds = seconds
+        more = f" (and {partitions - 1} more partitions)" if partitions > 1 else ""
+        super().__init__(f"reading {topic}[{partition}] made no progress for {seconds:g} s at offset {position} of "
+                         f"{end}{more}")
 
 
 class TokenError(KafkaWorkerError, ConnectionError):

@@ -10,11 +10,11 @@ import orjson
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
+from worker.client import partition_for
 from worker.errors import GatewayError
 from worker.gateway.forwarding import PeerKey
 from worker.gateway.owners import Owners, Where
 from worker.gateway.reader.group import OwnersAssignor, balanced
-from worker.kafka.partitioner import partition_for
 
 
 @pytest.mark.parametrize(("partitions", "members"), list(itertools.product([1, 2, 6, 12, 13], [1, 2, 3, 4, 5])))

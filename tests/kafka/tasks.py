@@ -12,13 +12,12 @@ from aiokafka import TopicPartition
 
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC
-from worker.kafka.deadlines import Deadlines
-from worker.kafka.diagnosis import Names
+from worker.client import Names
 from worker.kafka.ownership import Ownership
 from worker.kafka.publishing import KeyRouter, Routes
 from worker.kafka.rebuild import Parked, Rebuilt
 from worker.kafka.replay import ReplayWindow
-from worker.kafka.task import PartitionTask, TaskContext
+from worker.kafka.task import Deadlines, PartitionTask, TaskContext
 from worker.kafka.topics import TopicLimits
 from worker.ops import Health, Metrics
 from worker.settings import Settings

@@ -7,8 +7,9 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
+from worker.client import backoff_s, bounded
 from worker.errors import DeadlineError
-from worker.kafka.deadlines import Deadlines, backoff_s, bounded
+from worker.kafka.task import Deadlines
 from worker.settings import Settings
 
 

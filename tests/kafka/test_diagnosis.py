@@ -23,9 +23,9 @@ from aiokafka.errors import (
 from aiokafka.producer.transaction_manager import TransactionManager
 
 from tests.kafka.support import phase_after
+from worker.client import Fault, Names, diagnose, force_close, member_id, observe_producer
+from worker.client._diagnosis import Step
 from worker.errors import DeadlineError
-from worker.kafka._aiokafka import force_close, member_id, observe_producer
-from worker.kafka.diagnosis import Fault, Names, Step, diagnose
 from worker.kafka.ownership import Ownership, owner_in
 from worker.kafka.transaction import Transaction
 

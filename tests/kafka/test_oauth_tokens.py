@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.kafka.oidc_issuer import OidcIssuer
+from worker.client._oauth import ClientCredentialsTokens
 from worker.errors import TokenError
-from worker.kafka.oauth import ClientCredentialsTokens
 
 
 @pytest.fixture

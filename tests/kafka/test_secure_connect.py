@@ -77,7 +77,7 @@ def _until(condition: Callable[[], bool], seconds: float, worker: WorkerProcess)
 
 
 def _refusals(worker: WorkerProcess) -> list[dict[str, object]]:
-    return [r for r in worker.log_records() if r.get("logger") == "worker.kafka.startup" and r.get("cause")]
+    return [r for r in worker.log_records() if r.get("logger") == "worker.client" and r.get("cause")]
 
 
 @pytest.mark.parametrize(("case", "cause", "phrase"), [

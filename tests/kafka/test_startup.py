@@ -211,7 +211,7 @@ def test_an_output_topic_whose_partition_count_changes_stops_the_worker_with_exi
 
 
 def _attempts(w: WorkerProcess) -> list[dict[str, object]]:
-    return [r for r in w.log_records() if r.get("logger") == "worker.kafka.startup"]
+    return [r for r in w.log_records() if r.get("logger") == "worker.client"]
 
 
 def test_unreachable_brokers_are_retried_one_line_an_attempt_while_not_ready_and_sigterm_exits_0(

@@ -11,8 +11,8 @@ import time
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from worker.client import until_reachable
 from worker.errors import AuthorizationError, ConfigError
-from worker.kafka.startup import until_reachable
 
 
 def test_client_errors_are_retried_with_a_doubling_back_off_and_one_line_each(caplog: pytest.LogCaptureFixture

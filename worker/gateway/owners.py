@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import NamedTuple
 
-from worker.kafka.partitioner import partition_for
+from worker.client import partition_for
 
 __all__ = ["Owners", "Route", "Where"]
 

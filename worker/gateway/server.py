@@ -14,6 +14,7 @@ from aiohttp import web
 
 from worker._heap import freeze_heap
 from worker.app import add_check_flags, build_parser, print_checks, quiet_client_logs, settings_from_args
+from worker.client import reach_brokers
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
 from worker.gateway.directory import RunDirectory
@@ -27,7 +28,6 @@ from worker.gateway.relay import Relays
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_jwt
-from worker.kafka.startup import reach_brokers
 from worker.ops.loop import LoopMonitor
 
 __all__ = ["main_gateway"]

@@ -9,8 +9,8 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from worker.client import ConnectionSettings
 from worker.errors import ConfigError
-from worker.settings import ConnectionSettings
 
 __all__ = ["GatewaySettings"]
 

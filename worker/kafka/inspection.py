@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
+from worker.client import make_admin, partition_for, principal, read_to_end, topic_partitions
 from worker.display import DisplayReader
 from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
-from worker.kafka._aiokafka import topic_metadata
-from worker.kafka.clients import make_admin, make_replay_consumer
-from worker.kafka.partitioner import partition_for
+from worker.kafka.replay import replay_consumer
 from worker.kafka.restore import read_changelog
 from worker.settings import Settings
 from worker.stream import (
@@ -45,7 +45,6 @@ __all__ = ["inspect_group", "inspect_run"]
 
 _T = TypeVar("_T")
 _STEP = 2_000  # offsets read at a time when looking backward for a run's latest record
-_UNKNOWN_TOPIC = 3
 
 
 class _Deadline:
@@ -60,10 +59,6 @@ class _Deadline:
         now = time.monotonic()
         return now + max(0.0, self.at - now) * part
 
-    def check(self, doing: str) -> None:
-        if time.monotonic() > self.at:
-            raise TimeoutError(f"{doing} did not finish within {self.seconds:g} s (--timeout-ms)")
-
     async def bound(self, call: Awaitable[_T], doing: str) -> _T:
         try:
             return await asyncio.wait_for(call, max(0.001, self.at - time.monotonic()))
@@ -71,14 +66,12 @@ class _Deadline:
             raise TimeoutError(f"{doing} did not finish within {self.seconds:g} s (--timeout-ms)") from None
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str, role: str) -> int:
-    """The partition count of `topic`; ConfigError when it does not exist or may not be described."""
-    code, ids = await topic_metadata(consumer, topic)
-    if code == _UNKNOWN_TOPIC or (not code and not ids):
-        raise ConfigError(f"{role} {topic!r} does not exist")
-    if code:
-        raise ConfigError(f"{role} {topic!r} cannot be described (error code {code}): grant Describe on it")
-    return len(ids)
+async def _partitions(consumer: AIOKafkaConsumer, settings: Settings, topic: str, role: str) -> int:
+    """The partition count of `topic`; ConfigError when it does not exist, AuthorizationError without Describe."""
+    try:
+        return len(await topic_partitions(consumer, topic, role, principal(settings)))
+    except UnknownTopicOrPartitionError:
+        raise ConfigError(f"{role} {topic!r} does not exist") from None
 
 
 async def _records(
@@ -88,10 +81,12 @@ async def _records(
     consumer.assign([tp])
     consumer.seek(tp, start)
     found: list[ConsumerRecord[bytes, bytes]] = []
-    while await consumer.position(tp) < stop:
-        deadline.check(f"reading {tp.topic}[{tp.partition}]")
-        batch = await consumer.getmany(tp, timeout_ms=200, max_records=_STEP)
-        found += [rec for rec in batch.get(tp, []) if rec.offset < stop]
+
+    async def read() -> None:
+        async for batch in read_to_end(consumer, {tp: stop}, max_records=_STEP):
+            found.extend(batch[tp])
+
+    await deadline.bound(read(), f"reading {tp.topic}[{tp.partition}]")
     return found
 
 
@@ -188,12 +183,12 @@ async def inspect_group(settings: Settings, *, max_runs: int = 20, timeout_s: fl
     s = settings
     deadline = _Deadline(timeout_s)
     now_ms = int(time.time() * 1000)
-    admin, consumer = make_admin(s), make_replay_consumer(s)
+    admin, consumer = make_admin(s, f"{s.client_id}-inspect"), replay_consumer(s)
     await deadline.bound(admin.start(), "starting the admin client")
     try:
         await deadline.bound(consumer.start(), "starting the consumer")
-        count = await deadline.bound(_partitions(consumer, s.source_topic, "source_topic"), "describing the source")
-        changelog = s.changelog and await _exists(consumer, s.changelog_topic_name)
+        count = await deadline.bound(_partitions(consumer, s, s.source_topic, "source_topic"), "describing the source")
+        changelog = s.changelog and await _exists(consumer, s, s.changelog_topic_name, "changelog_topic")
         tps = [TopicPartition(s.source_topic, p) for p in range(count)]
         committed, start, end = await _offsets(admin, consumer, s, tps, deadline)
         (group,) = await deadline.bound(admin.describe_consumer_groups([s.group_id]), "describing the group")
@@ -231,17 +226,22 @@ async def inspect_group(settings: Settings, *, max_runs: int = 20, timeout_s: fl
     }  # fmt: skip
 
 
-async def _exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
-    code, ids = await topic_metadata(consumer, topic)
-    return code == 0 and bool(ids)
+async def _exists(consumer: AIOKafkaConsumer, settings: Settings, topic: str, role: str) -> bool:
+    try:
+        await _partitions(consumer, settings, topic, role)
+    except ConfigError:
+        return False
+    return True
 
 
 async def _display_partitions(consumer: AIOKafkaConsumer, settings: Settings, deadline: _Deadline) -> dict[str, Any]:
     """The display topic's partitions (co-partitioned with the output, not the source): the offsets it holds."""
     topic = settings.display_topic
-    if not await _exists(consumer, topic):
+    try:
+        count = await _partitions(consumer, settings, topic, "display_topic")
+    except ConfigError:
         return {"topic": topic, "partitions": []}
-    tps = [TopicPartition(topic, p) for p in range(await _partitions(consumer, topic, "display_topic"))]
+    tps = [TopicPartition(topic, p) for p in range(count)]
     start = await deadline.bound(consumer.beginning_offsets(tps), "reading the display topic's offsets")
     end = await deadline.bound(consumer.end_offsets(tps), "reading the display topic's offsets")
     return {"topic": topic, "partitions": [{"partition": tp.partition, "log_start": start[tp], "end_offset": end[tp]}
@@ -253,12 +253,12 @@ async def inspect_run(settings: Settings, run_id: str, *, timeout_s: float = 60.
     s = settings
     deadline = _Deadline(timeout_s)
     key = run_id.encode()
-    admin, consumer = make_admin(s), make_replay_consumer(s)
+    admin, consumer = make_admin(s, f"{s.client_id}-inspect"), replay_consumer(s)
     await deadline.bound(admin.start(), "starting the admin client")
     try:
         await deadline.bound(consumer.start(), "starting the consumer")
-        sources = await _partitions(consumer, s.source_topic, "source_topic")
-        outputs = await _partitions(consumer, s.output_topic, "output_topic")
+        sources = await _partitions(consumer, s, s.source_topic, "source_topic")
+        outputs = await _partitions(consumer, s, s.output_topic, "output_topic")
         source = TopicPartition(s.source_topic, partition_for(key, sources))
         output = TopicPartition(s.output_topic, partition_for(key, outputs))
         committed, _, _ = await _offsets(admin, consumer, s, [source], deadline)
@@ -268,12 +268,12 @@ async def inspect_run(settings: Settings, run_id: str, *, timeout_s: float = 60.
             "committed": entry.offset if entry is not None and entry.offset >= 0 else None, "checkpoint_offset": None,
             "state": "unknown", "open": None, "ended": None,
         }  # fmt: skip
-        if s.changelog and await _exists(consumer, s.changelog_topic_name):
+        if s.changelog and await _exists(consumer, s, s.changelog_topic_name, "changelog_topic"):
             answer.update(await _in_checkpoint(consumer, s, source.partition, run_id, deadline))
         # The backward searches share the time left: the output's half of it, the display's all that remains.
         answer["last_event"], searched = await _last_event(consumer, output, key, deadline, deadline.share(0.5))
         answer["searched_from"] = {"output": searched, "display": None}
-        if s.display_topic and await _exists(consumer, s.display_topic):
+        if s.display_topic and await _exists(consumer, s, s.display_topic, "display_topic"):
             answer["display"], answer["searched_from"]["display"] = await _display(
                 consumer, s, run_id, output.partition, deadline=deadline, until=deadline.share(0.9))
         else:

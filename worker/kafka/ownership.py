@@ -15,12 +15,12 @@ from aiokafka import TopicPartition
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import for_code
 
-from worker.kafka.codes import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-from worker.kafka.deadlines import bounded
+from worker.client import ErrorCode, bounded
 
 __all__ = ["Ownership", "confirm_owner", "owner_in"]
 
-_RETRIABLE_CODES = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+_RETRIABLE_CODES = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                              ErrorCode.NOT_COORDINATOR})
 
 
 class Ownership(Enum):

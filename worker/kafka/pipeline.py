@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from worker.kafka._aiokafka import ProducerView, observe_producer
+from worker.client import ProducerView, observe_producer
 from worker.kafka.publishing import Routes, Sent, put_outcome, put_record
 from worker.kafka.transaction import Transaction
 from worker.ops import Metrics

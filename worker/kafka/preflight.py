@@ -41,11 +41,19 @@ from aiokafka.errors import (
 from aiokafka.protocol.group import HeartbeatRequest
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest, AddPartitionsToTxnRequest
 
+from worker.client import (
+    ConnectionSettings,
+    Denied,
+    ErrorCode,
+    authorization_error,
+    connection_options,
+    make_admin,
+    make_consumer,
+    principal,
+    reach_once,
+    topic_metadata,
+)
 from worker.errors import ConfigError, KafkaWorkerError
-from worker.kafka._aiokafka import topic_metadata
-from worker.kafka.clients import connection_options, principal, transactional_id
-from worker.kafka.diagnosis import Denied, authorization_error
-from worker.kafka.startup import reach_once
 from worker.kafka.topics import (
     BROKER_TIMEOUTS,
     CHANGELOG_CONFIGS,
@@ -63,18 +71,18 @@ from worker.kafka.topics import (
     record_limit,
 )
 from worker.ops.capacity import WorstCase, memory_limit
-from worker.settings import ConnectionSettings, Settings
+from worker.settings import Settings
 
 __all__ = ["Check", "Status", "check_gateway", "check_worker"]
 
 Status = Literal["pass", "fail", "skip"]
 """A check's outcome: `skip` when it could not be asked (a right it needs is missing, or it does not apply)."""
 
-_UNKNOWN_TOPIC, _TOPIC_DENIED, _GROUP_DENIED, _CLUSTER_DENIED = 3, 29, 30, 31
-_TOPIC_EXISTS, _INVALID_MAPPING, _TXN_DENIED, _NOT_ATTEMPTED = 36, 49, 53, 55
-_NOT_A_MEMBER: Final = frozenset({22, 25, 69})  # illegal generation, unknown member id, group id not found
+_NOT_A_MEMBER: Final = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
+                                  ErrorCode.GROUP_ID_NOT_FOUND})  # fmt: skip
 _RETRIABLE: Final = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError)
-_RETRIABLE_CODES: Final = frozenset({14, 15, 16, 51})  # load in progress, not available, not coordinator, concurrent
+_RETRIABLE_CODES: Final = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                     ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS})  # fmt: skip
 _NO_PRODUCER: Final = -1  # a producer id no producer holds: the coordinator refuses it after authorization
 _CLEANUP, _MAX_MESSAGE = "cleanup.policy", "max.message.bytes"
 _MIB: Final = 1024 * 1024
@@ -146,11 +154,10 @@ class _Report:
 async def _clients(settings: ConnectionSettings) -> AsyncIterator[tuple[AIOKafkaAdminClient, AIOKafkaConsumer,
                                                                         AIOKafkaClient]]:  # fmt: skip
     """An admin client, a group-less read_committed consumer and a bare client, started; closed on exit."""
-    options = connection_options(settings)
-    admin = AIOKafkaAdminClient(client_id=f"{settings.client_id}-check", **options)
-    consumer = AIOKafkaConsumer(client_id=f"{settings.client_id}-check", group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed", fetch_max_wait_ms=100, **options)  # fmt: skip
-    client = AIOKafkaClient(client_id=f"{settings.client_id}-check", **options)
+    name = f"{settings.client_id}-check"
+    admin = make_admin(settings, name)
+    consumer = make_consumer(settings, name, fetch_max_wait_ms=100)
+    client = AIOKafkaClient(client_id=name, **connection_options(settings))
     try:
         await admin.start()
         await consumer.start()
@@ -181,11 +188,11 @@ async def _describe(report: _Report, consumer: AIOKafkaConsumer, topic: _Topic, 
     is left to the Create check."""
     topic.code, ids = await topic_metadata(consumer, topic.name)
     what = f"{topic.label}: exists, Describe"
-    if topic.code == _TOPIC_DENIED:
+    if topic.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
         report.denied(what, "Topic", topic.name, ("DESCRIBE",), f"describe {topic.label}")
-    elif topic.code == _UNKNOWN_TOPIC and created:
+    elif topic.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and created:
         report.add(what, "pass", "missing: the worker creates it at start (see the Create check)")
-    elif topic.code == _UNKNOWN_TOPIC:
+    elif topic.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         report.add(what, "fail", f"{topic.label} does not exist: create it (README.md#topics), or name an existing "
                    "one")  # fmt: skip
     elif topic.code:
@@ -243,7 +250,7 @@ async def _transactional(
     """Describe and Write on the transactional ids, Read on the group and Write on each topic written, asked of
     the transaction coordinator for producer id -1."""
     source = TopicPartition(settings.source_topic, 0)
-    txn, group = transactional_id(settings, source), settings.group_id
+    txn, group = settings.transactional_id(source.topic, source.partition), settings.group_id
     names = f"TransactionalId '{txn}'"
     try:
         node = await _coordinator(client, CoordinationType.TRANSACTION, txn, deadline)
@@ -258,16 +265,16 @@ async def _transactional(
     report.add(f"transactional id '{txn}': Describe", "pass", f"its coordinator is broker {node}")
     offsets = await _answer(client, node, AddOffsetsToTxnRequest(txn, _NO_PRODUCER, _NO_PRODUCER, group), deadline)
     code = offsets.error_code
-    if code == _TXN_DENIED:
+    if code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         report.denied(f"transactional id '{txn}': Write", "TransactionalId", txn, ("WRITE",), "write in transactions")
         report.add(f"group '{group}': Read", "skip", f"not asked: it needs Write on {names} first")
         for topic in written:
             report.add(f"{topic.label}: Write", "skip", f"not asked: it needs Write on {names} first")
         return
     report.add(f"transactional id '{txn}': Write", "pass", "the coordinator authorized a transaction's request")
-    if code == _GROUP_DENIED:
+    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
         report.denied(f"group '{group}': Read", "Group", group, ("READ",), "commit offsets in transactions")
-    elif code == _INVALID_MAPPING:
+    elif code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
         report.add(f"group '{group}': Read", "pass", "the coordinator authorized adding its offsets to a transaction")
     else:
         report.add(f"group '{group}': Read", "fail", f"adding the group's offsets to a transaction failed with error "
@@ -282,9 +289,9 @@ async def _transactional(
     codes = {name: errors[0][1] for name, errors in (await _answer(client, node, request, deadline)).errors}
     for topic in present:
         code = codes.get(topic.name, -1)
-        if code == _TOPIC_DENIED:
+        if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
             report.denied(f"{topic.label}: Write", "Topic", topic.name, ("WRITE",), f"write to {topic.label}")
-        elif code in (_INVALID_MAPPING, _NOT_ATTEMPTED):
+        elif code in (ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.OPERATION_NOT_ATTEMPTED):
             report.add(f"{topic.label}: Write", "pass", "the coordinator authorized adding it to a transaction")
         else:
             report.add(f"{topic.label}: Write", "fail", f"adding it to a transaction failed with error code {code}")
@@ -313,7 +320,7 @@ async def _group(
         report.denied(what, "Group", group, ("DESCRIBE",), "describe the group")
         return
     error, _, state, _, _, members, *_ = answer.groups[0]
-    if error == _GROUP_DENIED:
+    if error == ErrorCode.GROUP_AUTHORIZATION_FAILED:
         report.denied(what, "Group", group, ("DESCRIBE",), "describe the group")
     elif error:
         report.add(what, "fail", f"describing the group failed with error code {error}")
@@ -332,7 +339,7 @@ async def _group_read(report: _Report, client: AIOKafkaClient, group: str, deadl
         report.denied(what, "Group", group, ("READ",), "join the group")
         return
     code = (await _answer(client, node, HeartbeatRequest(group, -1, ""), deadline)).error_code
-    if code == _GROUP_DENIED:
+    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
         report.denied(what, "Group", group, ("READ",), "join the group")
     elif code in _NOT_A_MEMBER or code == 0:
         report.add(what, "pass", "the coordinator authorized a heartbeat (of no member)")
@@ -344,7 +351,8 @@ async def _configs(report: _Report, admin: AIOKafkaAdminClient, topics: list[_To
     """DescribeConfigs on each topic the worker reads the configs of; the values read are kept on the topic."""
     asked = [topic for topic in topics if topic.present]
     for topic in topics:
-        if topic.configs and not topic.present and (topic.base is None or topic.code != _UNKNOWN_TOPIC):
+        missing = topic.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if topic.configs and not topic.present and (topic.base is None or not missing):
             report.add(f"{topic.label}: DescribeConfigs", "skip", "not asked: the topic cannot be described")
     if not asked:
         return
@@ -362,7 +370,7 @@ async def _configs(report: _Report, admin: AIOKafkaAdminClient, topics: list[_To
         if not topic.configs:
             continue
         what = f"{topic.label}: DescribeConfigs"
-        if resource["error_code"] == _TOPIC_DENIED:
+        if resource["error_code"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
             report.denied(what, "Topic", topic.name, ("DESCRIBE_CONFIGS",), f"read the configs of {topic.label}")
         elif resource["error_code"]:
             report.add(what, "fail", f"reading its configs failed with error code {resource['error_code']}")
@@ -382,9 +390,9 @@ async def _create(
     new = NewTopic(topic.name, base.partitions, replication or base.replication, topic_configs=configs)
     answer = await admin.create_topics([new], validate_only=True)
     for _, code, *rest in answer.topic_errors:
-        if code in (_TOPIC_DENIED, _CLUSTER_DENIED):
+        if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
             report.denied(what, "Topic", topic.name, ("CREATE",), f"create {topic.label} (or create it yourself)")
-        elif code in (0, _TOPIC_EXISTS):
+        elif code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             report.add(what, "pass", f"the brokers would create it: {base.partitions} partitions like the "
                        f"{base.role.removesuffix('_topic')}")  # fmt: skip
         else:
@@ -460,7 +468,7 @@ async def _broker(report: _Report, admin: AIOKafkaAdminClient, settings: Setting
         return
     node, resource = read
     values = {name: config_value(resource, name) for name in BROKER_TIMEOUTS}
-    if resource["error_code"] == _CLUSTER_DENIED:
+    if resource["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
         report.denied(right, "Cluster", "", ("DESCRIBE_CONFIGS",), "read the brokers' timeout limits")
         report.add(timeouts, "skip", "not checked: the brokers' configs cannot be read")
         return
@@ -531,7 +539,7 @@ async def check_worker(settings: Settings, *, cgroup_root: Path = Path("/sys/fs/
         for role, configs, replication in (("changelog_topic", CHANGELOG_CONFIGS, s.changelog_replication_factor),
                                            ("display_topic", DISPLAY_CONFIGS, 0)):  # fmt: skip
             created = topics.get(role)
-            if created is not None and created.code == _UNKNOWN_TOPIC:
+            if created is not None and created.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 await report.ask(f"{created.label}: Create", _create(report, admin, created, replication, configs))
         _layout(report, s, topics)
         await report.ask("cluster: DescribeConfigs", _broker(report, admin, s))

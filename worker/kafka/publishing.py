@@ -15,7 +15,7 @@ from typing import Protocol
 
 from aiokafka import TopicPartition
 
-from worker.kafka.partitioner import partition_for
+from worker.client import partition_for
 from worker.kafka.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 

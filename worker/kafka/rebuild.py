@@ -26,20 +26,17 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from worker.kafka._aiokafka import force_close, member_id
-from worker.kafka.clients import (
-    MAX_BATCH_BYTES,
-    make_replay_consumer,
-    make_transactional_producer,
-    principal,
-    transactional_id,
-)
-from worker.kafka.deadlines import Deadlines, bounded
-from worker.kafka.diagnosis import Names
+from worker.client import Names, bounded, force_close, make_transactional_producer, member_id, principal
 from worker.kafka.ownership import Ownership, confirm_owner
-from worker.kafka.replay import Progress, ReplayWindow, plan_replay, replay_into, window_after_checkpoint
+from worker.kafka.replay import (
+    Progress,
+    ReplayWindow,
+    plan_replay,
+    replay_consumer,
+    replay_into,
+    window_after_checkpoint,
+)
 from worker.kafka.restore import Restored, read_changelog, restore_or_fall_back
-from worker.kafka.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool
@@ -79,22 +76,25 @@ class Rebuilder:
 
     def __init__(
         self, settings: Settings, metrics: Metrics, *, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer,
-        new_state: Callable[[TopicPartition], PartitionState], limits: Callable[[], TopicLimits | None],
-        pool: ReplayPool | None, deadlines: Deadlines,
+        new_state: Callable[[TopicPartition], PartitionState], batch_bytes: Callable[[], int],
+        pool: ReplayPool | None, call_s: float,
     ) -> None:  # fmt: skip
+        """`batch_bytes` tells a new producer's batch size as the topics allow it now; every broker call of a
+        rebuild has `call_s` seconds."""
         self._s = settings
         self._metrics = metrics
         self._admin = admin
         self._consumer = consumer
         self._new_state = new_state
-        self._limits = limits
+        self._batch_bytes = batch_bytes
         self._pool = pool
-        self._d = deadlines
+        self._call_s = call_s
         self._closing: set[asyncio.Task[None]] = set()
 
     def names(self, tp: TopicPartition) -> Names:
         """The names a missing ACL of this partition is granted on."""
-        return Names(transactional_id(self._s, tp), self._s.group_id, self._s.source_topic, principal(self._s))
+        s = self._s
+        return Names(s.transactional_id(tp.topic, tp.partition), s.group_id, s.source_topic, principal(s))
 
     def fresh_state(self, tp: TopicPartition) -> PartitionState:
         """An empty state with the current settings and topic limits."""
@@ -102,7 +102,7 @@ class Rebuilder:
 
     async def owner(self, tp: TopicPartition) -> Ownership:
         """Whether the group coordinator lists this member, as the consumer knows it now, with `tp`."""
-        return await confirm_owner(self._admin, self._s.group_id, member_id(self._consumer), tp, self._d.call_s)
+        return await confirm_owner(self._admin, self._s.group_id, member_id(self._consumer), tp, self._call_s)
 
     async def rebuild(self, tp: TopicPartition, parked: Parked | None, progress: Progress) -> Rebuilt:
         """Steps 1 to 3 for `tp`; `parked` is its state kept through a rebalance, if any."""
@@ -113,7 +113,7 @@ class Rebuilder:
         producer = await self._start_producer(tp, where)
         try:
             offsets = await bounded(self._admin.list_consumer_group_offsets(self._s.group_id, partitions=[tp]),
-                                    self._d.call_s, "read-offsets", where)  # fmt: skip
+                                    self._call_s, "read-offsets", where)  # fmt: skip
             entry = dict(offsets).get(tp)
             if parked is not None and entry is not None and entry.offset == parked.committed:
                 return Rebuilt(producer, parked.state, parked.committed, kept=True)
@@ -125,10 +125,13 @@ class Rebuilder:
         return rebuilt
 
     async def _start_producer(self, tp: TopicPartition, where: str) -> AIOKafkaProducer:
-        limits = self._limits()
-        producer = make_transactional_producer(self._s, tp, limits.batch_bytes if limits else MAX_BATCH_BYTES)
+        s = self._s
+        producer = make_transactional_producer(
+            s, f"{s.client_id}-p{tp.partition}", s.transactional_id(tp.topic, tp.partition),
+            batch_bytes=self._batch_bytes(), transaction_timeout_ms=s.transaction_timeout_ms,
+        )
         try:
-            await bounded(producer.start(), self._d.call_s, "producer-start", where)
+            await bounded(producer.start(), self._call_s, "producer-start", where)
         except BaseException:
             self.close_later(producer)
             raise
@@ -139,17 +142,17 @@ class Rebuilder:
     ) -> Rebuilt:
         """The state at C: the changelog's checkpoint at K restored and `[K, C)` replayed, or, without a usable
         checkpoint, a fresh state replayed over `[R, C)`; both publish nothing and stop when the position does."""
-        replay = make_replay_consumer(self._s)
+        replay = replay_consumer(self._s)
         ctp = TopicPartition(self._s.changelog_topic_name, tp.partition) if self._s.changelog else None
         try:
-            await bounded(replay.start(), self._d.call_s, "replay-start", where)
+            await bounded(replay.start(), self._call_s, "replay-start", where)
             # Assigned (and paused), the topics join the client's metadata now: the offset look-ups find their
             # leaders at once instead of failing, refreshing and retrying after the 100 ms back-off.
             replay.assign([tp] if ctp is None else [tp, ctp])
             replay.pause(*replay.assignment())
             windows = await bounded(plan_replay(replay, {tp: committed} if committed is not None else {}, [tp],
                                                 self._s.rebuild_lookback_ms),
-                                    self._d.call_s, "replay-plan", where)  # fmt: skip
+                                    self._call_s, "replay-plan", where)  # fmt: skip
             window = windows[tp]
             restored: Restored | None = None
             values: dict[bytes, bytes] = {}
@@ -180,7 +183,7 @@ class Rebuilder:
 
     def close_later(self, producer: AIOKafkaProducer) -> None:
         """Close a producer in the background: a broker that does not answer delays nobody."""
-        self._background(force_close(producer, self._d.call_s))
+        self._background(force_close(producer, self._call_s))
 
     def _background(self, close: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(self._quietly(close))
@@ -189,7 +192,7 @@ class Rebuilder:
 
     async def _quietly(self, close: Coroutine[Any, Any, Any]) -> None:
         try:
-            await asyncio.wait_for(close, 3 * self._d.call_s)
+            await asyncio.wait_for(close, 3 * self._call_s)
         except Exception as exc:
             _log.debug("background close failed: %r", exc)
 

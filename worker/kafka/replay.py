@@ -17,12 +17,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from worker.client import make_consumer, read_to_end
 from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
 from worker.kafka.source import to_source_record
 from worker.ops import working_on
+from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_replay_metadata
 
-__all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_into", "window_after_checkpoint"]
+__all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_consumer", "replay_into", "window_after_checkpoint"]
 
 _log = logging.getLogger(__name__)
 _FEED_CHUNK = 128  # records replayed between two yields to the event loop
@@ -30,6 +32,13 @@ _FEED_CHUNK = 128  # records replayed between two yields to the event loop
 Progress = Callable[[TopicPartition, int, int], None]  # (partition, records done, records in its window)
 Feed = Callable[[TopicPartition, list[Any]], None]  # consumed records of one partition, in order
 Fallback = Callable[[ShardedReplayError], None]
+
+
+def replay_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A group-less read_committed consumer that reads history (source, changelog) for a rebuild, in large fetches."""
+    return make_consumer(settings, f"{settings.client_id}-replay",
+                         max_poll_records=max(settings.max_poll_records, 5000), fetch_max_wait_ms=100,
+                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,36 +204,21 @@ async def _read(
     after_fetch: Callable[[], Awaitable[None]] = _nothing,
 ) -> dict[TopicPartition, int]:
     """Read each window from its start to its committed offset, in offset order, into `feed`."""
-    todo = dict(windows)
     counts = dict.fromkeys(windows, 0)
-    consumer.assign(list(todo))
-    for tp, w in todo.items():
+    consumer.assign(list(windows))
+    for tp, w in windows.items():
         consumer.seek(tp, w.start)
-    consumer.resume(*todo)
-    last_move = time.monotonic()
-    while todo:
-        batches = await consumer.getmany(*todo, timeout_ms=200, max_records=5000)
-        for tp, fetched in batches.items():
-            window = todo.get(tp)
-            if window is None or not fetched:
-                continue
-            last_move = time.monotonic()
-            recs = fetched if fetched[-1].offset < window.committed else [
-                rec for rec in fetched if rec.offset < window.committed]  # fmt: skip
+
+    def moved(tp: TopicPartition, position: int) -> None:
+        w = windows[tp]
+        progress(tp, position - w.start, w.committed - w.start)
+
+    ends = {tp: w.committed for tp, w in windows.items()}
+    async for batch in read_to_end(consumer, ends, stall_s=stall_timeout_s, max_records=5000, on_position=moved):
+        for tp, recs in batch.items():
             for i in range(0, len(recs), _FEED_CHUNK):
                 feed(tp, recs if len(recs) <= _FEED_CHUNK else recs[i : i + _FEED_CHUNK])
                 await asyncio.sleep(0)  # live partitions of this member get the loop between chunks
             counts[tp] += len(recs)
         await after_fetch()
-        for tp in list(todo):
-            w = todo[tp]
-            pos = await consumer.position(tp)
-            progress(tp, pos - w.start, w.committed - w.start)
-            if pos >= w.committed:
-                consumer.pause(tp)
-                del todo[tp]
-        if todo and time.monotonic() - last_move > stall_timeout_s:
-            stuck = ", ".join([f"{tp.partition}@{await consumer.position(tp)}<{w.committed}" for tp, w in todo.items()])
-            raise RebuildError(f"replay made no progress for {stall_timeout_s:.0f}s: {stuck}")
-        await asyncio.sleep(0)
     return counts

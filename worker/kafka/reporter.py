@@ -9,8 +9,8 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
+from worker.client import Diagnosis, Fault
 from worker.errors import DeadlineError
-from worker.kafka.diagnosis import Diagnosis, Fault
 from worker.kafka.ownership import Ownership
 from worker.kafka.rebuild import Rebuilt
 from worker.ops import Health, Metrics, Readiness

@@ -1,12 +1,11 @@
 """A partition's state read back from its changelog partition: the checkpoint at source offset K, chosen, restored.
 
-The changelog partition is read with `read_committed` until the position reaches the last stable offset taken at
-the start (transaction markers occupy offsets: stopping at a record would wait forever for one that is a marker),
-folding the latest value per key. Choosing its checkpoint (`choose_checkpoint`) is apart from restoring the
-partition's state from it (`restore_partition`): the checkpoint is chosen unless there is none, it is unreadable,
-or it lies beyond the committed offset C (the group's offsets were reset below it); each such case, and a restore
-that finds a record unreadable, is logged and counted, and the partition is replayed instead. A format this
-release cannot read raises: guessing could publish wrongly.
+The changelog partition is read with `read_committed` up to the last stable offset taken at the start
+(`worker.client.read_to_end`), folding the latest value per key. Choosing its checkpoint (`choose_checkpoint`) is
+apart from restoring the partition's state from it (`restore_partition`): the checkpoint is chosen unless there is
+none, it is unreadable, or it lies beyond the committed offset C (the group's offsets were reset below it); each
+such case, and a restore that finds a record unreadable, is logged and counted, and the partition is replayed
+instead. A format this release cannot read raises: guessing could publish wrongly.
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from worker.errors import CheckpointError, RebuildError
+from worker.client import end_offsets, read_to_end
+from worker.errors import CheckpointError
 from worker.ops import Metrics, working_on
 from worker.stream import PARTITION_KEY, CheckpointHeader, PartitionState, read_checkpoint_header
 
@@ -41,51 +41,33 @@ class Changelog(NamedTuple):
     checkpoint_ms: int | None = None
 
 
-async def read_changelog(
-    consumer: AIOKafkaConsumer, ctp: TopicPartition, *, stall_timeout_s: float = 30.0
-) -> Changelog:
-    """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed.
+async def read_changelog(consumer: AIOKafkaConsumer, ctp: TopicPartition) -> Changelog:
+    """The latest value of every key of changelog partition `ctp` (tombstoned keys left out), as committed up to the
+    end offset taken now.
 
-    `consumer` must be a read_committed consumer assigned `ctp`. RebuildError when the position stops moving
-    before the end.
+    `consumer` must be a read_committed consumer assigned `ctp`. StalledReadError when the read stops moving before
+    the end.
     """
     began = time.monotonic()
     start = (await consumer.beginning_offsets([ctp]))[ctp]
-    end = (await consumer.end_offsets([ctp]))[ctp]
+    end = (await end_offsets(consumer, [ctp]))[ctp]
     values: dict[bytes, bytes] = {}
     read = 0
     written: int | None = None
-    if end <= start:
-        return Changelog(values, read, time.monotonic() - began)
     consumer.seek(ctp, start)
-    consumer.resume(ctp)
-    moved = time.monotonic()
-    position = start
-    try:
-        while position < end:
-            fetched = (await consumer.getmany(ctp, timeout_ms=200, max_records=_FETCH)).get(ctp, [])
-            for rec in fetched:
-                if rec.offset >= end:
-                    break
-                read += 1
-                if rec.key is None:
-                    continue  # not the worker's (a compacted topic refuses keyless records anyway)
-                if rec.value is None:
-                    values.pop(rec.key, None)
-                else:
-                    values[rec.key] = rec.value
-                    if rec.key == PARTITION_KEY:
-                        written = rec.timestamp
-            await asyncio.sleep(0)  # getmany does not yield while a fetch is buffered: other partitions run here
-            now = await consumer.position(ctp)
-            if now > position:
-                position, moved = now, time.monotonic()
-            elif time.monotonic() - moved > stall_timeout_s:
-                raise RebuildError(f"reading changelog {ctp.topic}[{ctp.partition}] made no progress for "
-                                   f"{stall_timeout_s:.0f}s at offset {position} of {end}")
-    finally:
-        consumer.pause(ctp)
+    async for batch in read_to_end(consumer, {ctp: end}, max_records=_FETCH):
+        for rec in batch[ctp]:
+            read += 1
+            if rec.key is None:
+                continue  # not the worker's (a compacted topic refuses keyless records anyway)
+            if rec.value is None:
+                values.pop(rec.key, None)
+            else:
+                values[rec.key] = rec.value
+                if rec.key == PARTITION_KEY:
+                    written = rec.timestamp
     return Changelog(values, read, time.monotonic() - began, written)
+
 
 @dataclass(frozen=True, slots=True)
 class Restored:

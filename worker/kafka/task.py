@@ -25,9 +25,8 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from worker.client import GRANT_HEALS_WITHIN_S, Diagnosis, Fault, Names, backoff_s, diagnose
 from worker.errors import CheckpointVersionError, DeadlineError, KafkaWorkerError, WorkerError
-from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, Deadlines, backoff_s
-from worker.kafka.diagnosis import Diagnosis, Fault, Names, diagnose
 from worker.kafka.ownership import Ownership
 from worker.kafka.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
 from worker.kafka.publishing import Routes
@@ -40,7 +39,7 @@ from worker.ops import Health, Metrics, Readiness, working_on
 from worker.settings import Settings
 from worker.stream import PartitionState, Verdict
 
-__all__ = ["BackPressure", "Fetcher", "PartitionTask", "Rebuilding", "Stage", "TaskContext"]
+__all__ = ["BackPressure", "Deadlines", "Fetcher", "PartitionTask", "Rebuilding", "Stage", "TaskContext"]
 
 _OWNER_POLL_FIRST_S = 0.25
 _YIELD_EVERY_S = 0.002  # longest stretch of record processing before commits in flight get the loop
@@ -102,6 +101,31 @@ class Fetcher(Protocol):
     def resume(self, tp: TopicPartition) -> None: ...
 
     def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """Seconds a partition may spend in one broker call, in its revocation commit, and in a clean shutdown.
+
+    The revocation budget is half the rebalance timeout (aiokafka's equals the session timeout): the member must
+    still rejoin in time after it, or the group evicts it.
+    """
+
+    call_s: float
+    revoke_s: float
+    shutdown_s: float
+    backoff_max_s: float
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Deadlines:
+        """The budgets the settings give."""
+        call_s = s.broker_call_timeout_ms / 1000
+        return cls(
+            call_s=call_s,
+            revoke_s=min(call_s, s.session_timeout_ms / 2000),
+            shutdown_s=s.shutdown_timeout_ms / 1000,
+            backoff_max_s=s.rebuild_backoff_max_ms / 1000,
+        )
 
 
 @dataclass(frozen=True, slots=True)

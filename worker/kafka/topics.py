@@ -12,17 +12,17 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from worker.client import (
+    MAX_BATCH_BYTES,
+    MAX_REQUEST_BYTES,
+    Denied,
+    ErrorCode,
+    authorization_error,
+    check_described,
+    principal,
+)
 from worker.display import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import ConfigError
-from worker.kafka.clients import MAX_BATCH_BYTES, MAX_REQUEST_BYTES, principal
-from worker.kafka.codes import (
-    CLUSTER_AUTHORIZATION_FAILED,
-    TOPIC_ALREADY_EXISTS,
-    TOPIC_AUTHORIZATION_FAILED,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
-from worker.kafka.diagnosis import Denied, authorization_error
-from worker.kafka.metadata import check_described
 from worker.settings import Settings
 
 __all__ = [
@@ -134,7 +134,7 @@ class TopicInspector:
                               "create the topics, or name existing ones (and grant this client Describe on them)")
         described = {t["topic"]: t for t in await self._admin.describe_topics(list(roles))}
         for topic, role in roles.items():
-            code = described[topic]["error_code"] if topic in described else UNKNOWN_TOPIC_OR_PARTITION
+            code = described[topic]["error_code"] if topic in described else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             check_described(code, topic, role, self._who)
         sizes = await self._max_message_bytes([topic for topic in roles if topic != s.source_topic])
         limits = TopicLimits(
@@ -212,10 +212,10 @@ class TopicInspector:
     ) -> None:
         response = await self._admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=configs)])
         for name, code, *_ in response.topic_errors:
-            if code in (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
+            if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
                 raise authorization_error((Denied("Topic", name, ("CREATE",)),), self._who,
                               f"create {role} (compacted, {partitions} partitions {like}; or create it yourself)")
-            if code and code != TOPIC_ALREADY_EXISTS:  # another worker creating it at the same moment is fine
+            if code and code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another worker creating it at the same moment is fine
                 raise for_code(code)(f"creating {role} {name!r}")
         _log.info("%s created: %s, %d partitions, replication %d, %s", role, topic, partitions, replication,
                   ", ".join(f"{name}={value}" for name, value in configs.items()))
@@ -246,9 +246,10 @@ class TopicInspector:
                 if value is not None:
                     found[topic] = int(value)
                 else:
+                    code = resource["error_code"]
                     self._warn_once(f"topic:{topic}", "%s of topic %r is unreadable (error code %d%s): using "
-                                    "--assumed-max-message-bytes %d", _MAX_MESSAGE, topic, resource["error_code"],
-                                    _DENIED_HINT if resource["error_code"] == TOPIC_AUTHORIZATION_FAILED else "",
+                                    "--assumed-max-message-bytes %d", _MAX_MESSAGE, topic, code,
+                                    _DENIED_HINT if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED else "",
                                     assumed)  # fmt: skip
         return found
 
@@ -261,7 +262,7 @@ class TopicInspector:
         node, resource = read
         values = {name: config_value(resource, name) for name in BROKER_TIMEOUTS}
         if any(v is None for v in values.values()):
-            denied = resource["error_code"] == CLUSTER_AUTHORIZATION_FAILED
+            denied = resource["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             self._warn_once("broker", "broker %s configs are unreadable (error code %d%s): the transaction and "
                             "session timeouts are not checked against them", node, resource["error_code"],
                             ", no DescribeConfigs right on the cluster" if denied else "")  # fmt: skip

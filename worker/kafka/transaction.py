@@ -37,9 +37,8 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from worker.client import bounded, observe_producer
 from worker.errors import KafkaWorkerError
-from worker.kafka._aiokafka import observe_producer
-from worker.kafka.deadlines import bounded
 
 __all__ = ["Transaction", "TxnPhase"]
 

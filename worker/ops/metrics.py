@@ -24,10 +24,10 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from worker._version import package_version
+from worker.client import REFUSAL_CAUSES
 from worker.ops.loop import LoopMetrics
 
 __all__ = [
-    "AUTHENTICATION_CAUSES",
     "CONTENT_TYPE",
     "PREFIX",
     "TRANSACTION_RESULTS",
@@ -41,8 +41,6 @@ PREFIX: Final = "harness_agui_"
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
 TRANSACTION_RESULTS: Final = ("committed", "aborted")
-AUTHENTICATION_CAUSES: Final = ("authentication", "mechanism", "tls-untrusted", "tls-hostname",
-                                "tls-client-certificate", "tls", "token")  # fmt: skip
 
 _TP: Final = ("topic", "partition")
 _le_text = cast(Callable[[float], str], floatToGoString)  # how the client writes a bucket's `le` (untyped there)
@@ -255,7 +253,7 @@ class Metrics:
         register_process_collectors(r)
         for result in TRANSACTION_RESULTS:
             self.transactions_total.labels(result=result)
-        for cause in AUTHENTICATION_CAUSES:
+        for cause in REFUSAL_CAUSES:
             self.authentication_failures_total.labels(cause=cause)
         self._per_partition: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
             (self.source_records_total, (*_TP, "verdict")),

@@ -7,11 +7,11 @@ import logging
 
 from aiokafka import AIOKafkaConsumer
 
+from worker.client import make_consumer
 from worker.contract import SEQ, TERMINAL_TYPES, TYPE
 from worker.gateway.settings import GatewaySettings
-from worker.kafka.clients import connection_options
 
-__all__ = ["TERMINAL_TYPE_BYTES", "header", "make_consumer", "seq_and_kind"]
+__all__ = ["TERMINAL_TYPE_BYTES", "gateway_consumer", "header", "seq_and_kind"]
 
 TERMINAL_TYPE_BYTES = frozenset(kind.encode() for kind in TERMINAL_TYPES)  # as the `agui-type` header holds them
 _FETCH_DENIED = "Not authorized to read from topic"  # aiokafka's own warning, which the tail names itself
@@ -33,16 +33,9 @@ def seq_and_kind(headers: list[tuple[str, bytes]]) -> tuple[bytes | None, bytes 
     return header(headers, SEQ), header(headers, TYPE)
 
 
-def make_consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKafkaConsumer:
+def gateway_consumer(settings: GatewaySettings, role: str, **options: object) -> AIOKafkaConsumer:
     """A read_committed consumer that commits nothing, named after its role; `options` may give it a group."""
-    kwargs: dict[str, object] = {"group_id": None, "auto_offset_reset": "earliest"} | options
-    return AIOKafkaConsumer(
-        client_id=f"{settings.client_id}-gateway-{role}",
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        **kwargs,
-        **connection_options(settings),
-    )
+    return make_consumer(settings, f"{settings.client_id}-gateway-{role}", **options)
 
 
 class _NamedByTheTail(logging.Filter):

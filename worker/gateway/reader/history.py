@@ -18,9 +18,10 @@ from typing import NamedTuple
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from worker.client import read_to_end
 from worker.errors import KafkaWorkerError
 from worker.gateway.directory import DisplayPointer
-from worker.gateway.reader._records import TERMINAL_TYPE_BYTES, make_consumer, seq_and_kind
+from worker.gateway.reader._records import TERMINAL_TYPE_BYTES, gateway_consumer, seq_and_kind
 from worker.gateway.settings import GatewaySettings
 
 __all__ = ["HistoryEvent", "HistoryReader", "NotHeld"]
@@ -74,7 +75,7 @@ class HistoryReader:
 
     async def start(self) -> None:
         for _ in range(self._size):
-            consumer = make_consumer(self._settings, "history", fetch_max_wait_ms=100)
+            consumer = gateway_consumer(self._settings, "history", fetch_max_wait_ms=100)
             await consumer.start()
             reader = _Reader(consumer)
             self._all.append(reader)
@@ -155,27 +156,19 @@ class HistoryReader:
         """Read one fetch of `tp` from the reader's position, appending `key`'s events before `until`; returns the
         next offset and whether `until` was reached."""
         consumer = reader.consumer
-        deadline = time.monotonic() + _READ_DEADLINE_S
-        while True:
-            records = (await consumer.getmany(tp, timeout_ms=200, max_records=2_000)).get(tp, [])
-            if records:
-                for record in records:
-                    if record.offset >= until:
-                        reader.at = -1
-                        return until, True
+        fetches = read_to_end(consumer, {tp: until}, stall_s=_READ_DEADLINE_S, max_records=2_000)
+        async with contextlib.aclosing(fetches):
+            async for batch in fetches:
+                for record in batch[tp]:
                     if record.key == key:
                         seq, kind = seq_and_kind(record.headers)
                         if seq is not None:
                             terminal = kind in TERMINAL_TYPE_BYTES
                             out.append(HistoryEvent(int(seq), record.value, record.timestamp, terminal))
-                reader.at = records[-1].offset + 1
+                reader.at = await consumer.position(tp)
                 return reader.at, reader.at >= until
-            position = await consumer.position(tp)
-            if position >= until:
-                reader.at = -1
-                return until, True
-            if time.monotonic() > deadline:
-                raise KafkaWorkerError(f"reading {tp.topic}[{tp.partition}] made no progress at offset {position}")
+        reader.at = -1  # read to `until`: paused there, sought again next time
+        return until, True
 
     async def _locate(
         self, tp: TopicPartition, key: bytes, from_seq: int, until: int, *, hint_ms: int, known_last: int

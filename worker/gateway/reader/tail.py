@@ -23,8 +23,20 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
+from worker.client import (
+    GRANT_HEALS_WITHIN_S,
+    Denied,
+    EndWatch,
+    authorization_error,
+    backoff_s,
+    end_offsets,
+    principal,
+    topic_partitions,
+    until_reachable,
+    wait_beating,
+)
 from worker.contract import SEQ, THREAD_ID
-from worker.errors import ConfigError, KafkaWorkerError
+from worker.errors import ConfigError, KafkaWorkerError, StalledReadError
 from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.hub import Hub
 from worker.gateway.owners import Owners
@@ -32,40 +44,17 @@ from worker.gateway.reader._records import (
     FETCH_FILTER,
     FETCH_LOG,
     TERMINAL_TYPE_BYTES,
+    gateway_consumer,
     header,
-    make_consumer,
     seq_and_kind,
 )
 from worker.gateway.reader.group import OwnersAssignor
 from worker.gateway.settings import GatewaySettings
-from worker.kafka.clients import principal
-from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S, backoff_s
-from worker.kafka.diagnosis import Denied, authorization_error
-from worker.kafka.metadata import topic_partitions
-from worker.kafka.startup import until_reachable, wait_beating
 
 __all__ = ["TopicTail"]
 
 _log = logging.getLogger(__name__)
-_END_OFFSET_TRIES = 6
 _BATCH_RECORDS = 500  # records handed to the hub between two turns of the writers (getmany may not yield)
-
-
-async def _end_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """The partitions' end offsets, asked again (a few times, backing off) when the brokers fail to answer: a gained
-    partition is served only once its start is known."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
-        except KafkaError as exc:
-            if attempt >= _END_OFFSET_TRIES:
-                raise
-            _log.warning("end offsets of %s not known yet, asking again: %s", [tp.partition for tp in tps], exc)
-            await asyncio.sleep(backoff_s(attempt, 5.0))
-        else:
-            return ends
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -93,7 +82,7 @@ class TopicTail:
         self._on_batch = on_batch
         self._consumers: list[AIOKafkaConsumer] = []  # the output topic's, then the display topic's
         self._offered: dict[int, str] = {}  # the map of the assignment being taken
-        self._display_end: dict[int, int] = {}  # gained partitions still being loaded: the end offset to reach
+        self._loading = EndWatch()  # gained display partitions being read up to the end offsets taken when gained
         self._display_next: dict[int, int] = {}  # per own display partition, the next offset to read
         self._who = principal(settings)
         self.read = asyncio.Event()  # set once the first assignment's partitions were loaded
@@ -116,11 +105,11 @@ class TopicTail:
         options: dict[str, object] = {"fetch_max_wait_ms": settings.fetch_max_wait_ms,
                                       "max_partition_fetch_bytes": 4 * 1024 * 1024}  # fmt: skip
         assignor = OwnersAssignor(self._owners.url, lambda: self._owners.mine, self._offer)
-        events = make_consumer(settings, "tail", group_id=settings.group, auto_offset_reset="latest",
+        events = gateway_consumer(settings, "tail", group_id=settings.group, auto_offset_reset="latest",
                                partition_assignment_strategy=(assignor,),
                                session_timeout_ms=settings.session_timeout_ms,
                                heartbeat_interval_ms=settings.heartbeat_interval_ms, **options)  # fmt: skip
-        displays = make_consumer(settings, "display", **options)
+        displays = gateway_consumer(settings, "display", **options)
         started: list[AIOKafkaConsumer] = []
         try:
             for consumer in (events, displays):
@@ -174,12 +163,12 @@ class TopicTail:
         if lost:
             hub.release(lost)
             self._directory.forget(lost)
+            self._loading.drop(TopicPartition(settings.display_topic, partition) for partition in lost)
             for partition in lost:
-                self._display_end.pop(partition, None)
                 self._display_next.pop(partition, None)
         if gained:
             tps = [TopicPartition(settings.output_topic, p) for p in sorted(gained)]
-            for tp, end in (await _end_offsets(events, tps)).items():
+            for tp, end in (await end_offsets(events, tps)).items():
                 hub.passed(tp.partition, end)
         for partition in mine:
             events.seek(TopicPartition(settings.output_topic, partition), hub.positions.get(partition, 0))
@@ -188,9 +177,9 @@ class TopicTail:
         for tp in display:
             displays.seek(tp, self._display_next.setdefault(tp.partition, 0))
         if gained:
-            ends = await _end_offsets(displays, [tp for tp in display if tp.partition in gained])
-            self._display_end.update({tp.partition: end for tp, end in ends.items() if end > 0})
-        self._owners.loaded(p for p in mine if p not in self._display_end)
+            ends = await end_offsets(displays, [tp for tp in display if tp.partition in gained])
+            self._loading.add({tp: end for tp, end in ends.items() if end > 0})
+        self._owners.loaded(tp.partition for tp in display if tp not in self._loading.ends)
         _log.info("gateway group assignment: partitions %s here (%d gained, %d lost)", sorted(mine), len(gained),
                   len(lost), extra={"partitions": sorted(mine), "owners": self._owners.generation})  # fmt: skip
         self._check_loaded()
@@ -237,7 +226,7 @@ class TopicTail:
                 if tp.partition in mine:  # a fetch that was under way when the partition was lost is dropped
                     count += len(records)
                     handle(tp.partition, records)
-            if role == "display_topic" and self._display_end:
+            if role == "display_topic" and self._loading:
                 await self._display_positions(consumer)
             if self._on_batch is not None and count:
                 self._on_batch(count)
@@ -271,11 +260,14 @@ class TopicTail:
                 hub.displayed(run_id, pointer.seq)
 
     async def _display_positions(self, consumer: AIOKafkaConsumer) -> None:
-        for partition, end in list(self._display_end.items()):
-            tp = TopicPartition(self._settings.display_topic, partition)
-            if tp in consumer.assignment() and await consumer.position(tp) >= end:
-                del self._display_end[partition]
-                self._owners.loaded([partition])
+        """Mark the gained display partitions read up to their end offsets loaded; a loading stall is told (and
+        the partitions are read on)."""
+        try:
+            done = await self._loading.reached(consumer)
+        except StalledReadError as exc:
+            _log.warning("loading the run directory: %s; still reading", exc)
+            return
+        self._owners.loaded(tp.partition for tp in done)
         self._check_loaded()
 
     def _check_loaded(self) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiokafka.errors import UnknownTopicOrPartitionError, for_code
 
-from worker.kafka._aiokafka import topic_metadata
-from worker.kafka.codes import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
-from worker.kafka.diagnosis import Denied, authorization_error
+from worker.client._aiokafka import topic_metadata
+from worker.client._codes import ErrorCode
+from worker.client._diagnosis import Denied, authorization_error
 
 __all__ = ["check_described", "topic_partitions"]
 
@@ -17,7 +17,7 @@ __all__ = ["check_described", "topic_partitions"]
 def check_described(code: int, topic: str, role: str, who: str) -> None:
     """Raise for the error code a broker gave for describing `topic` (`role`: the setting naming it):
     AuthorizationError naming the right when denied (`who`: the principal, when known), the client's error else."""
-    if code == TOPIC_AUTHORIZATION_FAILED:
+    if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
         raise authorization_error((Denied("Topic", topic, ("DESCRIBE",)),), who, f"describe {role} {topic!r}")
     if code:
         raise for_code(code)(f"describing {role} {topic!r}")
@@ -29,7 +29,7 @@ async def topic_partitions(client: Any, topic: str, role: str, who: str) -> list
     without Describe on it, UnknownTopicOrPartitionError (worth retrying) while it does not exist or has no
     partitions yet."""
     code, partitions = await topic_metadata(client, topic)
-    if code == UNKNOWN_TOPIC_OR_PARTITION:
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         raise UnknownTopicOrPartitionError(f"{role} {topic!r} does not exist yet")
     check_described(code, topic, role, who)
     if not partitions:

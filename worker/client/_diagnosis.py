@@ -24,8 +24,8 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
+from worker.client._aiokafka import ProducerView
 from worker.errors import AuthorizationError, DeadlineError
-from worker.kafka._aiokafka import ProducerView
 
 __all__ = [
     "ACCESS_CONTROL_HELP", "Denied", "Diagnosis", "Fault", "Names", "Step", "authorization_error", "denied_rights",

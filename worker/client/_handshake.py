@@ -16,12 +16,13 @@ from aiokafka.errors import (
 )
 
 from worker.errors import TokenError
-from worker.ops.metrics import AUTHENTICATION_CAUSES
 
 __all__ = ["CAUSES", "Refusal", "refusal_in"]
 
-CAUSES: Final = AUTHENTICATION_CAUSES
-"""Every cause a refusal can have (the metric's label values, defined beside it)."""
+CAUSES: Final = ("authentication", "mechanism", "tls-untrusted", "tls-hostname", "tls-client-certificate", "tls",
+                 "token")  # fmt: skip
+"""Every cause a refusal can have (the label values of `harness_agui_authentication_failures_total` and of the
+gateway's)."""
 
 _HOSTNAME_MISMATCH: Final = frozenset({62, 64})  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 _EXPIRED: Final = 10  # X509_V_ERR_CERT_HAS_EXPIRED

@@ -13,15 +13,15 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError, SaslAuthenticationFailed
 
+from worker.client._connection import connection_options
+from worker.client._deadlines import GRANT_HEALS_WITHIN_S
+from worker.client._handshake import Refusal, refusal_in
+from worker.client._settings import ConnectionSettings
 from worker.errors import AuthorizationError, KafkaWorkerError
-from worker.kafka.clients import connection_options
-from worker.kafka.deadlines import GRANT_HEALS_WITHIN_S
-from worker.kafka.handshake import Refusal, refusal_in
-from worker.settings import ConnectionSettings
 
 __all__ = ["reach_brokers", "reach_once", "until_reachable", "wait_beating"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("worker.client")  # the kit's one logger: its modules are private
 _T = TypeVar("_T")
 _CLIENT_LOGGER = "aiokafka"  # where aiokafka's client logs a failed bootstrap
 
@@ -64,7 +64,7 @@ async def until_reachable(
     An attempt failing with a client error or an OS error is logged as one warning line, then retried after a
     back-off doubling up to `max_backoff_s`; anything else (a ConfigError) propagates. A failure the brokers' TLS
     or SASL handshake caused is an ERROR line that starts with its meaning, and `on_refusal` gets its cause
-    (`worker.kafka.handshake.CAUSES`). An attempt the broker denied a right (AuthorizationError) is one error line
+    (`REFUSAL_CAUSES`). An attempt the broker denied a right (AuthorizationError) is one error line
     naming it, retried at most `denied_max_s` apart. `beat` is called every second meanwhile, so liveness holds
     while the brokers are away.
     """
@@ -135,7 +135,7 @@ async def reach_once(settings: ConnectionSettings, *, topics: tuple[str, ...] = 
                      ) -> dict[str, int]:  # fmt: skip
     """One attempt of `reach_brokers`, within `timeout_s`: the partition count of each of `topics` the client may
     see. KafkaWorkerError saying in one line why it failed, starting with the cause of a TLS or SASL refusal
-    (`worker.kafka.handshake.CAUSES`) and what to check."""
+    (`REFUSAL_CAUSES`) and what to check."""
     with _client_log_withheld() as withheld:
         try:
             return await asyncio.wait_for(_connect(settings, topics), timeout_s)

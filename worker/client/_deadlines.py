@@ -1,44 +1,18 @@
-"""How long one partition may wait on the broker: each call has a deadline, a failed rebuild a capped back-off."""
+"""How long a caller may wait on the brokers: a call under a deadline, and a capped back-off between attempts."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from worker.errors import DeadlineError
-from worker.settings import Settings
 
-__all__ = ["GRANT_HEALS_WITHIN_S", "Deadlines", "backoff_s", "bounded"]
+__all__ = ["GRANT_HEALS_WITHIN_S", "backoff_s", "bounded"]
 
 _T = TypeVar("_T")
 _FIRST_BACKOFF_S = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class Deadlines:
-    """Seconds a partition may spend in one broker call, in its revocation commit, and in a clean shutdown.
-
-    The revocation budget is half the rebalance timeout (aiokafka's equals the session timeout): the member must
-    still rejoin in time after it, or the group evicts it.
-    """
-
-    call_s: float
-    revoke_s: float
-    shutdown_s: float
-    backoff_max_s: float
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> Deadlines:
-        call_s = s.broker_call_timeout_ms / 1000
-        return cls(
-            call_s=call_s,
-            revoke_s=min(call_s, s.session_timeout_ms / 2000),
-            shutdown_s=s.shutdown_timeout_ms / 1000,
-            backoff_max_s=s.rebuild_backoff_max_ms / 1000,
-        )
 
 
 async def bounded(aw: Awaitable[_T], seconds: float, call: str, where: str) -> _T:
