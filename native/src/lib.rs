@@ -1,13 +1,15 @@
 //! `worker._native_core`: the worker's per-record path in Rust, behind the Python API of the pure-Python sources
 //! (which stay the readable reference and the fallback where no wheel fits).
 //!
-//! Rooms mirror the Python package: `json` (the values and the reference's two JSON spellings), `agui` (the AG-UI
-//! events the observer emits and their output encoding), and `py` (the boundary: conversions and the exported
-//! functions).
+//! Rooms mirror the Python package: `json` (the values and the reference's two JSON spellings), `wire` (a record's
+//! bytes to a source item), `agui` (the AG-UI events the observer emits and their output encoding), and `py` (the
+//! boundary: conversions and the exported classes and functions).
 
 pub mod agui;
 pub mod json;
+pub mod observe;
 pub mod py;
+pub mod wire;
 
 use pyo3::prelude::*;
 
@@ -28,6 +30,25 @@ mod native_core {
 
     #[pymodule_export]
     const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+    #[pymodule_export]
+    use crate::py::item::Item;
+
+    #[pymodule_export]
+    use crate::py::observer::Observer;
+
+    /// The item one wire record holds, or None when the reference decoder must read it (a malformed record among
+    /// them: only the reference names the fault).
+    #[pyfunction]
+    fn decode(record: &[u8]) -> Option<Item> {
+        crate::wire::decode(record).ok().map(|item| Item { item })
+    }
+
+    /// A reference decoder's item (`worker.wire.decode_item`'s) with its `timestamp_ms`, as an `Item`.
+    #[pyfunction]
+    fn import_item(item: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<Item> {
+        Ok(Item { item: crate::py::item::item_from_python(item, timestamp_ms)? })
+    }
 
     /// The output record bytes of an ag-ui event object, as `worker.observe.encode_event` writes them; TypeError
     /// for an event these types do not hold (extra fields, values that are not JSON data).

@@ -24,12 +24,18 @@ struct Reader<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
+    deepest: usize,
 }
 
 /// Parse one JSON document (surrounding whitespace allowed).
 pub fn parse(data: &[u8]) -> Parsed<Value> {
+    parse_measured(data).map(|(value, _)| value)
+}
+
+/// `parse`, and the deepest nesting of arrays and objects met.
+pub fn parse_measured(data: &[u8]) -> Parsed<(Value, usize)> {
     let text = std::str::from_utf8(data).map_err(|e| Refused { at: e.valid_up_to(), what: "invalid UTF-8" })?;
-    let mut reader = Reader { text, bytes: data, at: 0 };
+    let mut reader = Reader { text, bytes: data, at: 0, deepest: 0 };
     reader.skip_space();
     if reader.at == data.len() {
         return Err(Refused { at: 0, what: "empty input" });
@@ -39,7 +45,7 @@ pub fn parse(data: &[u8]) -> Parsed<Value> {
     if reader.at != data.len() {
         return Err(reader.refuse("trailing characters"));
     }
-    Ok(value)
+    Ok((value, reader.deepest))
 }
 
 /// The longest run of ASCII digits anywhere in the bytes (the reference re-reads text with a run of 19 or more).
@@ -95,6 +101,7 @@ impl Reader<'_> {
         if depth > MAX_DEPTH {
             return Err(self.refuse("depth limit exceeded"));
         }
+        self.deepest = self.deepest.max(depth);
         self.at += 1;
         let mut items = Vec::new();
         self.skip_space();
@@ -121,6 +128,7 @@ impl Reader<'_> {
         if depth > MAX_DEPTH {
             return Err(self.refuse("depth limit exceeded"));
         }
+        self.deepest = self.deepest.max(depth);
         self.at += 1;
         let mut entries: Vec<(String, Value)> = Vec::new();
         let mut seen: Option<HashSet<String>> = None;

@@ -1,0 +1,163 @@
+//! Per-run conversion state (conversion-spec §1b.8): the request index, the open part cursors by index, and for a
+//! stream's root its child runs' states and each run's thread. A `Draft` stages one item's changes to a run's state.
+
+use crate::json::{Map, Value};
+
+/// Where an open part stands; replaced, never changed in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub kind: CursorKind,
+    pub part_id: String,
+    pub tool_name: Option<String>,
+    pub emitted_content: bool,
+    pub emitted_signature: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CursorKind {
+    Text,
+    Reasoning,
+    ToolCall,
+}
+
+impl CursorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CursorKind::Text => "text",
+            CursorKind::Reasoning => "reasoning",
+            CursorKind::ToolCall => "tool_call",
+        }
+    }
+
+    /// The last word of a computed part id.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            CursorKind::Text => "text",
+            CursorKind::Reasoning => "reasoning",
+            CursorKind::ToolCall => "tool",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<CursorKind> {
+        match name {
+            "text" => Some(CursorKind::Text),
+            "reasoning" => Some(CursorKind::Reasoning),
+            "tool_call" => Some(CursorKind::ToolCall),
+            _ => None,
+        }
+    }
+}
+
+impl Cursor {
+    pub fn new(kind: CursorKind, part_id: String) -> Cursor {
+        Cursor { kind, part_id, tool_name: None, emitted_content: false, emitted_signature: false }
+    }
+}
+
+/// A part index: a JSON integer of any size (`Value::Int` or `Value::Big`), as Python's dict keys compare them.
+pub type PartIndex = Value;
+
+/// Python's `str()` of a part index or request index (`True`/`False` for the booleans a request index may hold).
+pub fn python_str(value: &Value) -> String {
+    match value {
+        Value::Int(n) => n.to_string(),
+        Value::Big(digits) => digits.to_string(),
+        Value::Bool(true) => "True".to_owned(),
+        Value::Bool(false) => "False".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// One run's state. The root's also holds its children's states and the thread of every run seen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunState {
+    /// An integer (any size) or a boolean: a JSON `true` request index is kept as sent, as upstream keeps it.
+    pub request_index: Value,
+    pub parts: Vec<(PartIndex, Cursor)>,
+    pub children: Vec<(String, RunState)>,
+    pub threads: Vec<(String, String)>,
+}
+
+impl Default for RunState {
+    fn default() -> Self {
+        RunState { request_index: Value::Int(0), parts: Vec::new(), children: Vec::new(), threads: Vec::new() }
+    }
+}
+
+impl RunState {
+    pub fn thread_of(&self, run_id: &str) -> Option<&str> {
+        self.threads.iter().find(|(run, _)| run == run_id).map(|(_, thread)| thread.as_str())
+    }
+
+    pub fn child(&self, run_id: &str) -> Option<&RunState> {
+        self.children.iter().find(|(run, _)| run == run_id).map(|(_, state)| state)
+    }
+
+    pub fn child_mut(&mut self, run_id: &str) -> Option<&mut RunState> {
+        self.children.iter_mut().find(|(run, _)| run == run_id).map(|(_, state)| state)
+    }
+
+    /// `state_data(state)`: the JSON data of its exported model.
+    pub fn to_value(&self) -> Value {
+        let mut parts = Map::with_capacity(self.parts.len());
+        for (index, cursor) in &self.parts {
+            let mut c = Map::with_capacity(5);
+            c.push("kind", Value::str(cursor.kind.name()));
+            c.push("part_id", Value::str(cursor.part_id.clone()));
+            c.push("tool_name", cursor.tool_name.clone().map_or(Value::Null, Value::Str));
+            c.push("emitted_content", Value::Bool(cursor.emitted_content));
+            c.push("emitted_signature", Value::Bool(cursor.emitted_signature));
+            parts.insert(python_str(index), Value::Object(c));
+        }
+        let mut out = Map::with_capacity(4);
+        out.push("request_index", self.request_index.clone());
+        out.push("parts", Value::Object(parts));
+        out.push(
+            "children",
+            Value::Object(Map::from_entries(
+                self.children.iter().map(|(run, s)| (run.clone(), s.to_value())).collect(),
+            )),
+        );
+        out.push(
+            "threads",
+            Value::Object(Map::from_entries(
+                self.threads.iter().map(|(run, thread)| (run.clone(), Value::str(thread.clone()))).collect(),
+            )),
+        );
+        Value::Object(out)
+    }
+}
+
+/// Staged changes to one run's state: its request index and a copy of its parts.
+pub struct Draft {
+    pub request_index: Value,
+    pub parts: Vec<(PartIndex, Cursor)>,
+}
+
+impl Draft {
+    pub fn of(state: &RunState) -> Draft {
+        Draft { request_index: state.request_index.clone(), parts: state.parts.clone() }
+    }
+
+    pub fn get(&self, index: &PartIndex) -> Option<&Cursor> {
+        self.parts.iter().find(|(i, _)| i == index).map(|(_, c)| c)
+    }
+
+    /// Set the cursor at `index`: an existing one is replaced in its place, a new one goes last.
+    pub fn set(&mut self, index: &PartIndex, cursor: Cursor) {
+        match self.parts.iter_mut().find(|(i, _)| i == index) {
+            Some(slot) => slot.1 = cursor,
+            None => self.parts.push((index.clone(), cursor)),
+        }
+    }
+
+    pub fn pop(&mut self, index: &PartIndex) -> Option<Cursor> {
+        let at = self.parts.iter().position(|(i, _)| i == index)?;
+        Some(self.parts.remove(at).1)
+    }
+
+    pub fn commit(self, state: &mut RunState) {
+        state.request_index = self.request_index;
+        state.parts = self.parts;
+    }
+}

@@ -1,0 +1,155 @@
+//! The observer across the boundary: `Observer` converts native items to encoded events, its refusals raised as
+//! the reference raises them (`AguiObservationError`, or the pydantic `ValidationError` of a malformed inline
+//! delegation payload, made by the reference's own model).
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
+
+use super::item::Item;
+use super::value::{from_value, to_value};
+use crate::agui::Event;
+use crate::json::Value;
+use crate::observe::state::{Cursor, CursorKind, RunState};
+use crate::observe::{Observer as Core, Prepared, Refusal};
+
+static OBSERVATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static DELEGATION_MODEL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The exception the reference raises for a refusal.
+pub fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyErr {
+    match refusal {
+        Refusal::Observation(message) => match OBSERVATION_ERROR.import(py, "worker.errors", "AguiObservationError") {
+            Ok(cls) => PyErr::from_type(cls.clone(), message),
+            Err(err) => err,
+        },
+        Refusal::Delegation(payload) => {
+            let model = DELEGATION_MODEL.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+                Ok(py.import("worker.observe._delegation")?.getattr("InlineDelegation")?.unbind())
+            });
+            let validated = model.and_then(|model| {
+                from_value(py, &payload).and_then(|p| model.bind(py).call_method1("model_validate", (p,)))
+            });
+            match validated {
+                Err(err) => err,
+                Ok(_) => {
+                    PyRuntimeError::new_err("the native observer refused an inline delegation the reference accepts")
+                }
+            }
+        }
+    }
+}
+
+/// Encoded events as `(types, values)`: a tuple of the events' type names and a list of their output record values.
+pub fn encoded<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py, PyTuple>> {
+    let types = PyTuple::new(py, events.iter().map(|e| PyString::intern(py, e.type_name())))?;
+    let values = PyList::new(py, events.iter().map(|e| PyBytes::new(py, &e.encode())))?;
+    PyTuple::new(py, [types.into_any(), values.into_any()])
+}
+
+/// A run's observer (`stream=False`) or a root stream's (`stream=True`), without an event journal.
+#[pyclass(module = "worker._native_core", name = "Observer")]
+pub struct Observer {
+    pub core: Core,
+    pending: Option<Prepared>,
+}
+
+impl Observer {
+    pub fn new_core(core: Core) -> Observer {
+        Observer { core, pending: None }
+    }
+}
+
+fn cursor_from(value: &Value) -> PyResult<Cursor> {
+    let map = value.as_object().ok_or_else(|| PyTypeError::new_err("a cursor is not an object"))?;
+    let text = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_owned);
+    let flag = |key: &str| matches!(map.get(key), Some(Value::Bool(true)));
+    Ok(Cursor {
+        kind: text("kind")
+            .and_then(|k| CursorKind::from_name(&k))
+            .ok_or_else(|| PyValueError::new_err("cursor kind"))?,
+        part_id: text("part_id").ok_or_else(|| PyValueError::new_err("cursor part_id"))?,
+        tool_name: text("tool_name"),
+        emitted_content: flag("emitted_content"),
+        emitted_signature: flag("emitted_signature"),
+    })
+}
+
+/// A run state from the Python-mode dump of the reference's validated `StateModel` (integer part indices).
+fn state_from(value: &Bound<'_, PyAny>) -> PyResult<RunState> {
+    let get = |key: &str| value.get_item(key);
+    let mut state = RunState { request_index: to_value(&get("request_index")?)?, ..RunState::default() };
+    for entry in get("parts")?.call_method0("items")?.try_iter()? {
+        let (index, cursor): (Bound<'_, PyAny>, Bound<'_, PyAny>) = entry?.extract()?;
+        state.parts.push((to_value(&index)?, cursor_from(&to_value(&cursor)?)?));
+    }
+    for entry in get("children")?.call_method0("items")?.try_iter()? {
+        let (run, child): (String, Bound<'_, PyAny>) = entry?.extract()?;
+        state.children.push((run, state_from(&child)?));
+    }
+    for entry in get("threads")?.call_method0("items")?.try_iter()? {
+        state.threads.push(entry?.extract()?);
+    }
+    Ok(state)
+}
+
+#[pymethods]
+impl Observer {
+    #[new]
+    fn new(stream: bool) -> Self {
+        Observer::new_core(Core::new(stream))
+    }
+
+    #[getter]
+    fn thread_id(&self) -> Option<&str> {
+        self.core.thread_id.as_deref()
+    }
+
+    #[getter]
+    fn run_id(&self) -> Option<&str> {
+        self.core.run_id.as_deref()
+    }
+
+    /// Convert, fragment and commit one item: its frames as `(types, values)`. A refusal raises and changes
+    /// nothing.
+    fn observe<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
+        let events = self.core.observe(&item.item).map_err(|r| refusal_error(py, r))?;
+        encoded(py, &events)
+    }
+
+    /// Convert one item without committing it: its events' values, for a processor to see (`commit` makes the
+    /// changes, `observe` or `prepare` again discards them).
+    fn prepare<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyList>> {
+        self.pending = None;
+        let prepared = self.core.prepare(&item.item).map_err(|r| refusal_error(py, r))?;
+        let values = PyList::new(py, prepared.events.iter().map(|e| PyBytes::new(py, &e.encode())))?;
+        self.pending = Some(prepared);
+        Ok(values)
+    }
+
+    /// Make the changes of the item `prepare` converted last.
+    fn commit(&mut self) -> PyResult<()> {
+        let prepared = self.pending.take().ok_or_else(|| PyRuntimeError::new_err("nothing prepared to commit"))?;
+        self.core.commit(prepared);
+        Ok(())
+    }
+
+    /// The continuation as JSON data (`export().model_dump(mode="json")` of the reference).
+    fn export_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        from_value(py, &self.core.export())
+    }
+
+    /// An observer continuing from `continuation`, the Python-mode dump of a validated `ObserverContinuation`.
+    #[staticmethod]
+    fn restore(stream: bool, continuation: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let text = |key: &str| -> PyResult<Option<String>> { continuation.get_item(key)?.extract() };
+        let core = Core {
+            stream,
+            thread_id: text("thread_id")?,
+            run_id: text("run_id")?,
+            state: state_from(&continuation.get_item("state")?)?,
+        };
+        Ok(Observer::new_core(core))
+    }
+}

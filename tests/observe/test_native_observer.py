@@ -1,0 +1,72 @@
+"""The native observer converts exactly as the reference observers do: for every golden source and for generated
+runs with inline children, in stream and plain mode, each item's frames byte for byte (or the same refusal, type and
+message), and the same continuation after every item."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from tests.native import native_core
+from tests.observe._runs import wire_runs
+from worker.errors import DecodeError
+from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, encode_event
+from worker.wire import HarnessItem, decode_item, timestamp_ms
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
+SOURCES = sorted(p for p in GOLDEN.rglob("*.jsonl") if ".agui." not in p.name and ".display." not in p.name)
+
+
+def _native_item(core: Any, record: bytes, reference: HarnessItem) -> Any:
+    item = core.decode(record)
+    return item if item is not None else core.import_item(reference, timestamp_ms(reference))
+
+
+def _outcome(call: Any) -> tuple[str, Any]:
+    try:
+        return "ok", call()
+    except Exception as exc:  # the refusal's type and message are compared
+        return "refused", (type(exc).__name__, str(exc))
+
+
+def compare(records: list[bytes], stream: bool) -> int:
+    """Feed both observers the records; the number of items observed."""
+    core = native_core()
+    reference: HarnessAguiObserver = (HarnessAguiStreamObserver if stream else HarnessAguiObserver)(
+        retain_events=False)
+    native = core.Observer(stream)
+    observed = 0
+    for record in records:
+        try:
+            item = decode_item(record)
+        except DecodeError:
+            continue
+        ours = _native_item(core, record, item)
+        kind, theirs = _outcome(lambda item=item: reference.observe(item))
+        if kind == "ok":
+            theirs = ([e.type.value for e in theirs], [encode_event(e) for e in theirs])
+        got_kind, got = _outcome(lambda ours=ours: native.observe(ours))
+        if got_kind == "ok":
+            got = (list(got[0]), got[1])
+        assert (got_kind, got) == (kind, theirs), record[:200]
+        assert json.dumps(native.export_data()) == json.dumps(reference.export_data()), record[:200]
+        observed += 1
+    return observed
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+def test_every_golden_source_converts_identically(stream: bool) -> None:
+    observed = sum(compare([ln for ln in path.read_bytes().split(b"\n") if ln.strip()], stream) for path in SOURCES)
+    assert observed > 5000
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_runs())
+def test_generated_runs_with_children_convert_identically(run: list[dict[str, Any]]) -> None:
+    records = [json.dumps(line).encode() for line in run]
+    compare(records, stream=True)
+    compare(records, stream=False)
