@@ -186,12 +186,10 @@ async def _relay(port: int, owner_url: str) -> None:
     from worker._heap import freeze_heap  # noqa: PLC0415
     from worker.gateway.api import GatewayApi  # noqa: PLC0415
     from worker.gateway.directory import RunDirectory  # noqa: PLC0415
-    from worker.gateway.forwarding import Forwarder, PeerKey  # noqa: PLC0415
     from worker.gateway.hub import Hub  # noqa: PLC0415
     from worker.gateway.metrics import GatewayMetrics  # noqa: PLC0415
-    from worker.gateway.owners import Owners  # noqa: PLC0415
     from worker.gateway.reader import HistoryReader  # noqa: PLC0415
-    from worker.gateway.relay import Relays  # noqa: PLC0415
+    from worker.gateway.routing import Owners, PeerKey, Router  # noqa: PLC0415
     from worker.gateway.settings import GatewaySettings  # noqa: PLC0415
     from worker.gateway.streams import RunStreams  # noqa: PLC0415
 
@@ -206,13 +204,11 @@ async def _relay(port: int, owner_url: str) -> None:
     owners.assign(dict.fromkeys(range(PARTITIONS), owner_url), [])
     streams = RunStreams(owners, hub, directory, HistoryReader(settings, 1), metrics,
                          keepalive_s=settings.keepalive_ms / 1000, backfill_events=settings.recent_events_per_run)
-    peers = PeerKey(None)
-    forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
-                          retry_after_s=settings.retry_after_s)  # fmt: skip
-    relays = Relays(bound=settings.recent_events_per_run, queue_events=settings.connection_queue_events)
-    api = GatewayApi(settings, streams, metrics, None, owners=owners, forwarder=forwarder, peers=peers,
-                     relays=relays)  # fmt: skip
-    await forwarder.start()
+    router = Router(owners, PeerKey(None), metrics, wait_s=settings.forward_wait_ms / 1000,
+                    retry_after_s=settings.retry_after_s, relay_bound=settings.recent_events_per_run,
+                    queue_events=settings.connection_queue_events)  # fmt: skip
+    api = GatewayApi(settings, streams, metrics, None, router)
+    await router.start()
     freeze_heap()
     runner = web.AppRunner(api.application(), handle_signals=False, access_log=None, handler_cancellation=True)
     await runner.setup()
@@ -221,10 +217,10 @@ async def _relay(port: int, owner_url: str) -> None:
     most = 0
     try:
         while line := await _stdin_line():
-            most = max(most, relays.upstreams)
+            most = max(most, router.relays_open)
             body = metrics.render()
             print(json.dumps({
-                "relays open": relays.upstreams, "most relays open": most,
+                "relays open": router.relays_open, "most relays open": most,
                 "relayed streams": _metric(body, "harness_agui_gateway_relayed_streams_total"),
                 "forwarded ok": _metric(body, 'harness_agui_gateway_forwarded_requests_total{outcome="ok"}'),
                 "slow-client drops": _metric(body, "harness_agui_gateway_slow_client_drops_total"),
@@ -233,7 +229,7 @@ async def _relay(port: int, owner_url: str) -> None:
             }), flush=True)  # fmt: skip
     finally:
         await runner.cleanup()
-        await forwarder.close()
+        await router.close()
 
 
 # ---- the readers ----------------------------------------------------------------------------------------------

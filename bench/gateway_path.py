@@ -36,9 +36,9 @@ from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
 from worker.gateway.directory import RunDirectory  # noqa: E402
 from worker.gateway.hub import Hub  # noqa: E402
 from worker.gateway.metrics import GatewayMetrics  # noqa: E402
-from worker.gateway.owners import Owners  # noqa: E402
 from worker.gateway.reader import HistoryReader, TopicTail  # noqa: E402
 from worker.gateway.reader.tail import _BATCH_RECORDS as FETCH_RECORDS  # noqa: E402
+from worker.gateway.routing import Owners  # noqa: E402
 from worker.gateway.settings import GatewaySettings  # noqa: E402
 from worker.gateway.streams import RunStream, RunStreams, StreamRequest  # noqa: E402
 

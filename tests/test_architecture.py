@@ -55,7 +55,7 @@ def _of(name: str, package: str) -> bool:
 
 
 def test_only_the_kafka_packages_and_the_gateways_reader_use_the_kafka_client() -> None:
-    allowed = ("worker/client/", "worker/kafka/", "worker/gateway/reader/")
+    allowed = ("worker/client/", "worker/kafka/", "worker/gateway/reader/", "worker/gateway/routing/group.py")
     users = {path for path, names in _modules("worker").items() if any(_of(name, "aiokafka") for name in names)}
     assert users, "no module uses aiokafka: the rule checks nothing"
     strays = sorted(path for path in users if not path.startswith(allowed))
@@ -116,6 +116,65 @@ def test_the_stream_package_takes_from_the_display_only_its_projection() -> None
         display = (name for name in names if _of(name, "worker.display"))
         bad = sorted(name for name in display if not _of(name, "worker.display.projection"))
         assert not bad, f"{path} imports {bad}: the partition state reaches the display through its projection"
+
+
+# ---- the gateway's peers -------------------------------------------------------------------------------------------
+
+ROUTING = "worker/gateway/routing/"
+# Who else may open an HTTP client: the keys, for the identity provider's JWKS.
+HTTP_CLIENT_USERS = (ROUTING, "worker/gateway/keys.py")
+_PEER_NAMES = frozenset({"PEER_HEADER", "THREAD_HEADER"})
+_HTTP_CLIENT = frozenset({"ClientSession", "TCPConnector", "request"})
+
+
+def _peer_talk(sources: dict[str, str]) -> list[str]:
+    """Outside the routing package: a peer header named (its constant, or its text `X-Harness-Gateway-...`), an
+    HTTP client used (aiohttp's ClientSession, TCPConnector or request; keys.py aside), or a routing module reached
+    past the package's surface (`worker.gateway.routing`: the router, the map, the peer key and the errors)."""
+    found = []
+    for path, source in sources.items():
+        if path.startswith(ROUTING):
+            continue
+        for node in ast.walk(ast.parse(source, path)):
+            hit = None
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower().startswith(
+                    "x-harness-gateway-"):  # fmt: skip
+                hit = repr(node.value)
+            elif isinstance(node, ast.Name) and node.id in _PEER_NAMES:
+                hit = node.id
+            elif isinstance(node, ast.Attribute) and node.attr in _PEER_NAMES:
+                hit = node.attr
+            elif (isinstance(node, ast.Attribute) and node.attr in _HTTP_CLIENT and isinstance(node.value, ast.Name)
+                  and node.value.id == "aiohttp" and not path.startswith(HTTP_CLIENT_USERS)):  # fmt: skip
+                hit = f"aiohttp.{node.attr}"
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                if node.module.startswith("worker.gateway.routing."):
+                    hit = node.module
+                elif node.module.startswith("aiohttp") and not path.startswith(HTTP_CLIENT_USERS):
+                    hit = next((f"{node.module}.{a.name}" for a in node.names if a.name in _HTTP_CLIENT), None)
+            if hit is not None:
+                found.append(f"{path}:{node.lineno} {hit}")
+    return found
+
+
+def test_only_the_routing_talks_to_peers() -> None:
+    sources = _sources()
+    assert _peer_talk({path.replace(ROUTING, "worker/gateway/elsewhere/"): source
+                       for path, source in sources.items() if path.startswith(ROUTING)}), "the rule checks nothing"
+    assert not _peer_talk(sources), _peer_talk(sources)
+
+
+def test_peer_talk_planted_in_the_api_is_found() -> None:
+    api = _sources("worker/gateway")["worker/gateway/api.py"]
+    planted = {
+        "worker/gateway/api.py": api + (
+            "\n\ndef _planted(request):\n    return request.headers.get('X-Harness-Gateway-Peer')\n"
+            "\n\nasync def _planted_hop(url):\n    async with aiohttp.ClientSession() as session:\n"
+            "        return await session.get(url)\n"),
+        "worker/gateway/streams.py": "from worker.gateway.routing.relay import Relays\n",
+    }
+    assert [hit.split(" ")[1] for hit in _peer_talk(planted)] == [
+        "'X-Harness-Gateway-Peer'", "aiohttp.ClientSession", "worker.gateway.routing.relay"]
 
 
 # ---- who changes what ----------------------------------------------------------------------------------------------

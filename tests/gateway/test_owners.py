@@ -12,9 +12,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from worker.client import partition_for
 from worker.errors import GatewayError
-from worker.gateway.forwarding import PeerKey
-from worker.gateway.owners import Owners, Where
-from worker.gateway.reader.group import OwnersAssignor, balanced
+from worker.gateway.routing import Owners, OwnersAssignor, PeerKey, Where
+from worker.gateway.routing.group import balanced
 
 
 @pytest.mark.parametrize(("partitions", "members"), list(itertools.product([1, 2, 6, 12, 13], [1, 2, 3, 4, 5])))

@@ -11,10 +11,10 @@ from collections.abc import AsyncGenerator
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from worker.gateway.forwarding import Forwarder, PeerKey, UpstreamLost
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.owners import Owners
-from worker.gateway.relay import Follower, Relay, Relays
+from worker.gateway.routing import Owners, PeerKey, Target, UpstreamLost
+from worker.gateway.routing.forwarding import Forwarder
+from worker.gateway.routing.relay import Follower, Relay, Relays
 
 RUN = "run-a"
 
@@ -182,7 +182,7 @@ def test_the_forwarder_relays_whole_frames_ends_cleanly_with_the_owner_and_says_
             for broken in (False, True):
                 target = f"/runs/{RUN}/events" + ("?break=1" if broken else "")
                 request = make_mocked_request("GET", target)
-                upstream = await forwarder.forward(request, RUN, owners.route(RUN))
+                upstream = await forwarder.forward(request, Target("run", RUN), owners.route(RUN))
                 assert upstream is not None
                 got, error = b"", None
                 try:

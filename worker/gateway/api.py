@@ -19,11 +19,9 @@ import orjson
 from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
-from worker.gateway.forwarding import PEER_HEADER, THREAD_HEADER, Forwarder, PeerKey, Unavailable, UpstreamLost
 from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.owners import Owners, Route, Where
-from worker.gateway.relay import Relays
+from worker.gateway.routing import Route, Router, Target, Unavailable, UpstreamLost, Where
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import PartitionMoved, RunStream, RunStreams, StreamRequest
 from worker.gateway.tokens import Grant, TokenCheck
@@ -71,16 +69,11 @@ class _Connection:
 class GatewayApi:
     """The aiohttp application of the gateway's API."""
 
-    def __init__(
-        self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics, tokens: TokenCheck | None,
-        *, owners: Owners, forwarder: Forwarder, peers: PeerKey, relays: Relays,
-    ) -> None:  # fmt: skip
+    def __init__(self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics,
+                 tokens: TokenCheck | None, router: Router) -> None:  # fmt: skip
         self._settings = settings
         self._streams = streams
-        self._owners = owners
-        self._forwarder = forwarder
-        self._peers = peers
-        self._relays = relays
+        self._router = router
         self._metrics = metrics
         self._tokens = tokens
         self._origins = settings.allowed_origins
@@ -151,25 +144,18 @@ class GatewayApi:
             raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, "
                                                  f"not run {run_id!r}")  # fmt: skip
 
-    async def _route(self, request: web.Request, run_id: str) -> tuple[Route, Grant | None]:
-        """Where the run is served: here, or by the peer a request goes to after its token was verified here (the
-        grant, None without access control). A request a peer forwarded is served here or answered 503, never
-        forwarded again."""
-        route = self._owners.route(run_id)
-        mark = request.headers.get(PEER_HEADER)
-        if mark is not None:
-            self._peers.check(mark, request.method, request.path_qs)
-            if route.where is not Where.HERE:
-                raise Unavailable(f"run {run_id!r} is not served by this replica now: retry",
-                                  self._settings.retry_after_s, code="not-owner")  # fmt: skip
-            return route, None
+    async def _route(self, request: web.Request, target: Target) -> tuple[Route, Grant | None]:
+        """Where the request is served (the router's answer), and the grant of a request that goes to a peer, its
+        token verified here first (None without access control, and when served here: checked by `_authorize`)."""
+        route = self._router.route(request, target)
         return route, await self._grant(request) if route.where is not Where.HERE else None
 
     async def display(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, _ = await self._route(request, run_id)
+        run = Target("run", run_id)
+        route, _ = await self._route(request, run)
         if route.where is not Where.HERE:
-            answer = await self._forwarder.fetch(request, run_id, route)
+            answer = await self._router.fetch(request, run, route)
             if answer is not None:
                 return answer
         await self._authorize(request, run_id)
@@ -183,7 +169,8 @@ class GatewayApi:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, grant = await self._route(request, run_id)
+        run = Target("run", run_id)
+        route, grant = await self._route(request, run)
         asked = StreamRequest(run_id, None, "sse")
         cursor = request.headers.get("Last-Event-ID")
         if cursor is not None and cursor.strip():
@@ -195,7 +182,9 @@ class GatewayApi:
                 raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
             asked = StreamRequest(run_id, int(text), "sse")
         if route.where is not Where.HERE:
-            followed = await self._follow(request, asked, route, grant)
+            want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
+            followed = await self._from_owner(request, asked, lambda connection: self._router.follow(
+                request, run, route, want, grant, on_drop=lambda: self._drop(connection), blocked=connection.blocked))
             if followed is not None:
                 return followed
         await self._authorize(request, run_id)
@@ -203,10 +192,12 @@ class GatewayApi:
 
     async def agent(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
-        route, _ = await self._route(request, run_id)
+        run = Target("run", run_id)
+        route, _ = await self._route(request, run)
         body = await request.read()
         if route.where is not Where.HERE:
-            relayed = await self._relayed(request, StreamRequest(run_id, None, "agent"), route, body)
+            relayed = await self._from_owner(request, StreamRequest(run_id, None, "agent"),
+                                             lambda _: self._router.forward(request, run, route, body))  # fmt: skip
             if relayed is not None:
                 return relayed
         await self._authorize(request, run_id)
@@ -251,46 +242,16 @@ class GatewayApi:
         finally:
             self._open.discard(connection)
 
-    async def _relayed(self, request: web.Request, asked: StreamRequest, route: Route,
-                       body: bytes | None = None) -> web.StreamResponse | None:  # fmt: skip
-        """The owner's stream relayed to this client alone, or None when the run turned out to be served here."""
+    async def _from_owner(self, request: web.Request, asked: StreamRequest,
+                          opened: Callable[[_Connection], Awaitable[AsyncGenerator[bytes, None] | None]],
+                          ) -> web.StreamResponse | None:  # fmt: skip
+        """The stream the router brings from the key's owner (`opened` with this request's connection, admitted
+        as any stream here), or None when the key turned out to be served here."""
         with self._admitted(request) as connection:
-            upstream = await self._forwarder.forward(request, asked.run_id, route, body)
-            if upstream is None:
+            chunks = await opened(connection)
+            if chunks is None:
                 return None
-            return await self._write(request, asked, connection, upstream.chunks, stream=None, label="forwarded")
-
-    async def _follow(self, request: web.Request, asked: StreamRequest, route: Route,
-                      grant: Grant | None) -> web.StreamResponse | None:  # fmt: skip
-        """An `EventSource` stream of a run another replica owns: a relay of it here that holds the wanted events
-        is followed, else a new one is opened with this request; None when the run turned out to be served here."""
-        with self._admitted(request) as connection:
-            run_id = asked.run_id
-            want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
-            relay = None if want is None else self._relays.find(run_id, want)
-            if relay is not None and not relay.opened.done() and not await asyncio.shield(relay.opened):
-                relay = None  # its opener was refused or is served here: this request asks for itself
-            if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
-                relay = None  # the owner decides on this token
-            if relay is None:
-                relay = self._relays.reserve(run_id, want)
-                try:
-                    upstream = await self._forwarder.forward(request, run_id, route)
-                except BaseException:
-                    self._relays.cancel(relay)
-                    raise
-                if upstream is None:
-                    self._relays.cancel(relay)
-                    return None
-                self._relays.start(relay, upstream.chunks, upstream.thread_id)
-                follower = relay.join(None, creator=True, on_drop=lambda: self._drop(connection),
-                                      blocked=connection.blocked)  # fmt: skip
-            else:
-                follower = relay.join(want, creator=False, on_drop=lambda: self._drop(connection),
-                                      blocked=connection.blocked)  # fmt: skip
-                self._metrics.relayed.inc()
-            return await self._write(request, asked, connection, self._relays.follow(relay, follower), stream=None,
-                                     label="forwarded")  # fmt: skip
+            return await self._write(request, asked, connection, chunks, stream=None, label="forwarded")
 
     async def _stream(self, request: web.Request, asked: StreamRequest) -> web.StreamResponse:
         with self._admitted(request) as connection:
@@ -316,8 +277,8 @@ class GatewayApi:
             await chunks.aclose()
             raise
         response = web.StreamResponse(headers=_STREAM_HEADERS)
-        if stream is not None and stream.pointer is not None and PEER_HEADER in request.headers:
-            response.headers[THREAD_HEADER] = stream.pointer.thread_id  # lets the peer share the stream
+        if stream is not None and stream.pointer is not None:
+            self._router.tell_peer(request, response, stream.pointer.thread_id)
         self._cors(request, response)
         gauge = self._metrics.connections.labels(reader=label)
         gauge.inc()
@@ -381,7 +342,7 @@ class GatewayApi:
     async def drain(self, timeout_s: float) -> None:
         """Refuse new streams and end the open ones, waiting at most `timeout_s` for them to finish."""
         self.draining = True
-        self._forwarder.drain()
+        self._router.drain()
         for connection in list(self._open):
             if connection.task is not None:
                 connection.task.cancel()

@@ -18,13 +18,11 @@ from worker.client import reach_brokers
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
 from worker.gateway.directory import RunDirectory
-from worker.gateway.forwarding import Forwarder, PeerKey
 from worker.gateway.hub import Hub
 from worker.gateway.keys import check_keys, read_key
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.owners import Owners
 from worker.gateway.reader import HistoryReader, TopicTail
-from worker.gateway.relay import Relays
+from worker.gateway.routing import Owners, PeerKey, Router
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_jwt
@@ -73,11 +71,11 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
 
 
 async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event, *,
-                 owners: Owners, relays: Relays, tail: TopicTail) -> None:  # fmt: skip
+                 owners: Owners, router: Router, tail: TopicTail) -> None:  # fmt: skip
     while not stop.is_set():
         hub.sweep()
         metrics.behind.set(await tail.behind())
-        metrics.relays.set(relays.upstreams)
+        metrics.relays.set(router.relays_open)
         metrics.partitions.labels(state="serving").set(owners.serving)
         metrics.partitions.labels(state="loading").set(len(owners.mine) - owners.serving)
         metrics.topic_partitions.set(owners.partitions)
@@ -111,11 +109,10 @@ async def _serve(settings: GatewaySettings) -> int:
     history = HistoryReader(settings, settings.history_readers)
     streams = RunStreams(owners, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
                          backfill_events=settings.recent_events_per_run)  # fmt: skip
-    forwarder = Forwarder(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
-                          retry_after_s=settings.retry_after_s)  # fmt: skip
-    relays = Relays(bound=settings.recent_events_per_run, queue_events=settings.connection_queue_events)
-    api = GatewayApi(settings, streams, metrics, tokens, owners=owners, forwarder=forwarder, peers=peers,
-                     relays=relays)  # fmt: skip
+    router = Router(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
+                    retry_after_s=settings.retry_after_s, relay_bound=settings.recent_events_per_run,
+                    queue_events=settings.connection_queue_events)  # fmt: skip
+    api = GatewayApi(settings, streams, metrics, tokens, router)
     probes = None
     listening = asyncio.Event()
     if settings.metrics_port:
@@ -127,13 +124,13 @@ async def _serve(settings: GatewaySettings) -> int:
                 is None or not await tail.start(stop):  # fmt: skip
             return 0
         await history.start()
-        await forwarder.start()
+        await router.start()
     except BaseException:
         if probes is not None:
             await probes.cleanup()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
-             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, relays=relays, tail=tail)),
+             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, router=router, tail=tail)),
              asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -154,7 +151,7 @@ async def _serve(settings: GatewaySettings) -> int:
         await runner.cleanup()
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await forwarder.close()
+        await router.close()
         await history.stop()
         await tail.stop()
         if tokens is not None:

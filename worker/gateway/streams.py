@@ -18,9 +18,9 @@ from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.frames import KEEP_ALIVE, event_frame, synthetic_frame
 from worker.gateway.hub import Attachment, Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.owners import Owners
 from worker.gateway.prelude import Prelude, build_prelude
 from worker.gateway.reader import HistoryEvent, HistoryReader, NotHeld
+from worker.gateway.routing import Owners
 
 __all__ = ["PartitionMoved", "RunStream", "RunStreams", "StreamRequest"]
 

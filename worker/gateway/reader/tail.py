@@ -39,7 +39,6 @@ from worker.contract import SEQ, THREAD_ID
 from worker.errors import ConfigError, KafkaWorkerError, StalledReadError
 from worker.gateway.directory import DisplayPointer, RunDirectory
 from worker.gateway.hub import Hub
-from worker.gateway.owners import Owners
 from worker.gateway.reader._records import (
     FETCH_FILTER,
     FETCH_LOG,
@@ -48,7 +47,7 @@ from worker.gateway.reader._records import (
     header,
     seq_and_kind,
 )
-from worker.gateway.reader.group import OwnersAssignor
+from worker.gateway.routing import Owners, OwnersAssignor
 from worker.gateway.settings import GatewaySettings
 
 __all__ = ["TopicTail"]

@@ -15,7 +15,8 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 
-from worker.gateway.forwarding import UpstreamLost
+from worker.gateway.routing.forwarding import UpstreamLost
+from worker.gateway.routing.owners import Target
 
 __all__ = ["Follower", "Relay", "Relays"]
 
@@ -124,7 +125,7 @@ class Relay:
             async for chunk in upstream:
                 self._offer(chunk)
         except asyncio.CancelledError:
-            self.error = UpstreamLost(self.run_id)
+            self.error = UpstreamLost(Target("run", self.run_id))
         except Exception as exc:
             self.error = exc
         finally:
@@ -213,7 +214,7 @@ class Relays:
         try:
             while True:
                 if follower.lost:
-                    raise UpstreamLost(relay.run_id)
+                    raise UpstreamLost(Target("run", relay.run_id))
                 if follower.pending:
                     chunks, follower.pending = follower.pending, []
                     yield chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -14,11 +14,21 @@ from typing import NamedTuple
 
 from worker.client import partition_for
 
-__all__ = ["Owners", "Route", "Where"]
+__all__ = ["Owners", "Route", "Target", "Where"]
+
+
+class Target(NamedTuple):
+    """What a request asks for: a run or a thread (`kind`), by the key its records are partitioned by."""
+
+    kind: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key!r}"
 
 
 class Where(Enum):
-    """Where a run's requests are answered."""
+    """Where a key's requests are answered."""
 
     HERE = "here"  # this replica owns the partition and has read it: serve
     LOADING = "loading"  # this replica owns the partition and is still reading its display records: 503
@@ -27,7 +37,7 @@ class Where(Enum):
 
 
 class Route(NamedTuple):
-    """The answer for one run: where, and the owner's advertised URL when that is a peer."""
+    """The answer for one key: where, its partition, and the owner's advertised URL when that is a peer."""
 
     where: Where
     partition: int
@@ -79,15 +89,15 @@ class Owners:
         """The advertised URL of the partition's owner, "" when no replica owns it."""
         return self._urls.get(partition, "")
 
-    def partition_of(self, run_id: str) -> int:
-        """The partition of a run's records in both topics (the worker keys them by run)."""
-        return partition_for(run_id.encode(), self.partitions)
+    def partition_of(self, key: str) -> int:
+        """The partition of a key's records in both topics (the worker keys them by run)."""
+        return partition_for(key.encode(), self.partitions)
 
-    def route(self, run_id: str) -> Route:
-        """Where `run_id`'s requests are answered now."""
+    def route(self, key: str) -> Route:
+        """Where the requests of `key` (a run id, or another key partitioned alike) are answered now."""
         if self.partitions <= 0:
             return Route(Where.NOBODY, -1)
-        partition = self.partition_of(run_id)
+        partition = self.partition_of(key)
         if partition in self._mine:
             return Route(Where.HERE if partition in self._loaded else Where.LOADING, partition)
         url = self._urls.get(partition, "")

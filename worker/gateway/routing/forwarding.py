@@ -1,9 +1,10 @@
-"""A request for a run another replica owns is sent to that replica, and its answer relayed back unchanged.
+"""A request another replica owns (the partition of its run) is sent to that replica, and its answer relayed back
+unchanged.
 
 The hop carries the client's own request (path, query, token, `Last-Event-ID`, body) and a header signed with the
 peer key, so the owner checks the client's rights itself and never forwards again. A stream is relayed whole frames
 at a time: a frame cut by a lost owner is never half delivered, so a client's cursor is always one the owner sent.
-While the run's partition has no reachable owner (a rebalance, a replica killed before the group noticed) the
+While the key's partition has no reachable owner (a rebalance, a replica killed before the group noticed) the
 request waits for one, up to `forward_wait_ms`, and is then answered 503 with Retry-After, never 404.
 """
 
@@ -24,7 +25,7 @@ from aiohttp import web
 
 from worker.errors import GatewayError
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.owners import Owners, Route, Where
+from worker.gateway.routing.owners import Owners, Route, Target, Where
 
 __all__ = ["PEER_HEADER", "THREAD_HEADER", "Forwarder", "PeerKey", "Unavailable", "Upstream", "UpstreamLost"]
 
@@ -39,7 +40,7 @@ _CONNECT_S = 2.0
 
 
 class Unavailable(GatewayError):
-    """503 with Retry-After: the run cannot be served right now, but will be (no owner yet, a peer that answered
+    """503 with Retry-After: the request cannot be served right now, but will be (no owner yet, a peer that answered
     503, a replica draining or at its connection limit)."""
 
     def __init__(self, message: str, retry_after: int, code: str = "busy") -> None:
@@ -48,11 +49,11 @@ class Unavailable(GatewayError):
 
 
 class UpstreamLost(GatewayError):
-    """The owner's stream broke off before the run's end (it died, drained, or lost the partition): the client
-    attaches again from its cursor."""
+    """The owner's stream broke off before its end (it died, drained, or lost the partition): the client attaches
+    again from its cursor."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(503, "owner-lost", f"the replica serving run {run_id!r} went away: attach again from your "
+    def __init__(self, target: Target) -> None:
+        super().__init__(503, "owner-lost", f"the replica serving {target} went away: attach again from your "
                                             "last event id")  # fmt: skip
 
 
@@ -99,7 +100,7 @@ def _last_frame_end(buffer: bytes | bytearray) -> int:
 
 
 class Forwarder:
-    """Sends requests to the owners of their runs over one pooled HTTP client, waiting for an owner when there is
+    """Sends requests to the owners of their keys over one pooled HTTP client, waiting for an owner when there is
     none; `forward` yields the owner's stream, `fetch` returns a whole answer."""
 
     def __init__(self, owners: Owners, key: PeerKey, metrics: GatewayMetrics, *, wait_s: float,
@@ -126,47 +127,47 @@ class Forwarder:
             await self._session.close()
             self._session = None
 
-    async def _answer(self, request: web.Request, run_id: str, route: Route,
+    async def _answer(self, request: web.Request, target: Target, route: Route,
                       body: bytes | None) -> aiohttp.ClientResponse | None:  # fmt: skip
-        """The owner's answer (status 200, or an error that waiting would not change), or None when the run turned
+        """The owner's answer (status 200, or an error that waiting would not change), or None when the key turned
         out to be served here. Waits, re-reading the map, while no owner answers; Unavailable once the wait is over."""
         assert self._session is not None, "the forwarder was not started"
         deadline = time.monotonic() + self._wait_s
         backoff = _FIRST_BACKOFF_S
-        target = request.path_qs
+        path = request.path_qs
         headers = {name: request.headers[name] for name in _PASSED_HEADERS if name in request.headers}
-        headers[PEER_HEADER] = self._key.sign(request.method, target)
-        failure = f"no gateway replica owns the partition of run {run_id!r} yet"
+        headers[PEER_HEADER] = self._key.sign(request.method, path)
+        failure = f"no gateway replica owns the partition of {target} yet"
         while True:
             if route.where is Where.HERE:
                 return None
             if route.where is Where.PEER:
                 try:
-                    answer = await self._session.request(request.method, route.url + target, headers=headers,
+                    answer = await self._session.request(request.method, route.url + path, headers=headers,
                                                          data=body)  # fmt: skip
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                    failure = f"the replica owning run {run_id!r} ({route.url}) is not reachable: {exc}"
+                    failure = f"the replica owning {target} ({route.url}) is not reachable: {exc}"
                     self._metrics.forwarded.labels(outcome="unreachable").inc()
                 else:
                     if answer.status != 503:
                         self._metrics.forwarded.labels(outcome="ok").inc()
                         return answer
-                    failure = f"the replica owning run {run_id!r} answered 503: {await _refusal(answer)}"
+                    failure = f"the replica owning {target} answered 503: {await _refusal(answer)}"
                     answer.release()
                     self._metrics.forwarded.labels(outcome="retried").inc()
             if time.monotonic() + backoff > deadline or self._closing.is_set():
-                _log.warning("request for run %s not served: %s", run_id, failure)
+                _log.warning("request for %s %s not served: %s", target.kind, target.key, failure)
                 self._metrics.forwarded.labels(outcome="no-owner").inc()
                 raise Unavailable(failure + ": retry", self._retry_after_s, code="no-owner")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
-            route = self._owners.route(run_id)
+            route = self._owners.route(target.key)
 
-    async def fetch(self, request: web.Request, run_id: str, route: Route,
+    async def fetch(self, request: web.Request, target: Target, route: Route,
                     body: bytes | None = None) -> web.Response | None:  # fmt: skip
-        """The owner's whole answer to `request` as this replica's, or None when the run is served here."""
-        answer = await self._answer(request, run_id, route, body)
+        """The owner's whole answer to `request` as this replica's, or None when the key is served here."""
+        answer = await self._answer(request, target, route, body)
         if answer is None:
             return None
         async with answer:
@@ -175,18 +176,18 @@ class Forwarder:
             return web.Response(status=answer.status, body=payload, headers=headers,
                                 content_type=answer.content_type)  # fmt: skip
 
-    async def forward(self, request: web.Request, run_id: str, route: Route,
+    async def forward(self, request: web.Request, target: Target, route: Route,
                       body: bytes | None = None) -> Upstream | None:  # fmt: skip
-        """The owner's stream for `request`, whole frames at a time, or None when the run is served here.
+        """The owner's stream for `request`, whole frames at a time, or None when the key is served here.
         GatewayError (the owner's own, with its status and code) before the first chunk when the owner refused;
         UpstreamLost when the owner's stream broke off before its end."""
-        answer = await self._answer(request, run_id, route, body)
+        answer = await self._answer(request, target, route, body)
         if answer is None:
             return None
         if answer.status != 200 or answer.content_type != "text/event-stream":
             async with answer:
                 raise await _refusal(answer)
-        return Upstream(_frames(answer, run_id), answer.headers.get(THREAD_HEADER, ""))
+        return Upstream(_frames(answer, target), answer.headers.get(THREAD_HEADER, ""))
 
 
 async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
@@ -204,7 +205,7 @@ async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
     return GatewayError(answer.status, code, message)
 
 
-async def _frames(answer: aiohttp.ClientResponse, run_id: str) -> AsyncGenerator[bytes, None]:
+async def _frames(answer: aiohttp.ClientResponse, target: Target) -> AsyncGenerator[bytes, None]:
     """The owner's stream, up to the last whole frame of each read; UpstreamLost when it broke off (the client
     raises when a stream ends before its last chunk), a plain end when the owner ended it."""
     buffer = bytearray()
@@ -217,6 +218,6 @@ async def _frames(answer: aiohttp.ClientResponse, run_id: str) -> AsyncGenerator
                 del buffer[:end]
                 yield chunk
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise UpstreamLost(run_id) from exc
+        raise UpstreamLost(target) from exc
     finally:
         answer.close()
