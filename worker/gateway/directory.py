@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import sys
+import struct
 from collections import OrderedDict
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-__all__ = ["DisplayPointer", "RunDirectory"]
+__all__ = ["BYTES_PER_INDEXED_RUN", "DisplayPointer", "RunDirectory"]
+
+# What one run the directory can find costs, held at the cap (its id, its packed pointer, the ordered table's share
+# as it stands after many runs came and went), measured by tests/gateway/test_directory.py with a 36-character run
+# id and thread id as the worker's sample runs have; docs/sizing.md counts the gateway's memory with it.
+BYTES_PER_INDEXED_RUN: Final = 360
+_PACKED: Final = struct.Struct("<Iqqq")  # partition, offset, seq, timestamp; the thread id's UTF-8 follows
 
 
 class DisplayPointer(NamedTuple):
@@ -23,12 +29,13 @@ class DisplayPointer(NamedTuple):
 
 class RunDirectory:
     """Run id -> latest display pointer, at most `max_runs` (least recently updated forgotten first), and the latest
-    display values within `cache_bytes`. Updates come only from the display topic, in offset order."""
+    display values within `cache_bytes`. Updates come only from the display topic, in offset order. A pointer is
+    held packed in one bytes object: a million runs is what this table is for."""
 
     __slots__ = ("_cache", "_cache_bytes", "_cached", "_max_runs", "_pointers", "forgotten")
 
     def __init__(self, max_runs: int, cache_bytes: int) -> None:
-        self._pointers: OrderedDict[str, DisplayPointer] = OrderedDict()
+        self._pointers: OrderedDict[str, bytes] = OrderedDict()
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._max_runs = max_runs
         self._cache_bytes = cache_bytes
@@ -54,7 +61,7 @@ class RunDirectory:
             return
         if run_id in pointers:
             pointers.move_to_end(run_id)
-        pointers[run_id] = pointer._replace(thread_id=sys.intern(pointer.thread_id))
+        pointers[run_id] = _pack(pointer)
         while len(pointers) > self._max_runs:
             gone, _ = pointers.popitem(last=False)
             dropped = self._cache.pop(gone, None)
@@ -70,7 +77,8 @@ class RunDirectory:
 
     def forget(self, partitions: Collection[int]) -> None:
         """Forget the runs of these partitions (another replica serves them now)."""
-        for run_id in [rid for rid, pointer in self._pointers.items() if pointer.partition in partitions]:
+        unpack = _PACKED.unpack_from
+        for run_id in [rid for rid, packed in self._pointers.items() if unpack(packed)[0] in partitions]:
             del self._pointers[run_id]
             value = self._cache.pop(run_id, None)
             if value is not None:
@@ -78,10 +86,19 @@ class RunDirectory:
 
     def pointer(self, run_id: str) -> DisplayPointer | None:
         """The run's latest display pointer, None when the gateway does not know the run."""
-        return self._pointers.get(run_id)
+        packed = self._pointers.get(run_id)
+        if packed is None:
+            return None
+        partition, offset, seq, timestamp_ms = _PACKED.unpack_from(packed)
+        return DisplayPointer(partition, offset, seq, timestamp_ms, packed[_PACKED.size :].decode())
 
     def cached(self, run_id: str, pointer: DisplayPointer) -> bytes | None:
         """The value of the display record `pointer` names when it is still the cached one."""
-        if self._pointers.get(run_id) != pointer:
+        if self._pointers.get(run_id) != _pack(pointer):
             return None
         return self._cache.get(run_id)
+
+
+def _pack(pointer: DisplayPointer) -> bytes:
+    partition, offset, seq, timestamp_ms, thread_id = pointer
+    return _PACKED.pack(partition, offset, seq, timestamp_ms) + thread_id.encode()

@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from worker.client import ConnectionSettings
 from worker.errors import ConfigError
+from worker.gateway.directory import BYTES_PER_INDEXED_RUN
 
 __all__ = ["GatewaySettings"]
 
@@ -64,8 +65,8 @@ class GatewaySettings(ConnectionSettings):
         "reconnects soon resumes without a read of the output topic."
     ))
     max_indexed_runs: int = Field(1_000_000, ge=1, description=(
-        "Runs of the display topic the gateway can find (about 300 bytes each); beyond, the least recently "
-        "updated are forgotten and answered 404."
+        f"Runs of the display topic the gateway can find (about {BYTES_PER_INDEXED_RUN} bytes each, docs/sizing.md); "
+        "beyond, the least recently updated are forgotten and answered 404."
     ))
     display_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
         "Display records kept in memory for late joins, most recently updated first; others are read back."

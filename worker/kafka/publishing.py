@@ -16,6 +16,7 @@ from typing import Protocol
 from aiokafka import TopicPartition
 
 from worker.client import partition_for
+from worker.contract import TERMINAL_TYPES
 from worker.kafka.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
@@ -26,7 +27,9 @@ Header = tuple[str, bytes]
 
 
 class KeyRouter:
-    """Maps a key to its partition (`partition_for`), caching at most `cap` keys (root run ids)."""
+    """Maps a key to its partition (`partition_for`, a murmur2 hash in Python: tens of microseconds), caching the
+    keys of runs under way: a run's key is forgotten once its terminal event is put (`ended`), so the cache follows
+    the open runs, not every run seen; at `cap` keys it is emptied (more runs open at once than that)."""
 
     __slots__ = ("_cache", "_cap", "partitions")
 
@@ -42,6 +45,10 @@ class KeyRouter:
                 self._cache.clear()
             hit = self._cache[key] = partition_for(key, self.partitions)
         return hit
+
+    def ended(self, key: bytes) -> None:
+        """The run keyed `key` ended: nothing more of it is routed."""
+        self._cache.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,7 @@ async def put_record(
 async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, source: TopicPartition) -> None:
     """Put every record of one outcome of a record of `source` into the open transaction, in order."""
     route = routes.router
+    ended: bytes | None = None
     for out in outcome.records:
         destination, key = out.destination, out.key
         if destination is Destination.DEAD_LETTER:
@@ -108,10 +116,14 @@ async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, 
             await put_record(txn, routes.output_topic, key, out.value, out.headers, partition=partition)
             kind = out.event_type or ""
             sent.events[kind] = sent.events.get(kind, 0) + 1
+            if kind in TERMINAL_TYPES:
+                ended = key
         else:
             await put_record(txn, routes.display_topic, key, out.value, out.headers, partition=partition)
             sent.display_records += 1
             sent.display_bytes += len(out.value or b"")
+    if ended is not None:  # after the run's last display record, which follows its terminal event
+        route.ended(ended)
 
 
 async def _dead_letter(

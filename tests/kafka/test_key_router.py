@@ -1,0 +1,78 @@
+"""The output key router without a broker: each record of a run goes to its key's partition, and the router keeps
+the keys of the runs under way only, however many runs it has seen."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from aiokafka import TopicPartition
+
+from worker.client import partition_for
+from worker.kafka.publishing import KeyRouter, Routes, Sent, put_outcome
+from worker.stream import Destination, OutboundRecord, Outcome, Verdict
+
+SOURCE = TopicPartition("source", 0)
+
+
+class _Txn:
+    """An open transaction that takes every record at once, remembering (topic, key, partition)."""
+
+    def __init__(self) -> None:
+        self.put: list[tuple[str, bytes | None, int | None]] = []
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+               partition: int) -> bool:  # fmt: skip
+        self.put.append((topic, key, partition))
+        return True
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+                   partition: int | None = None) -> None:  # fmt: skip
+        self.put.append((topic, key, partition))
+
+
+def _outcomes(run: str) -> list[Outcome]:
+    """A run's outcomes as the partition state makes them: events, then the terminal event with its display record
+    after it. Each record has a key object of its own, as `output_record` makes them."""
+
+    def event(kind: str) -> OutboundRecord:
+        return OutboundRecord(Destination.OUTPUT, run.encode(), b"{}", (), kind, None)
+
+    display = OutboundRecord(Destination.DISPLAY, run.encode(), b"{}", (), None, None)
+    return [Outcome(Verdict.PROCESSED, (event("RUN_STARTED"),), run, None),
+            Outcome(Verdict.PROCESSED, (event("TEXT_MESSAGE_CONTENT"), display), run, None),
+            Outcome(Verdict.PROCESSED, (event("RUN_FINISHED"), display), run, None)]  # fmt: skip
+
+
+def _routes(router: KeyRouter) -> Routes:
+    return Routes("output", "dead-letters", "display", "changelog", router)
+
+
+async def test_every_record_of_a_run_goes_to_its_keys_partition_its_display_records_too() -> None:
+    routes, txn = _routes(KeyRouter(12)), _Txn()
+    for n in range(50):
+        for outcome in _outcomes(f"run-{n}"):
+            await put_outcome(txn, outcome, routes, Sent(), SOURCE)
+    assert len(txn.put) == 50 * 5
+    assert all(partition == partition_for(key or b"", 12) for _, key, partition in txn.put)
+    assert {topic for topic, _, _ in txn.put} == {"output", "display"}
+
+
+async def test_the_router_forgets_a_run_once_it_ended_so_it_holds_no_more_for_more_runs_seen() -> None:
+    """20,000 runs one after the other: what the router holds afterwards does not grow with them (it held each
+    run's key, about 150 bytes with its slot, until the cache's cap emptied it)."""
+    routes, txn = _routes(KeyRouter(12)), _Txn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(20_000):
+            for outcome in _outcomes(f"run-{n:032x}"):
+                await put_outcome(txn, outcome, routes, Sent(), SOURCE)
+            txn.put.clear()
+        del outcome
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 20_000, held  # bytes: the cache's empty table, not a key per run
