@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 import orjson
 from pydantic import ValidationError
 
+from worker._native import core as native_module
 from worker.errors import AguiObservationError, DecodeError
 from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, encode_event
-from worker.wire import decode_item
+from worker.wire import decode_item, native_decode
 
 __all__ = ["convert_lines", "convert_paths", "error_line"]
 
@@ -34,9 +36,13 @@ def _source_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def convert_lines(data: bytes, *, observer: str = "stream", display: bool = False) -> tuple[list[bytes], int]:
-    """Output lines for one source document and how many source lines failed."""
+    """Output lines for one source document and how many source lines failed (the native core's where the
+    installation has it)."""
     if display:
         return _convert_display(data)
+    native = native_module()
+    if native is not None:
+        return _convert_native(native, data, stream=observer == "stream")
     cls = HarnessAguiStreamObserver if observer == "stream" else HarnessAguiObserver
     obs = cls(retain_events=False)
     out: list[bytes] = []
@@ -49,6 +55,21 @@ def convert_lines(data: bytes, *, observer: str = "stream", display: bool = Fals
             failed += 1
             continue
         out.extend(encode_event(event) for event in events)
+    return out, failed
+
+
+def _convert_native(native: ModuleType, data: bytes, *, stream: bool) -> tuple[list[bytes], int]:
+    obs = native.Observer(stream)
+    out: list[bytes] = []
+    failed = 0
+    for index, line in _source_lines(data):
+        try:
+            _, values = obs.observe(native_decode(native, line))
+        except _EXPECTED as exc:
+            out.append(error_line(index, exc))
+            failed += 1
+            continue
+        out.extend(values)
     return out, failed
 
 

@@ -54,6 +54,8 @@ async def pool() -> AsyncIterator[ReplayPool]:
     await pool.start()
     yield pool
     await pool.close()
+    for process in multiprocessing.active_children():  # killed, not yet gone: the next test counts helpers
+        process.join(5)
 
 
 async def replay_in(pool: ReplayPool, windows: dict[int, list[SourceRecord]]) -> dict[int, PartitionState]:

@@ -94,7 +94,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Outcome", "PartitionState",
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
-        "load_processor", "read_checkpoint_header", "record_size",
+        "load_processor", "read_checkpoint_header", "record_size", "reference_core",
         # the changelog's keys and values, read back by `worker inspect` through the same code
         "PARTITION_KEY", "decode_ended", "decode_stream", "ended_key", "split_key", "stream_key",
     ])

@@ -11,7 +11,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.stream._cores import REAL_CORE
+from tests.stream._cores import REAL_CORE, REAL_CORES, observed_values
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, golden_source, header, image, item, records
 from worker.errors import ConfigError, DecodeError
@@ -186,22 +186,23 @@ def _items_of(value: Any, text: str) -> list[list[bytes]]:
     ]
 
 
+@pytest.mark.parametrize("core", REAL_CORES)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=_JSON, text=_DENSE)
-def test_the_real_cores_bound_holds_for_events_of_adversarial_items(value: Any, text: str) -> None:
+def test_the_real_cores_bound_holds_for_events_of_adversarial_items(core: StreamCore, value: Any, text: str) -> None:
     worst = 0.0
     for run in _items_of(value, text):
-        observer, widest = REAL_CORE.new_observer(), 0
+        observer, widest = core.new_observer(), 0
         for line in run:
             try:
-                decoded = REAL_CORE.decode(line)
-                events = observer.observe(decoded)
+                decoded = core.decode(line)
+                values = observed_values(core, observer, decoded)
             except (DecodeError, ValueError, TypeError):
                 continue
-            bound = REAL_CORE.event_bound(decoded, widest)
+            bound = core.event_bound(decoded, widest)
             assert bound is not None
-            for event in events:
-                size = len(REAL_CORE.encode_event(event))
+            for event in values:
+                size = len(event)
                 assert size <= bound, (line, event)
                 worst = max(worst, (size - 2 * widest) / len(line))
             widest = max(widest, len(line))
@@ -224,11 +225,12 @@ def _golden_partition() -> list[SourceRecord]:
     return records(pairs)
 
 
+@pytest.mark.parametrize("real", REAL_CORES)
 @pytest.mark.parametrize("limit", [2048, 16_384, 100_000, 1 << 20])
-def test_golden_runs_under_a_limit_decide_alike_live_and_in_replay(limit: int) -> None:
+def test_golden_runs_under_a_limit_decide_alike_live_and_in_replay(limit: int, real: StreamCore) -> None:
     recs = _golden_partition()
-    live = PartitionState(TOPIC, 0, core=REAL_CORE, max_record_bytes=limit)
-    core, encoded = _counting(REAL_CORE)
+    live = PartitionState(TOPIC, 0, core=real, max_record_bytes=limit)
+    core, encoded = _counting(real)
     replay = PartitionState(TOPIC, 0, core=core, max_record_bytes=limit)
     outcomes: list[Outcome] = []
     for rec in recs:

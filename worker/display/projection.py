@@ -117,12 +117,14 @@ class Accepted:
     __slots__ = ("continuation", "count", "data", "due", "encoded", "ended", "events", "failed")
 
     def __init__(  # noqa: PLR0917  # accept's values, in its order
-        self, events: Sequence[BaseEvent], encoded: Sequence[bytes] | None,
+        self, events: Sequence[BaseEvent] | int, encoded: Sequence[bytes] | None,
         data: Sequence[dict[str, Any] | None] | None, failed: tuple[str, str, str] | None, due: int | None,
         continuation: bytes | None, ended: bool,
     ) -> None:  # fmt: skip
-        self.count = len(events)
-        self.events: Sequence[BaseEvent] = events if encoded is None and (data is None or None in data) else ()
+        self.count = events if isinstance(events, int) else len(events)
+        self.events: Sequence[BaseEvent] = ()
+        if not isinstance(events, int) and encoded is None and (data is None or None in data):
+            self.events = events
         self.encoded = encoded
         self.data = data
         self.failed = failed
@@ -207,7 +209,7 @@ class DisplayProjection:
 
     def accept(
         self,
-        events: Sequence[BaseEvent],
+        events: Sequence[BaseEvent] | int,
         first_seq: int,
         *,
         timestamp_ms: int,
@@ -216,6 +218,7 @@ class DisplayProjection:
         encoded: Sequence[bytes] | None = None,
         data: Sequence[dict[str, Any] | None] | None = None,
         observer: ExportsContinuation | None = None,
+        failed: tuple[str, str, str] | None = None,
     ) -> Accepted:
         """Take the events the worker publishes for one source record (n = `first_seq`, `first_seq` + 1, ...):
         number them and decide whether a display record is due after them, taking the observer's continuation as
@@ -225,18 +228,26 @@ class DisplayProjection:
         `timestamp_ms` the source record's timestamp, `ended` whether nothing more will be published for the run,
         `encoded` the events' output record values when at hand, `data` their JSON objects when at hand (each equal
         to what parsing its value gives; None for one to be parsed), `observer` the run's observer, whose
-        continuation the record then carries (as `convert --display` prints it). The projection keeps the
-        sequences given until they are completed: callers must not change them."""
+        continuation the record then carries (as `convert --display` prints it). A core that makes no event objects
+        (the native one) gives their number for `events`, their values in `encoded`, and the source item's failed
+        tool call in `failed` (what `failed_tool_call(source)` gives). The projection keeps the sequences given
+        until they are completed: callers must not change them."""
         cadence = self._cadence
         cadence.expect(first_seq)
-        if encoded is not None and len(encoded) != len(events):
-            raise WorkerError(f"display projection got {len(events)} events but {len(encoded)} encoded values")
-        if data is not None and len(data) != len(events):
-            raise WorkerError(f"display projection got {len(events)} events but {len(data)} JSON objects")
-        cadence.advance(first_seq, len(events))
+        count = events if isinstance(events, int) else len(events)
+        if isinstance(events, int) and count and encoded is None:
+            raise WorkerError(f"display projection got {count} events without their values")
+        if encoded is not None and len(encoded) != count:
+            raise WorkerError(f"display projection got {count} events but {len(encoded)} encoded values")
+        if data is not None and len(data) != count:
+            raise WorkerError(f"display projection got {count} events but {len(data)} JSON objects")
+        cadence.advance(first_seq, count)
         due = cadence.due(timestamp_ms, ended=ended)
         continuation = None if due is None or observer is None else orjson.dumps(observer.export_data())
-        failed = failed_tool_call(source) if source is not None and events else None
+        if not count:
+            failed = None
+        elif source is not None:
+            failed = failed_tool_call(source)
         return Accepted(events, encoded, data, failed, due, continuation, ended)
 
     def complete(self, accepted: Accepted) -> DisplayRecord | None:

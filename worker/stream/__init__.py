@@ -14,7 +14,7 @@ from worker.stream._changelog import (
     stream_key,
 )
 from worker.stream._convert import convert_partition
-from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
+from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core, reference_core
 from worker.stream._hook import load_processor
 from worker.stream._metadata import decode_replay_metadata, encode_replay_metadata
 from worker.stream._partition import (
@@ -64,6 +64,7 @@ __all__ = [
     "load_processor",
     "read_checkpoint_header",
     "record_size",
+    "reference_core",
     "split_key",
     "stream_key",
 ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ag_ui.core import BaseEvent
-
 from worker._framing import framed_size
 from worker.contract import EVENT_ID, SEQ, THREAD_ID, TYPE
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
@@ -14,7 +12,7 @@ MAX_DLQ_MESSAGE_CHARS = 1000
 
 
 def output_record(
-    event: BaseEvent,
+    event_type: str,
     value: bytes,
     *,
     root_run_id: str,
@@ -23,8 +21,9 @@ def output_record(
     source: SourceRecord,
     source_sequence: int,
 ) -> OutboundRecord:
-    """Return the output record of the stream's `n`-th AG-UI event; its id `<root>:<n>` is durable."""
-    event_type, type_bytes = _type_names(event.type)
+    """Return the output record of the stream's `n`-th AG-UI event (of type `event_type`, an `EventType` or its
+    value); its id `<root>:<n>` is durable."""
+    event_type, type_bytes = _type_names(event_type)
     seq = str(n)
     headers = (
         (EVENT_ID, _utf8(f"{root_run_id}:{seq}")),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Protocol, cast
 
 from ag_ui.core import BaseEvent
 
+from worker._native import core as native_module
 from worker.observe import (
     AguiEventProcessor,
     HarnessAguiStreamObserver,
@@ -17,9 +19,9 @@ from worker.observe import (
     encode_event_data,
 )
 from worker.stream._hook import encodable
-from worker.wire import decode_item, is_terminal, timestamp_ms
+from worker.wire import decode_item, is_terminal, native_decode, timestamp_ms
 
-__all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core"]
+__all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core", "reference_core"]
 
 # Bounds on the encoded size of one event of the real core, derived from its conversion rules: an event copies
 # fields of its own item (numbers can grow 4.5x as "1e15" is spelt 1000000000000000.0, JSON text embedded in a
@@ -60,7 +62,9 @@ class StreamCore:
     the display (None: the display parses what `encode_event` gives); `announced_run` names the child
     run an accepted item announces in its stream, or None; `event_bound(item, widest)` bounds the encoded size
     of every event the item yields in a stream whose earlier accepted values were at most `widest` bytes, or is
-    None when only encoding the events tells.
+    None when only encoding the events tells. A core that encodes as it observes (the native one) gives
+    `observe_encoded(observer, item)`: the events' types and record values, observing atomically as `observe`
+    does, with no event objects; `encode_event` then serves only the events the partition state makes itself.
     """
 
     decode: Callable[[bytes], WireItem]
@@ -73,10 +77,11 @@ class StreamCore:
     announced_run: Callable[[Any], str | None]
     event_bound: Callable[[Any, int], int | None]
     encode_data: Callable[[BaseEvent], tuple[bytes, dict[str, Any] | None]] | None = None
+    observe_encoded: Callable[[StreamObserver, Any], tuple[Sequence[str], list[bytes]]] | None = None
 
 
 def _export_observer(observer: StreamObserver) -> object:
-    return cast(HarnessAguiStreamObserver, observer).export_data()
+    return cast(HarnessAguiStreamObserver, observer).export_data()  # the native observer's too
 
 
 def _observed_encoding(event: BaseEvent) -> tuple[bytes, dict[str, Any] | None]:
@@ -96,11 +101,65 @@ def _unbounded(item: Any, widest: int) -> int | None:
     return None
 
 
+def _native_core(native: ModuleType) -> StreamCore:
+    """The native module's core: records decoded and observed in Rust, what it leaves to the reference decoder (a
+    malformed record, a rare spelling) decoded there and read into a native item."""
+    item_type, observer_type = native.Item, native.Observer
+
+    def decode(value: bytes) -> Any:
+        return native_decode(native, value)
+
+    def stamp(item: Any) -> int:
+        return item.timestamp_ms if type(item) is item_type else timestamp_ms(item)
+
+    def terminal(item: Any) -> bool:
+        return item.is_terminal if type(item) is item_type else is_terminal(item)
+
+    def announced(item: Any) -> str | None:
+        return item.announced_child if type(item) is item_type else announced_child(item)
+
+    def bound(item: Any, widest: int) -> int | None:
+        size: int = item.wire_size
+        if size <= 0 or terminal(item):
+            return None
+        return _EVENT_GROWTH * size + 2 * widest + _EVENT_SLACK
+
+    def restore_observer(data: Any) -> StreamObserver:
+        continuation = ObserverContinuation.model_validate(data)  # the reference's checks and errors
+        return cast(StreamObserver, observer_type.restore(True, continuation.model_dump()))
+
+    def observe_encoded(observer: StreamObserver, item: Any) -> tuple[Sequence[str], list[bytes]]:
+        return cast(tuple[Sequence[str], list[bytes]], cast(Any, observer).observe(item))
+
+    return StreamCore(
+        decode=decode,
+        timestamp_ms=stamp,
+        is_terminal=terminal,
+        new_observer=lambda: cast(StreamObserver, observer_type(True)),
+        encode_event=encode_event,
+        export_observer=_export_observer,
+        restore_observer=restore_observer,
+        announced_run=announced,
+        event_bound=bound,
+        observe_encoded=observe_encoded,
+    )
+
+
 def default_core(processor: AguiEventProcessor | str | None = None) -> StreamCore:
-    """Return the real core: `worker.wire` decoding and the stream observer without an event log, its events
+    """Return the real core: the native module's where the installation has one and no processor is given, else
+    `reference_core(processor)`; both convert every record to the same bytes."""
+    native = native_module() if processor is None else None
+    if native is not None:
+        return _native_core(native)
+    return reference_core(processor)
+
+
+def reference_core(processor: AguiEventProcessor | str | None = None) -> StreamCore:
+    """Return the pure-Python core: `worker.wire` decoding and the stream observer without an event log, its events
     passed through `processor` when one is given: a callable, or `module:attribute` naming one (ConfigError when
     that cannot be imported). The processor must be deterministic, since a rebuild runs it again; no bound can
-    foresee the size of its events, so they are always measured."""
+    foresee the size of its events, so they are always measured. A processor sees the reference's items and events,
+    so the real core with a processor is this one."""
     checked = encodable(processor) if processor is not None else None
 
     def new_observer() -> StreamObserver:

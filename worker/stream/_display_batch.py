@@ -3,12 +3,11 @@ accepted during a batch at its end, each display record joining the outcome of t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ag_ui.core import BaseEvent
 
-from worker.display.projection import Accepted, DisplayProjection
-from worker.observe import HarnessAguiStreamObserver
+from worker.display.projection import Accepted, DisplayProjection, ExportsContinuation
 from worker.stream._core import StreamObserver, WireItem
 from worker.stream._records import Destination, OutboundRecord, Outcome
 from worker.wire import HarnessEvent, HarnessRunResultEvent
@@ -42,21 +41,25 @@ class DisplayBatch:
         return tally
 
     def offer(
-        self, display: DisplayProjection, events: tuple[BaseEvent, ...], first: int, *, timestamp_ms: int,
+        self, display: DisplayProjection, events: tuple[BaseEvent, ...] | int, first: int, *, timestamp_ms: int,
         values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool, source: WireItem | None,
         observer: StreamObserver,
     ) -> None:  # fmt: skip
         """Offer the events numbered n = `first`, ... to `display`: published, with their record values `values`
         (and JSON objects `data`, when known), or passed over when `values` is None (never published: their encoding
-        failed, or a RUN_ERROR was too large). The projection accepts them now and folds them at the batch's end."""
+        failed, or a RUN_ERROR was too large). The projection accepts them now and folds them at the batch's end. A
+        core that makes no event objects (the native one) gives their number for `events`, and its source item
+        tells its failed tool call itself (`failed_tool_call`)."""
+        count = events if isinstance(events, int) else len(events)
         if values is None:
-            display.skip(first, len(events))
-            first, events = first + len(events), ()
+            display.skip(first, count)
+            first, events, count = first + count, (), 0
+        reference = source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None
+        failed = None if reference is not None or source is None else getattr(source, "failed_tool_call", None)
         accepted = display.accept(
-            events, first, timestamp_ms=timestamp_ms, ended=ended,
-            source=source if isinstance(source, (HarnessEvent, HarnessRunResultEvent)) else None,
-            encoded=values if events else None, data=data if events else None,
-            observer=observer if isinstance(observer, HarnessAguiStreamObserver) else None,
+            events, first, timestamp_ms=timestamp_ms, ended=ended, source=reference, failed=failed,
+            encoded=values if count else None, data=data if count else None,
+            observer=cast(ExportsContinuation, observer) if hasattr(observer, "export_data") else None,
         )  # fmt: skip
         self._deferred.append((display, accepted))
 

@@ -316,30 +316,39 @@ class PartitionState:
         if seq > last + 1:
             return self._gap(step, item, stream, expected=last + 1)
         self._changes.changed(step.key)  # whatever follows, the item counts as delivered
+        observe_encoded = self._core.observe_encoded
+        events: tuple[BaseEvent, ...] | None = None
+        encoded: Sequence[str] = ()
+        values: list[bytes] = []
         try:
-            events = observer.observe(item)
+            if observe_encoded is None:
+                events = observer.observe(item)
+            else:  # a core encoding as it observes: event types and record values, no event objects
+                encoded, values = observe_encoded(observer, item)
         except (AguiObservationError, ValidationError) as exc:
             return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         except TypeError as exc:
             return _refused(step, item, stream, _R.TYPE_ERROR, exc)
         except Exception as exc:  # a conversion bug: observe is atomic, so the stream's state is unchanged
             return _refused(step, item, stream, _R.INTERNAL_ERROR, exc)
+        count = len(events) if events is not None else len(encoded)
         stream.last[run] = seq
         announced = self._core.announced_run(item)
         if announced is not None and announced not in stream.last:
             stream.last[announced] = -1
         records: tuple[OutboundRecord, ...] = ()
-        values: list[bytes] = []
         data: list[dict[str, Any] | None] | None = None
         failed: Exception | None = None
         display = stream.display
         limit = self._settings.max_record_bytes
-        measure = limit is not None and bool(events) and not self._surely_fit(step, item, stream)
-        if step.publish or measure or (display is not None and events):
+        measure = limit is not None and count > 0 and not self._surely_fit(step, item, stream)
+        if step.publish or measure or (display is not None and count):
             try:
-                values, data = self._encode(events, display=display is not None)
+                if events is not None:
+                    values, data = self._encode(events, display=display is not None)
+                    encoded = [event.type for event in events]
                 if step.publish or measure:
-                    records = self._outputs(step, item, stream.n, events, values)
+                    records = self._outputs(step, item, stream.n, encoded, values)
             except Exception as exc:  # see process(): the stream moves on as if they were published
                 failed = exc
             if measure and failed is None and limit is not None:
@@ -354,16 +363,17 @@ class PartitionState:
                 records = ()
         n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
-        stream.n += len(events)
+        stream.n += count
         ended = run == step.key and self._core.is_terminal(item)
         if display is not None:
-            self._show(step, stream, display, events, n, values=values if failed is None else None, data=data,
-                       ended=ended, source=item, observer=observer)  # fmt: skip
+            self._show(step, stream, display, count if events is None else events, n,
+                       values=values if failed is None else None, data=data, ended=ended, source=item,
+                       observer=observer)  # fmt: skip
         if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
             return step.dead(Verdict.DEAD_LETTERED, _R.INTERNAL_ERROR,
-                             f"events {n} to {n + len(events) - 1} of run {run} sequence {seq} could not be "
+                             f"events {n} to {n + count - 1} of run {run} sequence {seq} could not be "
                              f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
         return Outcome(Verdict.PROCESSED, records, step.key, None)
 
@@ -379,7 +389,7 @@ class PartitionState:
         return [value for value, _ in pairs], [data for _, data in pairs]
 
     def _show(
-        self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...],
+        self, step: _Step, stream: OpenStream, display: DisplayProjection, events: tuple[BaseEvent, ...] | int,
         first: int, *, values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool,
         source: WireItem | None, observer: StreamObserver,
     ) -> None:  # fmt: skip
@@ -429,7 +439,7 @@ class PartitionState:
         way."""
         event = RunErrorEvent(message=message, code=code, timestamp=self._core.timestamp_ms(item))
         (value,), data = self._encode((event,), display=stream.display is not None)
-        error = output_record(event, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
+        error = output_record(event.type, value, root_run_id=step.key, n=stream.n, thread_id=stream.thread_id,
                               source=step.record, source_sequence=item.sequence)  # fmt: skip
         limit = self._settings.max_record_bytes
         fits = limit is None or record_size(error) <= limit
@@ -468,12 +478,12 @@ class PartitionState:
                          f"sequence {item.sequence} is {what}")
 
     def _outputs(
-        self, step: _Step, item: WireItem, n: int, events: tuple[BaseEvent, ...], values: list[bytes]
+        self, step: _Step, item: WireItem, n: int, types: Sequence[str], values: list[bytes]
     ) -> tuple[OutboundRecord, ...]:
         return tuple(
-            output_record(event, values[i], root_run_id=step.key, n=n + i, thread_id=item.thread_id,
+            output_record(event_type, values[i], root_run_id=step.key, n=n + i, thread_id=item.thread_id,
                           source=step.record, source_sequence=item.sequence)
-            for i, event in enumerate(events)
+            for i, event_type in enumerate(types)
         )
 
     def _close(self, key: str, last_root_sequence: int, at: int) -> None:

@@ -432,6 +432,15 @@ impl ContentPart {
     }
 }
 
+impl ContentPart {
+    /// The part's JSON object as written (None fields left out).
+    pub fn to_value(&self) -> Value {
+        let mut out = Vec::new();
+        self.write(&mut out);
+        crate::json::parse::parse(&out).unwrap_or(Value::Null)
+    }
+}
+
 impl Source {
     fn write(&self, out: &mut Vec<u8>) {
         let mut w = Fields::open(out);

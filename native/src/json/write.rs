@@ -113,6 +113,54 @@ pub fn sorted(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
+/// `json.dumps(value)` with its defaults: `", "` and `": "` between members, every non-ASCII character escaped
+/// (`\uXXXX`, astral ones as a surrogate pair), keys in their order, floats as `repr`.
+pub fn python_default(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Str(s) => ascii_string(out, s),
+        Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                python_default(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                ascii_string(out, key);
+                out.extend_from_slice(b": ");
+                python_default(out, item);
+            }
+            out.push(b'}');
+        }
+        other => compact(out, other),
+    }
+}
+
+fn ascii_string(out: &mut Vec<u8>, text: &str) {
+    let mut escaped = Vec::with_capacity(text.len() + 2);
+    string(&mut escaped, text);
+    let escaped = String::from_utf8(escaped).unwrap_or_default();
+    for c in escaped.chars() {
+        if c.is_ascii() {
+            out.push(c as u8);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
+            }
+        }
+    }
+}
+
 /// `sorted` as a String.
 pub fn sorted_text(value: &Value) -> String {
     let mut out = Vec::new();
@@ -137,6 +185,20 @@ mod tests {
         let mut out = Vec::new();
         string(&mut out, "a\"\\\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}/<\u{2028}é");
         assert_eq!(String::from_utf8(out).unwrap(), "\"a\\\"\\\\\\n\\r\\t\\b\\f\\u0001\\u001f\u{7f}/<\u{2028}é\"");
+    }
+
+    #[test]
+    fn python_default_escapes_non_ascii_and_spaces_members() {
+        let map = Map::from_entries(vec![
+            ("a".into(), Value::str("é😀\u{1}\u{2028}")),
+            ("b".into(), Value::Array(vec![Value::Float(1.5e-7), Value::Null, Value::Bool(true)])),
+        ]);
+        let mut out = Vec::new();
+        python_default(&mut out, &Value::Object(map));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"a\": \"\\u00e9\\ud83d\\ude00\\u0001\\u2028\", \"b\": [1.5e-07, null, true]}"
+        );
     }
 
     #[test]

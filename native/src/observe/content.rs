@@ -2,9 +2,10 @@
 //! parts when they hold native media.
 
 use crate::agui::{ContentPart, PartBody, Source, ToolContent};
-use crate::json::write::sorted_text;
+use crate::json::write::{python_default, sorted_text};
 use crate::json::{Map, Value};
 use crate::wire::media::{binary_size, is_media};
+use crate::wire::{Body as ItemBody, Inner, Item};
 
 const CONTENT_KEY: &str = "a13n.tool-content";
 
@@ -126,4 +127,43 @@ pub fn tool_result_content(value: &Value) -> ToolContent {
             })
             .collect(),
     )
+}
+
+/// Characters of the tool's answer a failure message keeps.
+pub const MAX_FAILURE_CHARS: usize = 4096;
+
+/// A failure message: the text, or `json.dumps` of the content parts' JSON objects, cut to 4,096 characters.
+fn failure_message(content: &ToolContent) -> String {
+    let text = match content {
+        ToolContent::Text(text) => text.clone(),
+        ToolContent::Parts(parts) => {
+            let mut out = Vec::new();
+            python_default(&mut out, &Value::Array(parts.iter().map(ContentPart::to_value).collect()));
+            String::from_utf8(out).unwrap_or_default()
+        }
+    };
+    text.chars().take(MAX_FAILURE_CHARS).collect()
+}
+
+/// (tool call id, failure message, run id) of a tool result item the observer does not present (a non-success
+/// outcome, or a part that is no tool return), as the display records it; None for any other item.
+pub fn failed_tool_call(item: &Item) -> Option<(String, String, String)> {
+    let ItemBody::Event(Inner::Agent { event_kind, data }) = &item.body else { return None };
+    if event_kind != "function_tool_result" && event_kind != "output_tool_result" {
+        return None;
+    }
+    let part = data.get("part")?.as_object()?;
+    let returned = part.get("part_kind").and_then(Value::as_str) == Some("tool-return");
+    if returned && part.get("outcome").and_then(Value::as_str) == Some("success") {
+        return None;
+    }
+    let call_id = part.get("tool_call_id")?.as_str()?.to_owned();
+    let null = Value::Null;
+    let content = part.get("content").unwrap_or(&null);
+    let content = if returned {
+        tool_result_content(execution_value(content, part.get("metadata").unwrap_or(&null)))
+    } else {
+        tool_result_content(content)
+    };
+    Some((call_id, failure_message(&content), item.run_id.clone()))
 }

@@ -142,6 +142,13 @@ impl Item {
         self.item.announced_child()
     }
 
+    /// (tool call id, failure message, run id) of a tool result the observer does not present, else None (the
+    /// display's `failed_tool_call`).
+    #[getter]
+    fn failed_tool_call(&self) -> Option<(String, String, String)> {
+        crate::observe::content::failed_tool_call(&self.item)
+    }
+
     /// The item's whole content as JSON data, for comparing it with a reference item.
     fn dump<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let item = &self.item;

@@ -76,6 +76,28 @@ fn cursor_from(value: &Value) -> PyResult<Cursor> {
     })
 }
 
+/// A run state from its exported JSON data (part indices as text).
+fn state_from_json(value: &Value) -> PyResult<RunState> {
+    let map = value.as_object().ok_or_else(|| PyTypeError::new_err("a state is not an object"))?;
+    let object = |key: &str| map.get(key).and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut state =
+        RunState { request_index: map.get("request_index").cloned().unwrap_or(Value::Int(0)), ..RunState::default() };
+    for (index, cursor) in object("parts").iter() {
+        let index = match index.parse::<i64>() {
+            Ok(n) => Value::Int(n),
+            Err(_) => Value::Big(index.as_str().into()),
+        };
+        state.parts.push((index, cursor_from(cursor)?));
+    }
+    for (run, child) in object("children").iter() {
+        state.children.push((run.clone(), state_from_json(child)?));
+    }
+    for (run, thread) in object("threads").iter() {
+        state.threads.push((run.clone(), thread.as_str().unwrap_or_default().to_owned()));
+    }
+    Ok(state)
+}
+
 /// A run state from the Python-mode dump of the reference's validated `StateModel` (integer part indices).
 fn state_from(value: &Bound<'_, PyAny>) -> PyResult<RunState> {
     let get = |key: &str| value.get_item(key);
@@ -138,6 +160,27 @@ impl Observer {
     /// The continuation as JSON data (`export().model_dump(mode="json")` of the reference).
     fn export_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         from_value(py, &self.core.export())
+    }
+
+    /// An observer continuing from its own `export_data()` (as pickling carries it).
+    #[staticmethod]
+    fn from_export(stream: bool, data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let data = to_value(data)?;
+        let text = |key: &str| data.as_object().and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_owned);
+        let state = state_from_json(data.as_object().and_then(|m| m.get("state")).unwrap_or(&Value::Null))?;
+        Ok(Observer::new_core(Core { stream, thread_id: text("thread_id"), run_id: text("run_id"), state }))
+    }
+
+    /// Pickled as its export: `from_export(stream, export_data())`.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let this = slf.borrow();
+        let rebuild = py.get_type::<Observer>().getattr("from_export")?;
+        let args = PyTuple::new(
+            py,
+            [this.core.stream.into_pyobject(py)?.to_owned().into_any(), from_value(py, &this.core.export())?],
+        )?;
+        PyTuple::new(py, [rebuild, args.into_any()])
     }
 
     /// An observer continuing from `continuation`, the Python-mode dump of a validated `ObserverContinuation`.
