@@ -1,5 +1,6 @@
 """`python -m worker <command>`: `convert` (offline files), `run` (the Kafka worker), `check` (is the cluster ready
-for it), `inspect` (what a group holds), `gateway` (AG-UI over HTTP); `--version`."""
+for it), `inspect` (what a group holds), `index` (the thread index written from the output topic), `gateway`
+(AG-UI over HTTP); `--version`."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     # `inspect` likewise, dispatched to worker.app.main_inspect.
     commands.add_parser("inspect", help="show what a group holds, or where one run stands (see `python -m worker "
                         "inspect --help`)", add_help=False)
+    # `index` likewise, dispatched to worker.app.main_index.
+    commands.add_parser("index", help="write the thread index from the output topic, for runs published before it "
+                        "was on (see `python -m worker index --help`)", add_help=False)
     # `gateway` likewise, dispatched to worker.gateway.server.main_gateway.
     commands.add_parser("gateway", help="serve runs over HTTP/SSE (see `python -m worker gateway --help`)",
                         add_help=False)
@@ -59,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.app import main_inspect  # noqa: PLC0415
 
         return main_inspect(args_list[1:])
+    if args_list and args_list[0] == "index":
+        from worker.app import main_index  # noqa: PLC0415
+
+        return main_index(args_list[1:])
     if args_list and args_list[0] == "gateway":
         from worker.gateway.server import main_gateway  # noqa: PLC0415 - the server stack loads only for `gateway`
 

@@ -24,7 +24,7 @@ from worker.settings import Settings, is_secret
 if TYPE_CHECKING:
     from worker.kafka.preflight import Check
 
-__all__ = ["add_check_flags", "build_parser", "main_check", "main_inspect", "main_run", "print_checks",
+__all__ = ["add_check_flags", "build_parser", "main_check", "main_index", "main_inspect", "main_run", "print_checks",
            "quiet_client_logs", "settings_from_args"]  # fmt: skip
 
 _log = logging.getLogger("worker")
@@ -249,9 +249,12 @@ def main_inspect(argv: list[str] | None = None) -> int:
     parser = build_parser(argparse.ArgumentParser(
         prog="python -m worker inspect", allow_abbrev=False,
         description="Show, changing nothing, what a group of workers holds: offsets, lag, checkpoints, open runs; "
-        "or where one run stands.",
+        "or where one run stands, or one thread's runs.",
     ))  # fmt: skip
-    parser.add_argument("--run", default=None, metavar="ID", help="show where the run with this root run id stands")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run", default=None, metavar="ID", help="show where the run with this root run id stands")
+    which.add_argument("--thread", default=None, metavar="ID",
+                       help="list this thread's runs in start order, as the thread index topic holds them")
     parser.add_argument("--max-runs", type=int, default=20, metavar="N",
                         help="open runs listed per partition, oldest first (default 20)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (docs/inspect.schema.json)")
@@ -263,7 +266,7 @@ def main_inspect(argv: list[str] | None = None) -> int:
         return 2
     from worker.client import reach_once  # noqa: PLC0415
     from worker.errors import KafkaWorkerError  # noqa: PLC0415
-    from worker.kafka.inspection import inspect_group, inspect_run  # noqa: PLC0415
+    from worker.kafka.inspection import inspect_group, inspect_run, inspect_thread  # noqa: PLC0415
 
     quiet_client_logs()
     timeout_s = args.timeout_ms / 1000
@@ -272,6 +275,8 @@ def main_inspect(argv: list[str] | None = None) -> int:
         await reach_once(settings, timeout_s=timeout_s)
         if args.run is not None:
             return await inspect_run(settings, args.run, timeout_s=timeout_s)
+        if args.thread is not None:
+            return await inspect_thread(settings, args.thread, timeout_s=timeout_s)
         return await inspect_group(settings, max_runs=args.max_runs, timeout_s=timeout_s)
 
     try:
@@ -282,9 +287,54 @@ def main_inspect(argv: list[str] | None = None) -> int:
     if args.json:
         text = json.dumps(found, ensure_ascii=False, indent=2)
     else:
-        from worker.ops.inspection import describe_group, describe_run  # noqa: PLC0415
+        from worker.ops.inspection import describe_group, describe_run, describe_thread  # noqa: PLC0415
 
-        text = describe_run(found) if args.run is not None else describe_group(found)
+        text = describe_run(found) if args.run is not None else \
+            describe_thread(found) if args.thread is not None else describe_group(found)  # fmt: skip
     sys.stdout.buffer.write(text.encode() + b"\n")
     sys.stdout.flush()
+    return 0
+
+
+def main_index(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker index`: the thread index records missing for the runs the output topic holds,
+    written (`worker/kafka/indexing.py`); exit status 0 when done, 1 when the brokers failed it, 2 for settings that
+    cannot work."""
+    parser = build_parser(argparse.ArgumentParser(
+        prog="python -m worker index", allow_abbrev=False,
+        description="Write the thread index from the output topic: a start record for every run whose first event "
+        "it holds and an end record for every run whose terminal event it holds, where the index lacks them "
+        "(runs published before --thread-index-topic was on). A second run writes nothing.",
+    ))  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="count what would be written, write nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    settings = _readable_settings(args, "index")
+    if settings is None:
+        return 2
+    from worker.client import reach_once  # noqa: PLC0415
+    from worker.errors import KafkaWorkerError  # noqa: PLC0415
+    from worker.kafka.indexing import backfill_index  # noqa: PLC0415
+
+    quiet_client_logs()
+
+    async def index() -> dict[str, Any]:
+        await reach_once(settings, timeout_s=30.0)
+        return (await backfill_index(settings, dry_run=args.dry_run)).as_json()
+
+    try:
+        done = asyncio.run(index())
+    except ConfigError as exc:
+        print(f"worker index: {exc}", file=sys.stderr)
+        return 2
+    except (KafkaWorkerError, TimeoutError) as exc:
+        print(f"worker index: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(done))
+    else:
+        verb = "would write" if args.dry_run else "wrote"
+        print(f"{done['runs']} runs on the output topic: {verb} {done['starts_written']} start and "
+              f"{done['ends_written']} end records; {done['already_indexed']} were in the index already; "
+              f"{done['without_event_0']} runs have no event 0 left (not indexed)")
     return 0

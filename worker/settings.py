@@ -125,6 +125,13 @@ class Settings(ConnectionSettings):
             "of the output topic's events after the record it starts from."
         ),
     )
+    thread_index_topic: str = Field(
+        "", description=(
+            "Compacted topic of each run's start and end records (keyed by root run id, in the partition of the "
+            "run's thread, co-partitioned with the output topic), written in the same transactions as the run's "
+            "events, from which the gateway serves threads; created when missing. Empty: off."
+        ),
+    )
     rebuild_lookback_ms: int = Field(
         24 * 3_600_000, ge=0, description=(
             "How far back from the current time a rebuild replays when the committed offset carries no "
@@ -211,6 +218,13 @@ class Settings(ConnectionSettings):
             raise ConfigError(
                 f"display_topic {self.display_topic!r} must differ from the source, output, dead-letter and "
                 "changelog topics"
+            )
+        if self.thread_index_topic and self.thread_index_topic in {
+            self.source_topic, self.output_topic, self.dlq_topic, self.changelog_topic_name, self.display_topic
+        }:
+            raise ConfigError(
+                f"thread_index_topic {self.thread_index_topic!r} must differ from the source, output, dead-letter, "
+                "changelog and display topics"
             )
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(

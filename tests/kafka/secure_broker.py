@@ -174,16 +174,16 @@ class SecureKafka:
 
     def grant_worker(self, principal: Principal, *, source: str, output: str, dlq: str, group: str,
                      prefix: str, changelog: str | None = None, display: str | None = None,
-                     describe_configs: bool = True) -> None:
+                     index: str | None = None, describe_configs: bool = True) -> None:
         """Every right the worker needs, as docs/access-control.md lists them, in one kafka-acls call per
         resource kind; without DescribeConfigs on the topics written when `describe_configs` is false."""
-        topics: Sequence[str] = [t for t in (output, dlq, changelog, display) if t]
+        topics: Sequence[str] = [t for t in (output, dlq, changelog, display, index) if t]
         self.grant(principal, "--operation", "Read", "--operation", "Describe", "--topic", source)
         written = [arg for topic in topics for arg in ("--topic", topic)]
         configs = ["--operation", "DescribeConfigs"] if describe_configs else []
         self.grant(principal, "--operation", "Write", "--operation", "Describe", *configs, *written)
-        if changelog or display:
-            created = [arg for topic in (changelog, display) if topic for arg in ("--topic", topic)]
+        if changelog or display or index:
+            created = [arg for topic in (changelog, display, index) if topic for arg in ("--topic", topic)]
             self.grant(principal, "--operation", "Create", *created)
         if changelog:
             self.grant(principal, "--operation", "Read", "--topic", changelog)

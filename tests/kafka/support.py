@@ -103,6 +103,21 @@ def corpus(copies: int = 1, *, names: list[str] | None = None) -> list[Run]:
     return runs
 
 
+def in_thread(run: Run, thread_id: str) -> Run:
+    """The same run with every item in thread `thread_id` (a corpus run keeps its golden thread otherwise)."""
+    lines = []
+    for line in run.lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            lines.append(line)
+            continue
+        if isinstance(obj, dict) and "thread_id" in obj:
+            obj["thread_id"] = thread_id
+        lines.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+    return converted(run.key, lines)
+
+
 def interleave(runs: list[Run]) -> list[tuple[bytes, bytes]]:
     """Round-robin the runs' lines into one (key, value) sequence; each run stays in order."""
     iters = [iter([(r.key.encode(), ln) for ln in r.lines]) for r in runs]

@@ -39,15 +39,16 @@ class Layout:
     display: str
     group: str
     prefix: str
+    index: str
 
     def flags(self) -> list[str]:
         return ["--source-topic", self.source, "--output-topic", self.output, "--dlq-topic", self.dlq,
                 "--changelog-topic", self.changelog, "--display-topic", self.display, "--group-id", self.group,
-                "--transactional-id-prefix", self.prefix]  # fmt: skip
+                "--transactional-id-prefix", self.prefix, "--thread-index-topic", self.index]  # fmt: skip
 
     @property
     def topics(self) -> list[str]:
-        return [self.source, self.output, self.dlq, self.changelog, self.display]
+        return [self.source, self.output, self.dlq, self.changelog, self.display, self.index]
 
 
 def run_check(bootstrap: str, *flags: str, command: tuple[str, ...] = ("check",)) -> tuple[int, dict[str, Any]]:
@@ -98,6 +99,7 @@ def layout(topic_factory: TopicFactory, unique_names: UniqueNames) -> Layout:
         display=unique_names("display"),
         group=unique_names("group"),
         prefix=unique_names("txn"),
+        index=unique_names("index"),
     )
 
 
@@ -109,12 +111,28 @@ def test_a_ready_cluster_passes_every_check_and_nothing_is_written(
     assert status == 0, rows(report, "fail")
     assert not rows(report, "skip")
     passed = rows(report, "pass")
-    for role, name in (("changelog_topic", layout.changelog), ("display_topic", layout.display)):
+    for role, name in (("changelog_topic", layout.changelog), ("display_topic", layout.display),
+                       ("thread_index_topic", layout.index)):  # fmt: skip
         assert passed[f"{role} '{name}': Create"].startswith("the brokers would create it: 2 partitions")
     assert passed["memory"].startswith(f"no memory limit under {tmp_path}")
     after = asyncio.run(_footprint(kafka_bootstrap, layout.topics))
     assert after == before, "the check wrote a record, joined a group or created a topic"
-    assert layout.group not in after[0] and layout.changelog not in after[2] and layout.display not in after[2]
+    assert layout.group not in after[0] and {layout.changelog, layout.display, layout.index}.isdisjoint(after[2])
+
+
+def test_a_thread_index_of_another_partition_count_or_deleting_fails_its_row(
+    kafka_bootstrap: str, topic_factory: TopicFactory, layout: Layout, tmp_path: Path
+) -> None:
+    for config, partitions, row, fix in (({"cleanup.policy": "compact"}, 3, "partitions", "--thread-index-topic"),
+                                         ({"cleanup.policy": "delete"}, 2, "cleanup.policy",
+                                          "--add-config cleanup.policy=compact")):  # fmt: skip
+        index = topic_factory("index", partitions=partitions, config=config)
+        status, report = run_check(kafka_bootstrap, *layout.flags(), "--thread-index-topic", index,
+                                   "--cgroup-root", str(tmp_path))  # fmt: skip
+        assert status == 1
+        failed = rows(report, "fail")
+        assert list(failed) == [f"thread_index_topic '{index}': {row}"], failed
+        assert fix in failed[f"thread_index_topic '{index}': {row}"]
 
 
 def test_a_changelog_with_another_partition_count_fails_its_row(kafka_bootstrap: str, topic_factory: TopicFactory,
@@ -186,6 +204,14 @@ def test_gateway_check(kafka_bootstrap: str, topic_factory: TopicFactory, tmp_pa
     assert status == 1 and list(rows(report, "fail")) == [f"display_topic '{deleting}': cleanup.policy"]
     status, report = run_check(kafka_bootstrap, *base, "--display-topic", wrong, command=gateway)
     assert status == 1 and list(rows(report, "fail")) == [f"display_topic '{wrong}': partitions"]
+    index = topic_factory("index", partitions=2, config={"cleanup.policy": "compact"})
+    wrong_index = topic_factory("index", partitions=3, config={"cleanup.policy": "compact"})
+    status, report = run_check(kafka_bootstrap, *base, "--display-topic", display, "--thread-index-topic", index,
+                               command=gateway)  # fmt: skip
+    assert status == 0 and f"thread_index_topic '{index}': Read" in rows(report, "pass"), report
+    status, report = run_check(kafka_bootstrap, *base, "--display-topic", display, "--thread-index-topic",
+                               wrong_index, command=gateway)  # fmt: skip
+    assert status == 1 and list(rows(report, "fail")) == [f"thread_index_topic '{wrong_index}': partitions"]
 
 
 # ---- the secured broker: each right withheld ------------------------------------------------------------------------
@@ -218,6 +244,9 @@ WITHHELD = {
     "display-write": Withheld("display", ("Write",), "display_topic '{name}': Write", "WRITE on Topic '{name}'"),
     "display-create": Withheld("display", ("Create",), "display_topic '{name}': Create", "CREATE on Topic '{name}'",
                                missing_topic=True),
+    "index-write": Withheld("index", ("Write",), "thread_index_topic '{name}': Write", "WRITE on Topic '{name}'"),
+    "index-create": Withheld("index", ("Create",), "thread_index_topic '{name}': Create", "CREATE on Topic '{name}'",
+                             missing_topic=True),
     "group-read": Withheld("group", ("Read",), "group '{name}': Read", "READ on Group '{name}'"),
     "group-describe": Withheld("group", ("Read", "Describe"), "group '{name}': Describe",
                                "DESCRIBE on Group '{name}'", also=("group '{name}': Read",)),
@@ -244,9 +273,11 @@ def secured(secure_kafka: SecureKafka, secure_names: UniqueNames, tmp_path: Path
         display=secure_kafka.create_topic(secure_names("display"), 2, {"cleanup.policy": "compact"}),
         group=group,
         prefix=secure_names("txn"),
+        index=secure_kafka.create_topic(secure_names("index"), 2, {"cleanup.policy": "compact"}),
     )
     secure_kafka.grant_worker(principal, source=names.source, output=names.output, dlq=names.dlq, group=group,
-                              prefix=f"{names.prefix}:{group}", changelog=names.changelog, display=names.display)
+                              prefix=f"{names.prefix}:{group}", changelog=names.changelog, display=names.display,
+                              index=names.index)  # fmt: skip
     bootstrap, connection = secure_kafka.worker_connection(principal, tmp_path / "secrets")
     yield principal, names, [bootstrap, *connection, "--cgroup-root", str(tmp_path)]
 

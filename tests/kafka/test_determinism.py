@@ -2,8 +2,9 @@
 
 One group runs a single uninterrupted worker; another group processes the same source while its workers are
 killed with SIGKILL, join, leave and restart. Both write a display topic, folded in each worker's own process (no
-worker starts a child process). The output and display topics must hold the same records per key (values and every
-header) and the dead-letter topics the same dead letter per source offset.
+worker starts a child process), and a thread index topic. The output, display and thread index topics must hold the
+same records per key (values and every header; the index's in the same partition, each key once) and the dead-letter
+topics the same dead letter per source offset.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Sink:
     dlq: str
     group: str
     display: str  # created by the workers
+    index: str  # likewise
 
 
 def outputs_by_key(records: list[Rec]) -> dict[bytes | None, list[tuple[tuple[tuple[str, bytes], ...], bytes | None]]]:
@@ -109,13 +111,14 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(
     assert trouble.late_starts and trouble.mis_keyed and trouble.gaps and trouble.poison, trouble
     source = topic_factory("source", partitions=3)
     calm = Sink(topic_factory("calm-out", partitions=3), topic_factory("calm-dlq", partitions=2), f"calm-{source}",
-                unique_names("calm-display"))
+                unique_names("calm-display"), unique_names("calm-index"))
     chaotic = Sink(topic_factory("chaos-out", partitions=3), topic_factory("chaos-dlq", partitions=2),
-                   f"chaos-{source}", unique_names("chaos-display"))
+                   f"chaos-{source}", unique_names("chaos-display"), unique_names("chaos-index"))
 
     def worker(sink: Sink, name: str) -> WorkerProcess:
         return WorkerProcess(tmp_path, name, kafka_bootstrap, source, sink.output, sink.dlq, sink.group,
-                             *LIMITS, *FAST_GROUP, "--display-topic", sink.display)
+                             *LIMITS, *FAST_GROUP, "--display-topic", sink.display,
+                             "--thread-index-topic", sink.index)  # fmt: skip
 
     rng = random.Random(SEED)
     chaos = Chaos(lambda name: worker(chaotic, name), rng)
@@ -152,13 +155,16 @@ def test_chaos_leaves_the_same_topics_as_one_calm_worker(
         for w in [calm_worker, *chaos.workers]:
             if w.alive:
                 w.kill()
-    calm_out, chaos_out, calm_dlq, chaos_dlq, calm_display, chaos_display = topics
+    calm_out, chaos_out, calm_dlq, chaos_dlq, calm_display, chaos_display, calm_index, chaos_index = topics
     assert calm_out, "the calm worker published nothing"
     a, b = outputs_by_key(calm_out), outputs_by_key(chaos_out)
     assert a == b, f"output topics differ ({chaos.actions}): {_first_difference(a, b)}"
     shown_a, shown_b = outputs_by_key(calm_display), outputs_by_key(chaos_display)
     assert sum(len(v) > 1 for v in shown_a.values()) >= 3, "several runs have several display records"
     assert shown_a == shown_b, f"display topics differ ({chaos.actions}): {_first_difference(shown_a, shown_b)}"
+    indexed_a, indexed_b = _index_by_key(calm_index), _index_by_key(chaos_index)
+    assert len(indexed_a) > 20 and all(len(v) == 1 for v in indexed_a.values()), "each index key written once"
+    assert indexed_a == indexed_b, f"index topics differ ({chaos.actions}): {_first_difference(indexed_a, indexed_b)}"
     c, d = dead_letters_by_origin(calm_dlq), dead_letters_by_origin(chaos_dlq)
     assert all(len(v) == 1 for v in c.values()), "the calm worker dead-lettered a record twice"
     reasons_c = {k: [(r.key, r.value, r.headers) for r in v] for k, v in c.items()}
@@ -175,4 +181,16 @@ async def _read_all(bootstrap: str, calm: Sink, chaos: Sink) -> tuple[list[Rec],
         read_topic(bootstrap, calm.output), read_topic(bootstrap, chaos.output),
         read_topic(bootstrap, calm.dlq), read_topic(bootstrap, chaos.dlq),
         read_topic(bootstrap, calm.display), read_topic(bootstrap, chaos.display),
+        read_topic(bootstrap, calm.index), read_topic(bootstrap, chaos.index),
     ))  # fmt: skip
+
+
+_Indexed = tuple[int, tuple[tuple[str, bytes], ...], bytes | None]
+
+
+def _index_by_key(records: list[Rec]) -> dict[bytes | None, list[_Indexed]]:
+    """Each key's thread index records with their partition."""
+    grouped: dict[bytes | None, list[_Indexed]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        grouped[r.key].append((r.partition, r.headers, r.value))
+    return dict(grouped)

@@ -1,5 +1,5 @@
-"""A real worker publishes the recorded bytes for the golden runs: the output, display and dead-letter topics and
-the compacted changelog equal `tests/data/golden-bytes.json`, through a graceful stop and a restart from the
+"""A real worker publishes the recorded bytes for the golden runs: the output, display, thread index and dead-letter
+topics and the compacted changelog equal `tests/data/golden-bytes.json`, through a graceful stop and a restart from the
 changelog half-way.
 
 The source is the adversarial mix of the golden runs (duplicates, mis-keyed items, gaps, poison), with fixed
@@ -87,13 +87,13 @@ def test_a_worker_publishes_the_recorded_bytes(
     source = topic_factory("source", partitions=PARTITIONS)
     output = topic_factory("out", partitions=3, config={"max.message.bytes": "16896"})  # the least the worker takes
     dlq = topic_factory("dlq", partitions=2)
-    group, display = f"group-{source}", unique_names("display")
+    group, display, index = f"group-{source}", unique_names("display"), unique_names("index")
     workers: list[WorkerProcess] = []
 
     async def phase(name: str, part: list[tuple[bytes, bytes]], first: int) -> None:
         await _produce(kafka_bootstrap, source, part, first)
         worker = WorkerProcess(tmp_path, name, kafka_bootstrap, source, output, dlq, group, *ARGS,
-                               "--display-topic", display).start()  # fmt: skip
+                               "--display-topic", display, "--thread-index-topic", index).start()  # fmt: skip
         workers.append(worker)
         await wait_caught_up(kafka_bootstrap, group, source, timeout_s=180)
         assert worker.stop() == 0, worker.log()[-3000:]
@@ -114,12 +114,13 @@ def test_a_worker_publishes_the_recorded_bytes(
 
     async def read() -> tuple[list[Rec], ...]:
         return tuple(await asyncio.gather(*(read_topic(kafka_bootstrap, topic) for topic in
-                                            (output, display, dlq, f"{group}.changelog"))))  # fmt: skip
+                                            (output, display, dlq, f"{group}.changelog", index))))  # fmt: skip
 
-    out, shown, dead, changelog = asyncio.run(read())
+    out, shown, dead, changelog, indexed = asyncio.run(read())
     digests: dict[str, Digest] = defaultdict(Digest)
     digests["output"].add_all(_by_key(out, source))
     digests["display"].add_all(_by_key(shown, source))
+    digests["index"].add_all(_by_key(indexed, source))
     digests["dead-letters"].add_all(_dead_letters(dead, source))
     digests["changelog"].add_all(_changelog(changelog, source))
     got = {name: digest.summary() for name, digest in sorted(digests.items())}

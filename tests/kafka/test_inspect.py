@@ -1,6 +1,6 @@
 """`python -m worker inspect` against a worker stopped mid-run: the committed offsets, checkpoints, open runs, their
 agui-seq and offsets equal what the source, output, changelog and display topics hold; `--run` of an ended and of
-an open run; every JSON answer valid against docs/inspect.schema.json."""
+an open run; `--thread` of the thread they all belong to; every JSON answer valid against docs/inspect.schema.json."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ from tests.kafka.support import (
     WorkerProcess,
     converted,
     corpus,
+    in_thread,
     interleave,
     produce,
     read_topic,
     wait_caught_up,
 )
+from worker.client import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -59,18 +61,18 @@ def test_inspect_a_group_stopped_mid_run(kafka_bootstrap: str, topic_factory: To
     source, output = topic_factory("source", partitions=2), topic_factory("output", partitions=2)
     dlq = topic_factory("dlq")
     display = topic_factory("display", partitions=2, config={"cleanup.policy": "compact"})
-    group = unique_names("group")
-    ended = corpus(names=_ENDED)
-    cut = [converted(run.key, run.lines[: len(run.lines) // 2]) for run in corpus(names=_CUT)]
+    group, index, thread = unique_names("group"), unique_names("index"), "thread-inspected"
+    ended = [in_thread(run, thread) for run in corpus(names=_ENDED)]
+    cut = [in_thread(converted(run.key, run.lines[: len(run.lines) // 2]), thread) for run in corpus(names=_CUT)]
     asyncio.run(produce(kafka_bootstrap, source, interleave([*ended, *cut])))
     worker = WorkerProcess(tmp_path, "worker", kafka_bootstrap, source, output, dlq, group,
-                           "--display-topic", display).start()  # fmt: skip
+                           "--display-topic", display, "--thread-index-topic", index).start()  # fmt: skip
     try:
         asyncio.run(wait_caught_up(kafka_bootstrap, group, source, 120))
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
     flags = ["--source-topic", source, "--output-topic", output, "--dlq-topic", dlq, "--group-id", group,
-             "--display-topic", display]  # fmt: skip
+             "--display-topic", display, "--thread-index-topic", index]  # fmt: skip
     sources, outputs = by_key(asyncio.run(read_topic(kafka_bootstrap, source))), \
         by_key(asyncio.run(read_topic(kafka_bootstrap, output)))  # fmt: skip
     changelog = asyncio.run(read_topic(kafka_bootstrap, f"{group}.changelog"))
@@ -136,6 +138,30 @@ def test_inspect_a_group_stopped_mid_run(kafka_bootstrap: str, topic_factory: To
     unknown = inspect(kafka_bootstrap, *flags, "--run", "no-such-run")
     assert unknown["state"] == "unknown" and unknown["last_event"] is None and unknown["agui_seq"] is None
     assert unknown["searched_from"] == {"output": 0, "display": 0}  # the whole partitions were read
+
+    indexed = asyncio.run(read_topic(kafka_bootstrap, index))
+    thread_partition = partition_for(thread.encode(), 2)
+    starts = [rec for rec in sorted(indexed, key=lambda r: r.offset) if (rec.key or b"").startswith(b"start:")]
+    assert {rec.partition for rec in indexed} == {thread_partition}, "a thread's records are in one partition"
+    listed = inspect(kafka_bootstrap, *flags, "--thread", thread)
+    assert listed["index_partition"] == thread_partition and not listed["unstarted"]
+    assert [run["runId"] for run in listed["runs"]] == [(rec.key or b"")[6:].decode() for rec in starts]
+    assert [run["startOffset"] for run in listed["runs"]] == [rec.offset for rec in starts]
+    assert {run["runId"] for run in listed["runs"]} == {run.key for run in [*ended, *cut] if run.events}
+    for run in listed["runs"]:
+        key = run["runId"]
+        first = json.loads(outputs[key][0].value or b"")
+        assert run["firstEventAt"] == first["timestamp"], run
+        if key in open_keys:
+            assert (run["state"], run["lastEventAt"], run["aguiSeq"]) == ("running", None, None), run
+            continue
+        last = json.loads(outputs[key][-1].value or b"")
+        assert run["state"] == {"RUN_FINISHED": "finished", "RUN_ERROR": "error"}[last["type"]], run
+        assert (run["aguiSeq"], run["lastEventAt"]) == (last_seq[key], last["timestamp"]), run
+    assert "error" in {run["state"] for run in listed["runs"]}, "s05_failed ends in RUN_ERROR"
+    lines = inspect(kafka_bootstrap, *flags, "--thread", thread, json_out=False).splitlines()
+    assert lines[0].startswith(f"thread {thread}: {len(listed['runs'])} runs, thread index partition ")
+    assert len(lines) == 1 + len(listed["runs"])
 
     text = inspect(kafka_bootstrap, *flags, json_out=False)
     lines = text.splitlines()

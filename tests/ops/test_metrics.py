@@ -47,6 +47,7 @@ EXPECTED = {
     "checkpoints_total": ("counter", {"topic", "partition"}),
     "changelog_records_total": ("counter", {"topic", "partition"}),
     "display_records_total": ("counter", set()),
+    "index_records_total": ("counter", set()),
     "display_bytes_total": ("counter", set()),
     "display_evicted_items_total": ("counter", set()),
     "display_withheld_total": ("counter", set()),

@@ -293,10 +293,11 @@ def test_adopted_keys_of_streams_that_end_before_the_next_checkpoint_are_tombsto
 def test_options_rebuild_an_equal_state() -> None:
     st = state(gap_policy=GapPolicy.HALT, max_open_streams=7, open_stream_policy=OpenStreamPolicy.HALT,
                closed_stream_memory=3, max_record_bytes=4096, display_interval_ms=250,
-               display_max_bytes=8192)  # fmt: skip
+               display_max_bytes=8192, thread_index=True)  # fmt: skip
     assert st.options == {"gap_policy": GapPolicy.HALT, "max_open_streams": 7,
                           "open_stream_policy": OpenStreamPolicy.HALT, "closed_stream_memory": 3,
-                          "max_record_bytes": 4096, "display_interval_ms": 250, "display_max_bytes": 8192}  # fmt: skip
+                          "max_record_bytes": 4096, "display_interval_ms": 250, "display_max_bytes": 8192,
+                          "thread_index": True}  # fmt: skip
     assert PartitionState(TOPIC, 0, core=FAKE_CORE, **st.options).options == st.options
 
 

@@ -29,6 +29,9 @@ CASES: dict[str, dict[str, Any]] = {
     "state-display-bounded": {"max_open_streams": 6, "closed_stream_memory": 10, "max_record_bytes": 2048,
                               "display_interval_ms": 250},
     "state-plain": {"gap_policy": GapPolicy.CLOSE_RUN},
+    # The bounded case with the thread index on: its outcomes add the runs' start and end records.
+    "state-thread-index": {"max_open_streams": 6, "closed_stream_memory": 10, "max_record_bytes": 2048,
+                           "display_interval_ms": 250, "thread_index": True},
 }
 
 

@@ -95,6 +95,8 @@ def test_the_public_surface_is_pinned() -> None:
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
         "load_processor", "read_checkpoint_header", "record_size", "reference_core",
+        # the thread index's records, written by `worker index` with the worker's own builder
+        "index_record",
         # the changelog's keys and values, read back by `worker inspect` through the same code
         "PARTITION_KEY", "decode_ended", "decode_stream", "ended_key", "split_key", "stream_key",
     ])
@@ -103,7 +105,7 @@ def test_the_public_surface_is_pinned() -> None:
         "run-closed-by-gap", "observation-error", "type-error", "open-stream-cap", "too-large", "internal-error",
     ]
     assert [v.value for v in worker.stream.Verdict] == ["processed", "duplicate", "gap", "dead_lettered"]
-    assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter", "display"]
+    assert [d.value for d in worker.stream.Destination] == ["output", "dead-letter", "display", "index"]
 
 
 def test_replay_builds_no_record_and_encodes_nothing() -> None:

@@ -204,6 +204,7 @@ def _check(argv: list[str]) -> int:
 
     quiet_client_logs()
     rows = asyncio.run(check_gateway(settings, settings.output_topic, settings.display_topic, settings.group,
+                                     index_topic=settings.thread_index_topic,
                                      timeout_s=args.timeout_ms / 1000))  # fmt: skip
     keys = asyncio.run(check_keys(settings.auth_key_file, settings.auth_keys_dir, settings.auth_jwks_url))
     return print_checks([*rows, *(Check(what, "pass" if ok else "fail", detail) for what, ok, detail in keys)],

@@ -27,6 +27,10 @@ class GatewaySettings(ConnectionSettings):
         "The worker's display topic (its `display_topic`): the late-join prelude and the run directory come from it; "
         "required."
     ))
+    thread_index_topic: str = Field("", description=(
+        "The worker's thread index topic (its `thread_index_topic`), co-partitioned with the output topic: threads "
+        "are served from it; empty: the thread endpoints answer 404 `no-thread-index`."
+    ))
     http_host: str = Field("0.0.0.0", description="Address the HTTP API (runs, viewer) listens on.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API; 0 picks a free one.")
     metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
@@ -149,6 +153,9 @@ class GatewaySettings(ConnectionSettings):
             raise ConfigError("display_topic is required: the gateway finds runs and builds late joins from it")
         if self.display_topic == self.output_topic:
             raise ConfigError(f"display_topic and output_topic must differ, both are {self.output_topic!r}")
+        if self.thread_index_topic in (self.output_topic, self.display_topic):
+            raise ConfigError(f"thread_index_topic {self.thread_index_topic!r} must differ from the output and display "
+                              "topics")  # fmt: skip
         if not (self.auth_key_file or self.auth_keys_dir or self.auth_jwks_url or self.insecure_no_auth):
             raise ConfigError(
                 "auth_key_file, auth_keys_dir or auth_jwks_url is required (the keys that sign access tokens); for "

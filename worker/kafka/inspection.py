@@ -5,7 +5,8 @@ stable offset: `read_committed`) and the lag, and the latest changelog checkpoin
 worker's own restore code (`restore.read_changelog`, `worker.stream`'s checkpoint decoders): its age, open and
 remembered runs, bytes, and the oldest open run. For one run: whether the checkpoint holds it open or ended, its
 last event on the output topic (its `agui-seq`, and the source offset of the item it came from), and its latest
-display record, restored by `DisplayReader`. Every read is group-less, commits nothing and ends by a deadline.
+display record, restored by `DisplayReader`. For one thread: its runs in start order as its thread index partition
+holds them. Every read is group-less, commits nothing and ends by a deadline.
 
 What the checkpoint says is the state at K; the worker checkpoints at most `checkpoint_interval_ms` apart and at
 every stop, so K equals C for a stopped group and trails it by at most one interval for a running one.
@@ -24,6 +25,7 @@ from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
 from worker.client import make_admin, partition_for, principal, read_to_end, topic_partitions
+from worker.contract import THREAD_ID, ThreadRuns, read_index_record
 from worker.display import DisplayReader
 from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
 from worker.kafka.replay import replay_consumer
@@ -41,7 +43,7 @@ from worker.stream import (
     stream_key,
 )
 
-__all__ = ["inspect_group", "inspect_run"]
+__all__ = ["inspect_group", "inspect_run", "inspect_thread"]
 
 _T = TypeVar("_T")
 _STEP = 2_000  # offsets read at a time when looking backward for a run's latest record
@@ -287,6 +289,33 @@ async def inspect_run(settings: Settings, run_id: str, *, timeout_s: float = 60.
     answer["last_source_offset"] = last["source_offset"] if last is not None else \
         (ended["ended_at"] if ended is not None else None)  # fmt: skip
     return answer
+
+
+async def inspect_thread(settings: Settings, thread_id: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
+    """A thread's runs in start order, as its partition of the thread index topic holds them (the JSON
+    `docs/inspect.schema.json` describes as `thread`); ConfigError without a thread index topic."""
+    s = settings
+    if not s.thread_index_topic:
+        raise ConfigError("thread_index_topic is not set: the worker writes no thread index to inspect")
+    deadline = _Deadline(timeout_s)
+    consumer = replay_consumer(s)
+    await deadline.bound(consumer.start(), "starting the consumer")
+    try:
+        partitions = await _partitions(consumer, s, s.thread_index_topic, "thread_index_topic")
+        tp = TopicPartition(s.thread_index_topic, partition_for(thread_id.encode(), partitions))
+        start = (await deadline.bound(consumer.beginning_offsets([tp]), "reading the index's offsets"))[tp]
+        end = (await deadline.bound(consumer.end_offsets([tp]), "reading the index's offsets"))[tp]
+        thread = ThreadRuns(thread_id)
+        for record in await _records(consumer, tp, start, end, deadline):
+            if _header(record, THREAD_ID) == thread_id:
+                entry = read_index_record(record.key, record.value, thread_id)
+                if entry is not None:
+                    thread.apply(entry, record.offset)
+    finally:
+        await consumer.stop()
+    return {"thread_id": thread_id, "index_partition": tp.partition, "read": [start, end],
+            "runs": [{**run.as_json(), "startOffset": run.start_offset} for run in thread.runs],
+            "unstarted": sorted(run for run, found in thread.by_run.items() if found.start_offset is None)}
 
 
 async def _in_checkpoint(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable
 
@@ -61,6 +62,7 @@ def partition_state(
         max_record_bytes=limits.output_record_bytes if limits is not None else None,
         display_interval_ms=s.display_interval_ms if s.display_topic else None,
         display_max_bytes=display_bytes if display_bytes is not None else record_limit(),
+        thread_index=bool(s.thread_index_topic),
     )  # fmt: skip
 
 
@@ -224,6 +226,8 @@ class GroupMember:
             await inspector.check_broker()
             if self._s.display_topic:
                 await inspector.display()
+            if self._s.thread_index_topic:
+                await inspector.thread_index()
             limits = await inspector.limits()
             if self._s.changelog:
                 await inspector.changelog(limits.display_record_bytes)
@@ -240,8 +244,9 @@ class GroupMember:
         self._health.set_blocked("")
         self._inspector = inspector
         s = self._s
+        threads = KeyRouter(limits.output_partitions, cap=10_000) if s.thread_index_topic else None
         self._routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
-                              KeyRouter(limits.output_partitions), limits)  # fmt: skip
+                              KeyRouter(limits.output_partitions), limits, s.thread_index_topic, threads)  # fmt: skip
         _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes%s",
                   limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes,
                   "" if limits.display_record_bytes is None else
@@ -276,8 +281,7 @@ class GroupMember:
                 continue
             if limits != routes.limits:
                 _log.info("topic limits changed: %s", limits)
-                self._routes = Routes(routes.output_topic, routes.dlq_topic, routes.display_topic,
-                                      routes.changelog_topic, routes.router, limits)  # fmt: skip
+                self._routes = dataclasses.replace(routes, limits=limits)
 
     async def _shutdown(self) -> None:
         try:

@@ -273,6 +273,8 @@ class CommitPipeline:
         if sent.display_records:
             metrics.display_records_total.inc(sent.display_records)
             metrics.display_bytes_total.inc(sent.display_bytes)
+        if sent.index_records:
+            metrics.index_records_total.inc(sent.index_records)
         sent.clear()
 
     async def _start(self) -> None:

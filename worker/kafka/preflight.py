@@ -60,12 +60,15 @@ from worker.kafka.topics import (
     CHANGELOG_WHY,
     DISPLAY_CONFIGS,
     DISPLAY_WHY,
+    INDEX_CONFIGS,
+    INDEX_WHY,
     broker_configs,
     check_broker_timeouts,
     check_changelog_policy,
     check_changelog_room,
     check_copartitioned,
     check_display_policy,
+    check_index_policy,
     check_record_room,
     config_value,
     record_limit,
@@ -404,6 +407,7 @@ def _layout(report: _Report, settings: Settings, topics: dict[str, _Topic]) -> N
     """The worker's layout rules (`worker/kafka/topics.py`) on what was read."""
     output, dlq = topics["output_topic"], topics["dlq_topic"]
     changelog, display = topics.get("changelog_topic"), topics.get("display_topic")
+    index = topics.get("thread_index_topic")
 
     def rule(what: str, ready: bool, check: Callable[[], str]) -> None:
         if not ready:
@@ -414,13 +418,14 @@ def _layout(report: _Report, settings: Settings, topics: dict[str, _Topic]) -> N
         except ConfigError as exc:
             report.add(what, "fail", str(exc))
 
-    shown = [output, dlq] + ([display] if display is not None and display.present else [])
-    for topic in shown:
+    beside = [(topic, why, policy) for topic, why, policy in ((display, DISPLAY_WHY, check_display_policy),
+                                                               (index, INDEX_WHY, check_index_policy))
+              if topic is not None and topic.present]  # fmt: skip
+    for topic in [output, dlq, *(topic for topic, _, _ in beside)]:
         rule(f"{topic.label}: {_MAX_MESSAGE}", _MAX_MESSAGE in topic.read_configs, partial(_room, topic))
-    if display is not None and display.present:
-        rule(f"{display.label}: partitions", output.present, partial(_copartitioned, display, output, DISPLAY_WHY))
-        rule(f"{display.label}: {_CLEANUP}", _CLEANUP in display.read_configs,
-             partial(_policy, display, check_display_policy))  # fmt: skip
+    for topic, why, policy in beside:
+        rule(f"{topic.label}: partitions", output.present, partial(_copartitioned, topic, output, why))
+        rule(f"{topic.label}: {_CLEANUP}", _CLEANUP in topic.read_configs, partial(_policy, topic, policy))
     if changelog is not None and changelog.present:
         source = topics["source_topic"]
         rule(f"{changelog.label}: partitions", source.present,
@@ -524,6 +529,9 @@ async def check_worker(settings: Settings, *, cgroup_root: Path = Path("/sys/fs/
                                            configs=True, base=source)  # fmt: skip
     if s.display_topic:
         topics["display_topic"] = _Topic("display_topic", s.display_topic, write=True, configs=True, base=output)
+    if s.thread_index_topic:
+        topics["thread_index_topic"] = _Topic("thread_index_topic", s.thread_index_topic, write=True, configs=True,
+                                              base=output)  # fmt: skip
     async with _clients(settings) as (admin, consumer, client):
         for topic in topics.values():
             await report.ask(f"{topic.label}: exists, Describe",
@@ -537,7 +545,8 @@ async def check_worker(settings: Settings, *, cgroup_root: Path = Path("/sys/fs/
         await report.ask("transactional id", _transactional(report, client, s, written, deadline))
         await report.ask("topic configs", _configs(report, admin, list(topics.values())))
         for role, configs, replication in (("changelog_topic", CHANGELOG_CONFIGS, s.changelog_replication_factor),
-                                           ("display_topic", DISPLAY_CONFIGS, 0)):  # fmt: skip
+                                           ("display_topic", DISPLAY_CONFIGS, 0),
+                                           ("thread_index_topic", INDEX_CONFIGS, 0)):  # fmt: skip
             created = topics.get(role)
             if created is not None and created.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 await report.ask(f"{created.label}: Create", _create(report, admin, created, replication, configs))
@@ -548,47 +557,54 @@ async def check_worker(settings: Settings, *, cgroup_root: Path = Path("/sys/fs/
 
 
 async def check_gateway(settings: ConnectionSettings, output_topic: str, display_topic: str, group: str, *,
-                        timeout_s: float = 30.0) -> list[Check]:  # fmt: skip
-    """Every check of `worker gateway check`: Describe and Read on the output and display topics, Read on the
-    replicas' `group`, the topics' partition counts equal, and the display topic compacted when its configs may be
-    read (the gateway needs no DescribeConfigs; the worker checks it at start)."""
+                        index_topic: str = "", timeout_s: float = 30.0) -> list[Check]:  # fmt: skip
+    """Every check of `worker gateway check`: Describe and Read on the output and display topics (and the thread
+    index topic, when given), Read on the replicas' `group`, the topics' partition counts equal, and the display
+    and index topics compacted when their configs may be read (the gateway needs no DescribeConfigs; the worker
+    checks them at start)."""
     report = _Report(principal(settings))
     if not await _connected(report, settings, timeout_s):
         return report.rows
     deadline = time.monotonic() + timeout_s
     output = _Topic("output_topic", output_topic, read=True)
-    display = _Topic("display_topic", display_topic, read=True)
+    beside = [(_Topic("display_topic", display_topic, read=True), DISPLAY_WHY, check_display_policy)]
+    if index_topic:
+        beside.append((_Topic("thread_index_topic", index_topic, read=True), INDEX_WHY, check_index_policy))
+    read = [output, *(topic for topic, _, _ in beside)]
     async with _clients(settings) as (admin, consumer, client):
-        for topic in (output, display):
+        for topic in read:
             await report.ask(f"{topic.label}: exists, Describe", _describe(report, consumer, topic, created=False))
-        for topic in (output, display):
+        for topic in read:
             await report.ask(f"{topic.label}: Read", _read(report, consumer, topic, deadline))
         await report.ask(f"group '{group}': Read", _group_read(report, client, group, deadline))
-        what = f"{display.label}: partitions"
-        if output.present and display.present:
-            try:
-                report.add(what, "pass", _copartitioned(display, output, DISPLAY_WHY))
-            except ConfigError as exc:
-                report.add(what, "fail", str(exc))
-        else:
-            report.add(what, "skip", "not checked: a topic cannot be described")
-        await report.ask(f"{display.label}: {_CLEANUP}", _gateway_policy(report, admin, display))
+        for topic, why, policy in beside:
+            what = f"{topic.label}: partitions"
+            if output.present and topic.present:
+                try:
+                    report.add(what, "pass", _copartitioned(topic, output, why))
+                except ConfigError as exc:
+                    report.add(what, "fail", str(exc))
+            else:
+                report.add(what, "skip", "not checked: a topic cannot be described")
+            await report.ask(f"{topic.label}: {_CLEANUP}", _gateway_policy(report, admin, topic, policy))
     return report.rows
 
 
-async def _gateway_policy(report: _Report, admin: AIOKafkaAdminClient, display: _Topic) -> None:
-    what = f"{display.label}: {_CLEANUP}"
-    if not display.present:
+async def _gateway_policy(
+    report: _Report, admin: AIOKafkaAdminClient, topic: _Topic, check: Callable[[str, str], None]
+) -> None:
+    what = f"{topic.label}: {_CLEANUP}"
+    if not topic.present:
         report.add(what, "skip", "not checked: the topic cannot be described")
         return
-    await _configs(report, admin, [display])
-    policy = display.read_configs.get(_CLEANUP)
+    await _configs(report, admin, [topic])
+    policy = topic.read_configs.get(_CLEANUP)
     if policy is None:
         report.add(what, "skip", "not checked: no DescribeConfigs on the topic, which the gateway does not need "
                    "(the worker checks it at start)")  # fmt: skip
         return
     try:
-        check_display_policy(display.name, policy)
+        check(topic.name, policy)
     except ConfigError as exc:
         report.add(what, "fail", str(exc))
         return

@@ -1,9 +1,10 @@
 """Where each record of an outcome goes and in what form, decided by the record and the routes alone.
 
 An output event and its run's display record go to the output (display) partition of the run's key, as Kafka's
-default partitioner picks it (murmur2), so one run's events stay in order in one partition; a dead letter is cut
-to fit its topic (the same cut for the same record and limit, so a rebuilt worker writes the same one); a
-changelog record goes to the partition of its source partition.
+default partitioner picks it (murmur2), so one run's events stay in order in one partition; a thread index record
+goes to the partition of its thread, chosen the same way from the thread id among as many partitions, so a thread's
+records are in one partition, in order; a dead letter is cut to fit its topic (the same cut for the same record and
+limit, so a rebuilt worker writes the same one); a changelog record goes to the partition of its source partition.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Protocol
 from aiokafka import TopicPartition
 
 from worker.client import partition_for
-from worker.contract import TERMINAL_TYPES
+from worker.contract import TERMINAL_TYPES, THREAD_ID
 from worker.kafka.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
@@ -53,8 +54,9 @@ class KeyRouter:
 
 @dataclass(frozen=True, slots=True)
 class Routes:
-    """The destinations as last checked: topic names, the output's key router and every topic's record limit
-    (None before the topics were read: dead letters then go uncut)."""
+    """The destinations as last checked: topic names, the output's key router, every topic's record limit (None
+    before the topics were read: dead letters then go uncut), and the thread index topic with its thread router
+    ("" and None with the index off)."""
 
     output_topic: str
     dlq_topic: str
@@ -62,6 +64,8 @@ class Routes:
     changelog_topic: str
     router: KeyRouter
     limits: TopicLimits | None = None
+    index_topic: str = ""
+    thread_router: KeyRouter | None = None
 
 
 @dataclass(slots=True)
@@ -71,13 +75,14 @@ class Sent:
     events: dict[str, int] = field(default_factory=dict)  # output events by type
     display_records: int = 0
     display_bytes: int = 0
+    index_records: int = 0
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
     truncated: int = 0  # dead letters cut to fit
 
     def clear(self) -> None:
         self.events = {}
         self.dead_letters = {}
-        self.display_records = self.display_bytes = self.truncated = 0
+        self.display_records = self.display_bytes = self.index_records = self.truncated = 0
 
 
 class _Open(Protocol):
@@ -111,6 +116,9 @@ async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, 
         if destination is Destination.DEAD_LETTER:
             await _dead_letter(txn, out, outcome, routes, sent, source=source)
             continue
+        if destination is Destination.INDEX:
+            await _index(txn, out, routes, sent)
+            continue
         partition = route(key) if key is not None else None
         if destination is Destination.OUTPUT:
             await put_record(txn, routes.output_topic, key, out.value, out.headers, partition=partition)
@@ -124,6 +132,22 @@ async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, 
             sent.display_bytes += len(out.value or b"")
     if ended is not None:  # after the run's last display record, which follows its terminal event
         route.ended(ended)
+
+
+async def _index(txn: _Open, out: OutboundRecord, routes: Routes, sent: Sent) -> None:
+    """A thread index record into its thread's partition; one over the index topic's limit (a thread id of
+    hundreds of kilobytes) is left out, decided by the record and the limit alone, and logged."""
+    router = routes.thread_router
+    if router is None:
+        return  # the index is off: a state built with it on publishes into no topic
+    limit = routes.limits.index_record_bytes if routes.limits is not None else None
+    if limit is not None and record_size(out) > limit:
+        _log.warning("thread index record %r left out: %d bytes, over the thread index topic's limit of %d bytes",
+                     (out.key or b"")[:200], record_size(out), limit)  # fmt: skip
+        return
+    thread = next((value for name, value in out.headers if name == THREAD_ID), b"")
+    await put_record(txn, routes.index_topic, out.key, out.value, out.headers, partition=router(thread))
+    sent.index_records += 1
 
 
 async def _dead_letter(

@@ -5,6 +5,7 @@ many partitions the output has, how large a record each destination takes, and w
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,6 +33,8 @@ __all__ = [
     "CHANGELOG_WHY",
     "DISPLAY_CONFIGS",
     "DISPLAY_WHY",
+    "INDEX_CONFIGS",
+    "INDEX_WHY",
     "MIN_TOPIC_RECORD_BYTES",
     "SIZE_MARGIN_BYTES",
     "TopicInspector",
@@ -42,6 +45,7 @@ __all__ = [
     "check_changelog_room",
     "check_copartitioned",
     "check_display_policy",
+    "check_index_policy",
     "check_output_partitions",
     "check_record_room",
     "config_value",
@@ -69,6 +73,14 @@ CHANGELOG_WHY: Final = (
     "replay the source instead) or name a new one with --changelog-topic"
 )
 """Why the changelog must have the source's partition count, and what to do when it has not."""
+INDEX_CONFIGS: Final = {_CLEANUP: "compact"}
+"""The configs the worker creates a missing thread index topic with."""
+INDEX_WHY: Final = (
+    "the gateway replica that owns output partition p serves the threads of index partition p. Recreate the thread "
+    "index topic with the output's partition count (then `worker index` writes it again from the output topic), or "
+    "name a new one with --thread-index-topic"
+)
+"""Why the thread index topic must have the output's partition count, and what to do when it has not."""
 DISPLAY_WHY: Final = (
     "a run's display record must be in the partition of its events. Recreate the display topic with the output's "
     "partition count, or name a new one with --display-topic"
@@ -90,19 +102,22 @@ def record_limit(
 class TopicLimits:
     """What the worker may write: the output topic's partition count (the key router's) and the largest
     `sizes.record_size` of an output record and of a dead letter; with the display topic on, its partition count
-    and the largest display record."""
+    and the largest display record; with the thread index on, its partition count and the largest index record."""
 
     output_partitions: int
     output_record_bytes: int
     dead_letter_record_bytes: int
     display_partitions: int | None = None
     display_record_bytes: int | None = None
+    index_partitions: int | None = None
+    index_record_bytes: int | None = None
 
     @property
     def batch_bytes(self) -> int:
         """The producer's batch size: a batch of small records never exceeds what any topic it writes takes."""
         return min(MAX_BATCH_BYTES, self.output_record_bytes, self.dead_letter_record_bytes,
-                   self.display_record_bytes or MAX_BATCH_BYTES)  # fmt: skip
+                   self.display_record_bytes or MAX_BATCH_BYTES,
+                   self.index_record_bytes or MAX_BATCH_BYTES)  # fmt: skip
 
 
 class TopicInspector:
@@ -120,12 +135,14 @@ class TopicInspector:
         self._warned: set[str] = set()
 
     async def limits(self) -> TopicLimits:
-        """Check that the source, output and dead-letter topics (and the display topic, when on) exist and read the
-        output's partition count and every destination's record size limit."""
+        """Check that the source, output and dead-letter topics (and the display and thread index topics, when on)
+        exist and read the output's partition count and every destination's record size limit."""
         s = self._s
         roles = {s.source_topic: "source_topic", s.output_topic: "output_topic", s.dlq_topic: "dlq_topic"}
         if s.display_topic:
             roles[s.display_topic] = "display_topic"
+        if s.thread_index_topic:
+            roles[s.thread_index_topic] = "thread_index_topic"
         # Listed first: describing a topic by name would create it on a broker that auto-creates topics.
         existing = set(await self._admin.list_topics())
         missing = [f"{role} {topic!r}" for topic, role in roles.items() if topic not in existing]
@@ -143,6 +160,8 @@ class TopicInspector:
             dead_letter_record_bytes=record_limit(sizes[s.dlq_topic]),
             display_partitions=len(described[s.display_topic]["partitions"]) if s.display_topic else None,
             display_record_bytes=record_limit(sizes[s.display_topic]) if s.display_topic else None,
+            index_partitions=len(described[s.thread_index_topic]["partitions"]) if s.thread_index_topic else None,
+            index_record_bytes=record_limit(sizes[s.thread_index_topic]) if s.thread_index_topic else None,
         )
         for topic, size in sizes.items():
             check_record_room(roles[topic], topic, size)
@@ -152,16 +171,28 @@ class TopicInspector:
         """Create the display topic when missing (compacted, with the output's partition count and replication).
         ConfigError when an existing one is not co-partitioned with the output topic or not compacted, or when the
         worker may not create it; `limits` reads its record size limit."""
-        s = self._s
-        topic, output = s.display_topic, s.output_topic
+        await self._beside_output(self._s.display_topic, "display_topic", DISPLAY_CONFIGS, DISPLAY_WHY,
+                                  check_display_policy)  # fmt: skip
+
+    async def thread_index(self) -> None:
+        """Create the thread index topic when missing (compacted, with the output's partition count and
+        replication). ConfigError when an existing one is not co-partitioned with the output topic or not compacted,
+        or when the worker may not create it; `limits` reads its record size limit."""
+        await self._beside_output(self._s.thread_index_topic, "thread_index_topic", INDEX_CONFIGS, INDEX_WHY,
+                                  check_index_policy)  # fmt: skip
+
+    async def _beside_output(
+        self, topic: str, role: str, configs: dict[str, str], why: str, policy_check: Callable[[str, str], None]
+    ) -> None:
+        output = self._s.output_topic
         existing = set(await self._admin.list_topics())
         if output not in existing:
             return  # `limits` names the missing output topic
-        await self._copartitioned(topic, "display_topic", output, "output_topic", missing=topic not in existing,
-                                  replication=None, configs=DISPLAY_CONFIGS, why=DISPLAY_WHY)  # fmt: skip
+        await self._copartitioned(topic, role, output, "output_topic", missing=topic not in existing,
+                                  replication=None, configs=configs, why=why)  # fmt: skip
         policy = (await self._configs(topic, (_CLEANUP,))).get(_CLEANUP)
         if policy is not None:
-            check_display_policy(topic, policy)
+            policy_check(topic, policy)
 
     async def changelog(self, display_record_bytes: int | None = None) -> int:
         """Create the changelog topic when missing (compacted, with the source's partition count and, unless set,
@@ -285,13 +316,17 @@ def config_value(resource: dict[str, Any], name: str) -> str | None:
 
 def check_output_partitions(settings: Settings, started: int, now: TopicLimits) -> None:
     """ConfigError once the output topic's partition count differs from the one its keys are routed by, or the
-    display topic's from it."""
+    display or thread index topic's from it."""
     if now.display_partitions is not None and now.display_partitions != now.output_partitions:
         raise ConfigError(
             f"display_topic {settings.display_topic!r} has {now.display_partitions} partitions and output_topic "
             f"{settings.output_topic!r} {now.output_partitions}: a run's display record must be in the partition of "
             "its events. Give both topics the same partition count"
         )
+    if now.index_partitions is not None and now.index_partitions != now.output_partitions:
+        check_copartitioned("thread_index_topic", settings.thread_index_topic, now.index_partitions,
+                            base_role="output_topic", base=settings.output_topic,
+                            base_partitions=now.output_partitions, why=INDEX_WHY)  # fmt: skip
     if now.output_partitions != started:
         raise ConfigError(
             f"output_topic {settings.output_topic!r} has {now.output_partitions} partitions, "
@@ -352,11 +387,20 @@ def check_changelog_policy(topic: str, policy: str) -> None:
 
 def check_display_policy(topic: str, policy: str) -> None:
     """ConfigError unless the display topic's `cleanup.policy` compacts."""
+    _check_compacted("display_topic", topic, policy, "ended runs' displays")
+
+
+def check_index_policy(topic: str, policy: str) -> None:
+    """ConfigError unless the thread index topic's `cleanup.policy` compacts."""
+    _check_compacted("thread_index_topic", topic, policy, "threads' runs")
+
+
+def _check_compacted(role: str, topic: str, policy: str, kept: str) -> None:
     if policy.replace(" ", "") not in _COMPACTED:
         raise ConfigError(
-            f"display_topic {topic!r} has {_CLEANUP}={policy}; it must be compacted ('compact', or "
-            "'compact,delete' with the retention ended runs' displays should have): set it with kafka-configs.sh "
-            f"--alter --entity-type topics --entity-name {topic} --add-config {_CLEANUP}=compact"
+            f"{role} {topic!r} has {_CLEANUP}={policy}; it must be compacted ('compact', or 'compact,delete' with "
+            f"the retention {kept} should have): set it with kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config {_CLEANUP}=compact"
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["describe_group", "describe_run"]
+__all__ = ["describe_group", "describe_run", "describe_thread"]
 
 
 def _age(seconds: float | None) -> str:
@@ -44,6 +44,22 @@ def describe_group(found: dict[str, Any]) -> str:
     if display is not None:
         held = ", ".join(f"p{p['partition']} {p['log_start']}..{p['end_offset']}" for p in display["partitions"])
         lines.append(f"display {display['topic']}: {held or 'not created yet'}")
+    return "\n".join(lines)
+
+
+def describe_thread(found: dict[str, Any]) -> str:
+    """A thread's runs in start order, one line each, and runs the index ended without a start record."""
+    first, end = found["read"]
+    lines = [f"thread {found['thread_id']}: {len(found['runs'])} runs, thread index partition "
+             f"{found['index_partition']} (offsets {first} to {end})"]  # fmt: skip
+    for run in found["runs"]:
+        ended = "" if run["lastEventAt"] is None else f", last event at {run['lastEventAt']} ms"
+        seq = "" if run["aguiSeq"] is None else f", agui-seq {run['aguiSeq']}"
+        lines.append(f"  {run['runId']}: {run['state']}, first event at {run['firstEventAt']} ms{ended}{seq} "
+                     f"(start record at offset {run['startOffset']})")  # fmt: skip
+    if found["unstarted"]:
+        lines.append(f"ended without a start record (written before the index; `worker index` writes it): "
+                     f"{', '.join(found['unstarted'])}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -122,6 +122,9 @@ class Metrics:
         self.display_records_total = Counter(
             f"{p}display_records_total", "Display records published to the display topic.", registry=r
         )
+        self.index_records_total = Counter(
+            f"{p}index_records_total", "Run start and end records published to the thread index topic.", registry=r
+        )
         self.display_bytes_total = Counter(
             f"{p}display_bytes_total", "Bytes of the display records published (their values).", registry=r
         )

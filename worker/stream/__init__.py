@@ -1,7 +1,7 @@
 """Kafka-free per-partition logic: stream table, dedupe and gap verdicts, event ids, outputs, dead letters,
 and the partition state as changelog records (checkpoint and restore)."""
 
-from worker.stream._build import record_size
+from worker.stream._build import index_record, record_size
 from worker.stream._changelog import (
     CHECKPOINT_FORMAT_VERSION,
     PARTITION_KEY,
@@ -61,6 +61,7 @@ __all__ = [
     "default_core",
     "encode_replay_metadata",
     "ended_key",
+    "index_record",
     "load_processor",
     "read_checkpoint_header",
     "record_size",

@@ -1,12 +1,16 @@
-"""Builders for output and dead-letter records and their headers (host contract §2)."""
+"""Builders for output, dead-letter and thread index records and their headers (host contract §2)."""
 
 from __future__ import annotations
 
+import orjson
+
 from worker._framing import framed_size
-from worker.contract import EVENT_ID, SEQ, THREAD_ID, TYPE
+from worker.contract import EVENT_ID, INDEX_END, INDEX_START, RUN_STATES, SEQ, THREAD_ID, TYPE, index_key
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
 
-__all__ = ["MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "output_record", "record_size"]
+__all__ = [
+    "MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "index_record", "output_record", "record_size",
+]
 
 MAX_DLQ_MESSAGE_CHARS = 1000
 
@@ -35,6 +39,15 @@ def output_record(
         ("source-sequence", str(source_sequence).encode()),
     )
     return OutboundRecord(Destination.OUTPUT, _utf8(root_run_id), value, headers, event_type, None)
+
+
+def index_record(run_id: str, thread_id: str, n: int, at_ms: int, terminal_type: str | None) -> OutboundRecord:
+    """The thread index record of run `run_id`'s start (its first event `n` = 0, `terminal_type` None) or end (its
+    terminal event `n` of `terminal_type`), at source time `at_ms` (worker/contract.py has the layout)."""
+    kind, state = (INDEX_START, "running") if terminal_type is None else (INDEX_END, RUN_STATES[terminal_type])
+    value = orjson.dumps({"runId": run_id, "state": state, "at": at_ms, "aguiSeq": n})
+    headers = ((THREAD_ID, _utf8(thread_id)), (SEQ, str(n).encode()))
+    return OutboundRecord(Destination.INDEX, index_key(kind, run_id), value, headers, None, None)
 
 
 _TYPE_NAMES: dict[str, tuple[str, bytes]] = {}

@@ -14,10 +14,11 @@ from typing import Any, Final, TypedDict, Unpack
 from ag_ui.core import BaseEvent, RunErrorEvent
 from pydantic import ValidationError
 
+from worker.contract import TERMINAL_TYPES
 from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
 from worker.settings import GapPolicy, OpenStreamPolicy
-from worker.stream._build import dead_letter_record, output_record, record_size
+from worker.stream._build import dead_letter_record, index_record, output_record, record_size
 from worker.stream._changelog import Changelog, ChangeTracker, read_state
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._display_batch import DisplayBatch
@@ -53,6 +54,7 @@ class StateOptions(TypedDict, total=False):
     max_record_bytes: int | None
     display_interval_ms: int | None
     display_max_bytes: int
+    thread_index: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class _Settings:
     max_record_bytes: int | None = None
     display_interval_ms: int | None = None
     display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    thread_index: bool = False
 
     def __post_init__(self) -> None:
         if self.max_open_streams < 1:
@@ -86,7 +89,7 @@ class _Settings:
             gap_policy=self.gap_policy, max_open_streams=self.max_open_streams,
             open_stream_policy=self.open_stream_policy, closed_stream_memory=self.closed_stream_memory,
             max_record_bytes=self.max_record_bytes, display_interval_ms=self.display_interval_ms,
-            display_max_bytes=self.display_max_bytes,
+            display_max_bytes=self.display_max_bytes, thread_index=self.thread_index,
         )  # fmt: skip
 
 
@@ -114,6 +117,10 @@ class PartitionState:
     as "open-stream-cap", or raises WorkerError under the halt policy) and `closed_stream_memory`
     remembered ended keys (oldest forgotten first); no stream keeps an event log. With `max_record_bytes`, no
     output record is larger (`record_size`): an event that would be closes its stream with a RUN_ERROR.
+
+    With `thread_index` (the thread index topic on), the outcome that publishes a stream's first event carries the
+    run's start record after its output records, and the one that publishes its terminal event the run's end record
+    (`worker/contract.py`): both follow from the records alone, so a rebuilt worker writes the same ones.
 
     With `display_interval_ms` (the display topic on), every open stream has a `DisplayProjection` fed the events
     it publishes, in replay as live; the display record it makes (at most `display_max_bytes`) follows those
@@ -361,6 +368,8 @@ class PartitionState:
                                                           verdict=Verdict.DEAD_LETTERED, reason=_R.TOO_LARGE)
             if not step.publish:
                 records = ()
+            elif records and failed is None and self._settings.thread_index:
+                records = self._indexed(records, step.key, item, stream.thread_id, stream.n)
         n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += count
@@ -376,6 +385,21 @@ class PartitionState:
                              f"events {n} to {n + count - 1} of run {run} sequence {seq} could not be "
                              f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
         return Outcome(Verdict.PROCESSED, records, step.key, None)
+
+    def _indexed(
+        self, records: tuple[OutboundRecord, ...], run_id: str, item: WireItem, thread_id: str, n: int
+    ) -> tuple[OutboundRecord, ...]:
+        """`records` (run `run_id`'s output records from event `n` on) followed by the run's start record when they
+        begin with its event 0, and its end record when one of them is a terminal event."""
+        index: list[OutboundRecord] = []
+        if n == 0:
+            index.append(index_record(run_id, thread_id, 0, self._core.timestamp_ms(item), None))
+        for offset, record in enumerate(records):
+            if record.event_type in TERMINAL_TYPES:
+                index.append(index_record(run_id, thread_id, n + offset, self._core.timestamp_ms(item),
+                                          record.event_type))  # fmt: skip
+                break
+        return (*records, *index) if index else records
 
     def _encode(
         self, events: tuple[BaseEvent, ...], *, display: bool
@@ -454,6 +478,8 @@ class PartitionState:
             return (dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed, its RUN_ERROR "
                                        f"over the limit of {limit} bytes too"),)  # fmt: skip
         letter = dead_letter_record(step.record, reason, f"{message}; stream {step.key} closed with RUN_ERROR")
+        if self._settings.thread_index:
+            return (*self._indexed((error,), step.key, item, stream.thread_id, stream.n), letter)
         return (error, letter)
 
     def _gap(self, step: _Step, item: WireItem, stream: OpenStream, *, expected: int) -> Outcome:

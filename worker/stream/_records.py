@@ -41,6 +41,7 @@ class Destination(StrEnum):
     OUTPUT = "output"
     DEAD_LETTER = "dead-letter"
     DISPLAY = "display"
+    INDEX = "index"  # the thread index, partitioned by the record's thread (its `thread-id` header)
 
 
 class DeadLetterReason(StrEnum):
@@ -62,8 +63,8 @@ class DeadLetterReason(StrEnum):
 
 
 class OutboundRecord(FrozenValue):
-    """A record to publish: an AG-UI event (`event_type` set), a dead letter (`reason` set) or a run's display
-    record (neither)."""
+    """A record to publish: an AG-UI event (`event_type` set), a dead letter (`reason` set), a run's display record
+    or a thread index record (neither; `destination` tells them apart)."""
 
     __slots__ = ("destination", "event_type", "headers", "key", "reason", "value")
     _FIELDS = ("destination", "key", "value", "headers", "event_type", "reason")

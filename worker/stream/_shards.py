@@ -55,14 +55,14 @@ class ShardState(PartitionState):
         max_open_streams: int = sys.maxsize, open_stream_policy: OpenStreamPolicy = OpenStreamPolicy.DEAD_LETTER,
         closed_stream_memory: int = 10_000, max_record_bytes: int | None = None,
         display_interval_ms: int | None = None, display_max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        core: StreamCore | None = None,
+        thread_index: bool = False, core: StreamCore | None = None,
     ) -> None:  # fmt: skip
         del max_open_streams  # the merge checks the cap against all shards together
         super().__init__(
             topic, partition, gap_policy=gap_policy, max_open_streams=sys.maxsize,
             open_stream_policy=open_stream_policy, closed_stream_memory=closed_stream_memory,
             max_record_bytes=max_record_bytes, display_interval_ms=display_interval_ms,
-            display_max_bytes=display_max_bytes, core=core,
+            display_max_bytes=display_max_bytes, thread_index=thread_index, core=core,
         )  # fmt: skip
         self._at = -1
         self._log: list[MemoryEntry] = []
