@@ -20,3 +20,16 @@ def native_core() -> ModuleType:
         if NATIVE_PROMISED:
             pytest.fail(f"the suite was promised a native build, but worker._native_core does not load: {exc}")
         pytest.skip("the installed build is pure: no native module to compare")
+
+
+def build_params() -> list[str]:
+    """The builds a test of the conversion core runs on, as fixture parameters."""
+    return ["pure", "native"]
+
+
+def use_build(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `worker._native.core()` answer for build `name` ("pure" or "native") for the rest of the test."""
+    from worker import _native  # noqa: PLC0415  (the installed package, imported after the suite's checks)
+
+    module = native_core() if name == "native" else None
+    monkeypatch.setattr(_native, "_loaded", [module])

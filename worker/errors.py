@@ -10,6 +10,7 @@
     ├── CheckpointError         a changelog partition is unreadable or inconsistent: rebuild by replay instead
     ├── CheckpointVersionError  a changelog partition was written in a format this release does not read
     ├── GatewayError            the gateway cannot serve an HTTP request as asked (status and code for the answer)
+    ├── NativePanicError        the native module panicked, caught at its boundary (the record it served goes)
     └── KafkaWorkerError        the broker or client failed in a way the worker cannot absorb
         ├── AuthorizationError  the broker refused a right the worker needs: retried until it is granted
         ├── RebuildError        a partition could not be rebuilt from its source history
@@ -34,6 +35,7 @@ __all__ = [
     "GapError",
     "GatewayError",
     "KafkaWorkerError",
+    "NativePanicError",
     "RebuildError",
     "ShardedReplayError",
     "StalledReadError",
@@ -61,6 +63,11 @@ class AguiObservationError(WorkerError, ValueError):
 
 class ConfigError(WorkerError, ValueError):
     """A setting is missing, malformed or inconsistent with another."""
+
+
+class NativePanicError(WorkerError):
+    """The native module panicked (a bug of ours), caught at its boundary: the call it served is abandoned, and the
+    record it served is dead-lettered with this message."""
 
 
 class GapError(WorkerError):

@@ -6,6 +6,7 @@
 //! boundary: conversions and the exported classes and functions).
 
 pub mod agui;
+pub mod display;
 pub mod json;
 pub mod observe;
 pub mod py;
@@ -30,6 +31,9 @@ mod native_core {
 
     #[pymodule_export]
     const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+    #[pymodule_export]
+    use crate::py::display::{DisplayFold, DisplayProjection};
 
     #[pymodule_export]
     use crate::py::item::Item;

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from worker._native import core as native
 from worker.display._customs import CustomFolder
 from worker.display._failures import failed_tool_call, published_failure
 from worker.display._json import ORJSON_AGREES
@@ -28,6 +29,14 @@ __all__ = ["DisplayFold"]
 class DisplayFold:
     """Folds each converted event exactly once; `export()` is a pure cut, and `restore(export())` plus an
     intact suffix yields the same records and items as the uninterrupted fold."""
+
+    def __new__(cls, run_id: str, items: Sequence[Item] = (), **options: Any) -> DisplayFold:
+        """The native engine's fold where the native module is installed (the same records, items and exports)."""
+        if cls is DisplayFold and native() is not None:
+            from worker.display._native_fold import NativeDisplayFold  # noqa: PLC0415
+
+            return object.__new__(NativeDisplayFold)
+        return object.__new__(cls)
 
     def __init__(
         self,

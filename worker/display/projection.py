@@ -11,6 +11,7 @@ from ag_ui.core import BaseEvent
 from pydantic import ValidationError
 
 from worker._framing import Headers, framed_size, varint_size
+from worker._native import core as native
 from worker._value import FrozenValue
 from worker.contract import SEQ, THREAD_ID
 from worker.display._failures import failed_tool_call
@@ -153,6 +154,14 @@ class DisplayProjection:
         "_thread_id",
         "_withheld",
     )  # fmt: skip
+
+    def __new__(cls, run_id: str, thread_id: str, **options: int) -> DisplayProjection:
+        """The native engine's projection where the native module is installed (the same records and state)."""
+        if cls is DisplayProjection and native() is not None:
+            from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415
+
+            return object.__new__(NativeDisplayProjection)
+        return object.__new__(cls)
 
     def __init__(
         self, run_id: str, thread_id: str, *, interval_ms: int = DEFAULT_DISPLAY_INTERVAL_MS,
@@ -325,21 +334,23 @@ class DisplayProjection:
             raise ConfigError(f"display projection state has format {version!r}; this worker reads {_STATE_FORMAT}")
         try:
             snapshot = DisplaySnapshot.model_validate(state["fold"])
-            projection = cls(
-                snapshot.continuation.run_id, str(state["thread_id"]), interval_ms=int(state["interval_ms"]),
-                max_bytes=int(state["max_bytes"]),
-            )  # fmt: skip
+            thread_id = str(state["thread_id"])
+            interval_ms, max_bytes = int(state["interval_ms"]), int(state["max_bytes"])
+            published = int(state["published_seq"])
+            # States written before `attempted_seq` existed: the last due record was the last one published.
+            counts = (int(state["next_seq"]), published, int(state.get("attempted_seq", published)),
+                      int(state["anchor_ms"]), int(state["skipped"]), int(state["withheld"]))  # fmt: skip
+            if cls is DisplayProjection and native() is not None:
+                from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415
+
+                return NativeDisplayProjection.restored(snapshot, thread_id, interval_ms, max_bytes, *counts)
+            projection = cls(snapshot.continuation.run_id, thread_id, interval_ms=interval_ms, max_bytes=max_bytes)
             projection._fold = DisplayFold.restore(snapshot)
             projection._fold.keep_finished_as_json()
-            projection._published = int(state["published_seq"])
-            # States written before `attempted_seq` existed: the last due record was the last one published.
+            next_seq, projection._published, attempted, anchor, projection._skipped, projection._withheld = counts
             projection._cadence = DisplayCadence(
-                projection.run_id, int(state["interval_ms"]), next_seq=int(state["next_seq"]),
-                attempted_seq=int(state.get("attempted_seq", projection._published)),
-                anchor_ms=int(state["anchor_ms"]),
-            )  # fmt: skip
-            projection._skipped = int(state["skipped"])
-            projection._withheld = int(state["withheld"])
+                projection.run_id, interval_ms, next_seq=next_seq, attempted_seq=attempted, anchor_ms=anchor
+            )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ConfigError(f"display projection state is not readable: {type(exc).__name__}: {exc}") from exc
         return projection

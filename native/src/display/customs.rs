@@ -1,0 +1,458 @@
+//! Folding of CUSTOM events (`worker/display/_customs.py`): authored inputs, tool observations, streamed arguments,
+//! plain observations.
+
+use super::bounding::{member, omitted, MAX_OBSERVATION_BYTES};
+use super::fragments::{Assembler, FRAGMENT_EVENT_NAME};
+use super::ledger::{scope_of, At, Kind, Ledger, State};
+use super::pyish::{self, escaped_len, json_size_upto};
+use super::time::{event_time, Time};
+use super::Fault;
+use crate::json::write::{compact, compact_object, string};
+use crate::json::{Map, Value};
+
+pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
+const MEDIA_INPUT: &str = "a13n.input.media";
+const AUTHORED_SOURCES: [&str; 2] = ["user", "steering"];
+const LIFECYCLE: &str = "a13n.harness.lifecycle";
+const CONTEXT: &str = "a13n.harness.context";
+const PART_DELTA: &str = "a13n.pydantic_ai.part_delta";
+const PART_EVENTS: [&str; 3] = ["a13n.pydantic_ai.part_start", "a13n.pydantic_ai.part_end", PART_DELTA];
+pub const TOOL_RESULTS: [&str; 2] = ["a13n.pydantic_ai.function_tool_result", "a13n.pydantic_ai.output_tool_result"];
+const EDIT_APPLIED: &str = "a13n.filesystem.edit_applied";
+const TOOL_IMAGES: [&str; 2] = ["a13n.tool_images", "a13n.harness-ui.tool_images"];
+const MCP_APPS: [&str; 2] = ["a13n.harness-ui.mcp_apps", "a13n.mcp_apps"];
+const SUMMARIES: [&str; 2] = ["a13n.context.handoff_summary", "a13n.context.compaction_summary"];
+const NATIVE_PARTS: [&str; 2] = ["builtin-tool-call", "builtin-tool-return"];
+const FAILED_OUTCOMES: [&str; 3] = ["failed", "denied", "interrupted"];
+
+fn is(name: Option<&str>, names: &[&str]) -> bool {
+    name.is_some_and(|name| names.contains(&name))
+}
+
+/// Store the completed observation the event at the current position makes; with `bounded` its content's `value`
+/// is `{"omitted": true}` when over MAX_OBSERVATION_BYTES.
+pub fn observe(
+    ledger: &mut Ledger,
+    mut content: Map,
+    at: Time,
+    bounded: bool,
+    _published: Option<&[u8]>,
+) -> Result<Option<String>, Fault> {
+    if bounded {
+        if let Some(value) = content.get_mut("value") {
+            if json_size_upto(value, MAX_OBSERVATION_BYTES) > MAX_OBSERVATION_BYTES {
+                *value = omitted();
+            }
+        }
+    }
+    let key = ledger.observation_key();
+    ledger.put(key, Kind::Observation, State::Completed, content, At::Time(at), false)
+}
+
+/// The open argument stream: one tool-call part's streamed arguments, folded into the single observation `key`;
+/// only the event right after `sequence` may continue it. `event` is the grown observation, None once over the
+/// bound; `size` its value's JSON size.
+#[derive(Clone, Debug)]
+pub struct HeldArguments {
+    pub stream: Value,
+    pub key: String,
+    pub at: Time,
+    pub sequence: i64,
+    pub event: Option<Map>,
+    pub size: i64,
+    /// Whether the item `key` holds this stream's value as it stands (then a delta appends to both).
+    pub linked: bool,
+}
+
+impl HeldArguments {
+    /// `ArgumentStream.model_dump_json()`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"stream\":");
+        compact(out, &self.stream);
+        out.extend_from_slice(b",\"key\":");
+        string(out, &self.key);
+        out.extend_from_slice(b",\"at\":");
+        self.at.write(out);
+        out.extend_from_slice(b",\"sequence\":");
+        out.extend_from_slice(self.sequence.to_string().as_bytes());
+        out.extend_from_slice(b",\"event\":");
+        match &self.event {
+            Some(event) => compact_object(out, event),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"size\":");
+        out.extend_from_slice(self.size.to_string().as_bytes());
+        out.push(b'}');
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::{block, map_bytes, value_bytes};
+        value_bytes(&self.stream)
+            + block(self.key.capacity())
+            + self.event.as_ref().map_or(0, map_bytes)
+            + match &self.at {
+                Time::Text(t) => block(t.len()),
+                Time::Ms(_) => 0,
+            }
+    }
+}
+
+/// Folds CUSTOM events after fragment reassembly; holds the assembler and the open argument stream.
+#[derive(Default)]
+pub struct CustomFolder {
+    pub assembler: Assembler,
+    pub arguments: Option<HeldArguments>,
+    /// The whole CUSTOM event the last `fold` completed, kept only when asked for (events read back from an output
+    /// topic, whose tool results fail their calls).
+    pub completed: Option<Map>,
+}
+
+fn nested<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a Map> {
+    value?.as_object()?.get(field)?.as_object()
+}
+
+/// For a streamed tool-call argument observation: the text it appends.
+fn argument_delta(event: &Map) -> Option<&str> {
+    let delta = nested(event.get("value"), "event")?.get("delta")?.as_object()?;
+    if !matches!(delta.get("part_delta_kind"), Some(Value::Str(k)) if k == "tool_call") {
+        return None;
+    }
+    let text = delta.get("args_delta")?.as_str()?;
+    if delta.get("tool_name_delta").is_some_and(Value::truthy) {
+        return None;
+    }
+    Some(text)
+}
+
+/// The part an argument delta continues: the delta event without its text, and the thread and run it came from.
+fn stream_of(value: &Map) -> Value {
+    let mut identity = value.get("event").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(Value::Object(delta)) = identity.get_mut("delta") {
+        delta.insert("args_delta", Value::Null);
+    }
+    Value::Array(vec![
+        Value::str(PART_DELTA),
+        value.get("thread_id").cloned().unwrap_or(Value::Null),
+        value.get("run_id").cloned().unwrap_or(Value::Null),
+        Value::Object(identity),
+    ])
+}
+
+/// Whether `stream` is `stream_of(value)`, by Python's equality.
+fn continues(stream: &Value, value: &Map) -> bool {
+    let Some(held) = stream.as_array() else { return false };
+    if held.len() != 4 || !pyish::eq(&held[0], &Value::str(PART_DELTA)) {
+        return false;
+    }
+    let null = Value::Null;
+    if !pyish::eq(&held[1], value.get("thread_id").unwrap_or(&null))
+        || !pyish::eq(&held[2], value.get("run_id").unwrap_or(&null))
+    {
+        return false;
+    }
+    let Some(identity) = held[3].as_object() else { return false };
+    let Some(source) = value.get("event").and_then(Value::as_object) else { return false };
+    if identity.len() != source.len() {
+        return false;
+    }
+    source.iter().all(|(key, given)| {
+        let Some(kept) = identity.get(key) else { return false };
+        if key != "delta" {
+            return pyish::eq(kept, given);
+        }
+        match (kept.as_object(), given.as_object()) {
+            (Some(kept), Some(given)) => {
+                kept.len() == given.len()
+                    && given.iter().all(|(k, v)| {
+                        kept.get(k)
+                            .is_some_and(|held| if k == "args_delta" { held.is_null() } else { pyish::eq(held, v) })
+                    })
+            }
+            _ => false,
+        }
+    })
+}
+
+impl CustomFolder {
+    /// Fold one CUSTOM event (checked) and return its item's id. With `keep_completed`, `completed` is set to the
+    /// whole event this one completed (itself, or the event its fragments joined into).
+    pub fn fold(
+        &mut self,
+        ledger: &mut Ledger,
+        event: &Map,
+        published: Option<&[u8]>,
+        keep_completed: bool,
+    ) -> Result<Option<String>, Fault> {
+        self.completed = None;
+        let found = event.get("name");
+        let name = found.and_then(Value::as_str);
+        if name == Some(PART_DELTA) {
+            if let Some(text) = argument_delta(event) {
+                if ledger.policy.full_content {
+                    return Ok(None);
+                }
+                return self.fold_arguments(ledger, event, text.to_owned(), published);
+            }
+        }
+        let assembled;
+        let whole = if name == Some(FRAGMENT_EVENT_NAME) {
+            match self.assembler.accept(event) {
+                None => return Ok(None),
+                Some(joined) => {
+                    assembled = joined;
+                    &assembled
+                }
+            }
+        } else {
+            event
+        };
+        let found = whole.get("name");
+        let name = found.and_then(Value::as_str);
+        if keep_completed {
+            self.completed = Some(whole.clone());
+        }
+        let value = whole.get("value");
+        if let Some(source) = nested(value, "event") {
+            let media = name == Some(MEDIA_INPUT) && member(source.get("source"), &AUTHORED_SOURCES)?;
+            if name == Some(LIFECYCLE) || name == Some(CONTEXT) {
+                note_context(ledger, name.unwrap_or_default(), whole, source);
+            } else if (media || is(name, &AUTHORED_INPUT_EVENT_NAMES))
+                && source.contains_key("message_id")
+                && source.contains_key("content")
+            {
+                return fold_input(ledger, whole, source, media);
+            }
+            if let Some(key) = fold_tool(ledger, name, whole, source)? {
+                return Ok(key);
+            }
+        }
+        if ledger.policy.full_content && is(name, &PART_EVENTS) {
+            return Ok(None);
+        }
+        let mut content = Map::with_capacity(4);
+        content.push(
+            "name",
+            match name {
+                Some(name) => Value::str(name),
+                None => Value::Str(found.map_or_else(|| "None".to_owned(), pyish::to_str)),
+            },
+        );
+        content.push("value", value.cloned().unwrap_or(Value::Null));
+        for field in ["metadata", "subagentRunId"] {
+            if let Some(value) = whole.get(field) {
+                content.push(field, value.clone());
+            }
+        }
+        let bounded = ledger.policy.bounds_observation(is(name, &SUMMARIES));
+        let at = event_time(event)?;
+        observe(ledger, content, at, bounded, published)
+    }
+
+    /// Consecutive argument deltas of one part share one observation: the first delta's, growing. The item's value
+    /// is the stream's own (the same text as the held event's, appended to both).
+    fn fold_arguments(
+        &mut self,
+        ledger: &mut Ledger,
+        event: &Map,
+        text: String,
+        _published: Option<&[u8]>,
+    ) -> Result<Option<String>, Fault> {
+        let Some(Value::Object(value)) = event.get("value") else { return Ok(None) };
+        let continued = match &mut self.arguments {
+            Some(held) if held.sequence == ledger.sequence - 1 && continues(&held.stream, value) => {
+                if let Some(grown) = &mut held.event {
+                    if let Some(Value::Str(args)) = grown_delta(grown) {
+                        args.push_str(&text);
+                    }
+                    held.size += escaped_len(&text) as i64 - 2;
+                }
+                true
+            }
+            _ => false,
+        };
+        if !continued {
+            let size = pyish::json_size(&Value::Object(value.clone())) as i64;
+            self.arguments = Some(HeldArguments {
+                stream: stream_of(value),
+                key: ledger.observation_key(),
+                at: event_time(event)?,
+                sequence: ledger.sequence,
+                event: Some(event.clone()),
+                size,
+                linked: false,
+            });
+        }
+        let Some(held) = &mut self.arguments else { return Ok(None) };
+        held.sequence = ledger.sequence;
+        if !ledger.policy.retain_content && held.size > MAX_OBSERVATION_BYTES as i64 {
+            held.event = None;
+            held.linked = false;
+        }
+        let run = event.get("subagentRunId");
+        if continued && held.linked && ledger.grow(&held.key, &text, run) {
+            return Ok(Some(held.key.clone()));
+        }
+        let mut content = Map::with_capacity(3);
+        content.push("name", Value::str(PART_DELTA));
+        content.push(
+            "value",
+            match &held.event {
+                Some(grown) => grown.get("value").cloned().unwrap_or(Value::Null),
+                None => omitted(),
+            },
+        );
+        if let Some(run) = run {
+            content.push("subagentRunId", run.clone());
+        }
+        held.linked = held.event.is_some();
+        let (key, at) = (held.key.clone(), held.at.clone());
+        ledger.put(key, Kind::Observation, State::Completed, content, At::Time(at), true)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.assembler.heap_bytes() + self.arguments.as_ref().map_or(0, HeldArguments::heap_bytes)
+    }
+}
+
+/// The text of `event.value.event.delta.args_delta`, to grow in place.
+fn grown_delta(event: &mut Map) -> Option<&mut Value> {
+    let Value::Object(value) = event.get_mut("value")? else { return None };
+    let Value::Object(source) = value.get_mut("event")? else { return None };
+    let Value::Object(delta) = source.get_mut("delta")? else { return None };
+    delta.get_mut("args_delta")
+}
+
+/// A model request's start opens a response group in its scope; a context observation notes memory.
+fn note_context(ledger: &mut Ledger, name: &str, whole: &Map, source: &Map) {
+    let Some(payload) = source.get("payload").and_then(Value::as_object) else { return };
+    let scope = scope_of(whole.get("subagentRunId")).to_owned();
+    if name == CONTEXT {
+        let Some(fresh) = super::memory::memory_sources(payload) else { return };
+        let mut kept: Vec<_> = ledger
+            .memory(&scope)
+            .unwrap_or_default()
+            .iter()
+            .filter(|source| !fresh.iter().any(|new| new.kind == source.kind))
+            .cloned()
+            .collect();
+        kept.extend(fresh);
+        ledger.set_memory(&scope, kept);
+    } else if matches!(payload.get("type"), Some(Value::Str(t)) if t == "model_request_started") {
+        let group = format!("{}:{}:{}", ledger.run_id, ledger.attempt, ledger.sequence);
+        ledger.set_group(&scope, group);
+    }
+}
+
+fn fold_input(ledger: &mut Ledger, whole: &Map, source: &Map, media: bool) -> Result<Option<String>, Fault> {
+    let message_id = source.get("message_id").map(pyish::to_str).unwrap_or_default();
+    let mut content = Map::with_capacity(8);
+    content.push("messageId", Value::str(message_id.as_str()));
+    content.push("role", Value::str("user"));
+    for field in ["subagentRunId", "metadata"] {
+        if let Some(value) = whole.get(field) {
+            content.push(field, value.clone());
+        }
+    }
+    let given = source.get("content").cloned().unwrap_or(Value::Null);
+    if media {
+        content.push("input_media", given);
+    } else {
+        ledger.policy.put_text(&mut content, "text", pyish::to_str(&given));
+    }
+    content.insert("input_source", source.get("source").cloned().unwrap_or_else(|| Value::str("user")));
+    content.insert("input_group", source.get("input_id").cloned().unwrap_or(Value::Null));
+    let key = ledger.key(Kind::TextMessage, &message_id, whole.get("subagentRunId"));
+    let at = event_time(whole)?;
+    ledger.put(key, Kind::TextMessage, State::Completed, content, At::Time(at), false)
+}
+
+/// Native tool parts, unpresented tool results and tool supplements update their tool-call item: Some(its id, or
+/// None when it was evicted); None for any other event.
+fn fold_tool(
+    ledger: &mut Ledger,
+    name: Option<&str>,
+    whole: &Map,
+    source: &Map,
+) -> Result<Option<Option<String>>, Fault> {
+    let part = source.get("part").and_then(Value::as_object);
+    let native =
+        part.and_then(|p| p.get("part_kind")).and_then(Value::as_str).is_some_and(|k| NATIVE_PARTS.contains(&k));
+    let supplement = name == Some(EDIT_APPLIED) || is(name, &TOOL_IMAGES) || is(name, &MCP_APPS);
+    let origin = if native || is(name, &TOOL_RESULTS) {
+        part
+    } else if supplement {
+        Some(source)
+    } else {
+        return Ok(None);
+    };
+    let Some(origin) = origin else { return Ok(None) };
+    let Some(call_id) = origin.get("tool_call_id").and_then(Value::as_str) else { return Ok(None) };
+    let subagent = whole.get("subagentRunId");
+    let provider = native.then(|| match origin.get("provider_name") {
+        Some(value) if value.truthy() => pyish::to_str(value),
+        _ => "provider".to_owned(),
+    });
+    let source_id = match &provider {
+        Some(provider) => format!("native:{provider}:{call_id}"),
+        None => call_id.to_owned(),
+    };
+    let key = ledger.key(Kind::ToolCall, &source_id, subagent);
+    let mut content = ledger.content_of(&key);
+    content.insert("toolCallId", Value::str(call_id));
+    if let Some(Value::Str(run)) = subagent {
+        content.insert("subagentRunId", Value::str(run.as_str()));
+    }
+    if let Some(provider) = provider.filter(|p| !p.is_empty()) {
+        content.insert("provider", Value::Str(provider));
+    }
+    if let Some(tool) = origin.get("tool_name") {
+        content.insert("toolCallName", tool.clone());
+    }
+    if let Some(group) = ledger.group(scope_of(subagent)) {
+        if !content.contains_key("responseGroup") {
+            content.insert("responseGroup", Value::str(group));
+        }
+    }
+    let mut state = ledger.state_of(&key);
+    let field = |name: &str| origin.get(name).cloned().unwrap_or(Value::Null);
+    if name == Some(EDIT_APPLIED) {
+        let edit = ["file_path", "before", "after"].iter().map(|f| ((*f).to_owned(), field(f))).collect();
+        content.insert("applied_edit", Value::Object(Map::from_entries(edit)));
+    } else if is(name, &TOOL_IMAGES) {
+        content.insert("tool_images", origin.get("images").cloned().unwrap_or(Value::Array(Vec::new())));
+        content.insert("tool_image_unavailable", origin.get("unavailable").cloned().unwrap_or(Value::Bool(false)));
+    } else if is(name, &MCP_APPS) {
+        content.insert("mcp_apps", origin.get("apps").cloned().unwrap_or(Value::Array(Vec::new())));
+    } else if matches!(origin.get("part_kind"), Some(Value::Str(k)) if k == "builtin-tool-call") {
+        let text = match origin.get("args") {
+            Some(Value::Str(args)) => args.clone(),
+            other => {
+                let mut out = Vec::new();
+                pyish::dumps(&mut out, other.unwrap_or(&Value::Null));
+                String::from_utf8(out).unwrap_or_default()
+            }
+        };
+        ledger.policy.put_text(&mut content, "arguments", text);
+        content.insert("arguments_complete", Value::Bool(true));
+    } else {
+        state = put_outcome(ledger, &mut content, origin)?;
+    }
+    ledger.put(key, Kind::ToolCall, state, content, At::Event(whole), false).map(Some)
+}
+
+/// Record a tool result the observer did not present; retries and failed outcomes fail the call.
+fn put_outcome(ledger: &Ledger, content: &mut Map, part: &Map) -> Result<State, Fault> {
+    let result = part.get("content").cloned().unwrap_or(Value::Null);
+    if ledger.policy.keeps_value(&result) {
+        content.insert("value", result);
+    } else {
+        content.insert("truncated", Value::Bool(true));
+    }
+    let outcome = part.get("outcome");
+    content.insert("outcome", outcome.cloned().unwrap_or(Value::Null));
+    let retry = matches!(part.get("part_kind"), Some(Value::Str(k)) if k == "retry-prompt")
+        || matches!(outcome, Some(Value::Str(o)) if o == "retried");
+    content.insert("retry", Value::Bool(retry));
+    let failed = retry || member(outcome, &FAILED_OUTCOMES)?;
+    Ok(if failed { State::Failed } else { State::Completed })
+}

@@ -1,0 +1,665 @@
+//! The fold's item ledger (`worker/display/_ledger.py`): items by id in first-seen order, dense ordinals, position,
+//! per-scope context and paging. A finished item is held as its JSON alone (its content read back when it changes
+//! again); an open one as its content, with its JSON kept until the next change.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+
+use super::bounding::Policy;
+use super::memory::MemorySource;
+use super::time::Time;
+use super::Fault;
+use crate::json::parse::parse;
+use crate::json::write::{compact, compact_object, string};
+use crate::json::{Map, Value};
+
+pub const ROOT_SCOPE: &str = "root";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    TextMessage,
+    ReasoningMessage,
+    ToolCall,
+    Observation,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::TextMessage => "text_message",
+            Kind::ReasoningMessage => "reasoning_message",
+            Kind::ToolCall => "tool_call",
+            Kind::Observation => "observation",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Some(match name {
+            "text_message" => Kind::TextMessage,
+            "reasoning_message" => Kind::ReasoningMessage,
+            "tool_call" => Kind::ToolCall,
+            "observation" => Kind::Observation,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    InProgress,
+    Completed,
+    Interrupted,
+    Failed,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::InProgress => "in_progress",
+            State::Completed => "completed",
+            State::Interrupted => "interrupted",
+            State::Failed => "failed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<State> {
+        Some(match name {
+            "in_progress" => State::InProgress,
+            "completed" => State::Completed,
+            "interrupted" => State::Interrupted,
+            "failed" => State::Failed,
+            _ => return None,
+        })
+    }
+
+    /// Completed or failed: the states that end an item.
+    pub fn finished(self) -> bool {
+        matches!(self, State::Completed | State::Failed)
+    }
+}
+
+/// A stream id: `attempt-sequence` as the ledger makes it, or the text an export held.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamId {
+    At(i64, i64),
+    Text(Box<str>),
+}
+
+impl StreamId {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            StreamId::At(attempt, sequence) => {
+                out.push(b'"');
+                out.extend_from_slice(attempt.to_string().as_bytes());
+                out.push(b'-');
+                out.extend_from_slice(sequence.to_string().as_bytes());
+                out.push(b'"');
+            }
+            StreamId::Text(text) => string(out, text),
+        }
+    }
+}
+
+/// One item as the ledger holds it.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub key: String,
+    pub ordinal: i64,
+    pub kind: Kind,
+    pub state: State,
+    first: StreamId,
+    last: StreamId,
+    started: Time,
+    ended: Option<Time>,
+    /// None once only `json` holds the item (a finished one).
+    content: Option<Map>,
+    json: Option<Vec<u8>>,
+    /// The `content_refs` an export held, as its model wrote them (the fold never makes any).
+    refs: Option<Box<str>>,
+}
+
+impl Entry {
+    /// The item's content (read back from its JSON when only that is kept).
+    pub fn contents(&self) -> Map {
+        match &self.content {
+            Some(content) => content.clone(),
+            None => self.json.as_deref().and_then(content_of_json).unwrap_or_default(),
+        }
+    }
+
+    /// A field of the item's content.
+    pub fn field(&self, name: &str) -> Option<Value> {
+        match &self.content {
+            Some(content) => content.get(name).cloned(),
+            None => self.json.as_deref().and_then(content_of_json).and_then(|mut c| c.remove(name)),
+        }
+    }
+
+    /// The item's JSON, written when it changed since the last call: `Item.model_dump_json()`'s bytes.
+    pub fn to_json(&mut self) -> &[u8] {
+        if self.json.is_none() {
+            let mut out = Vec::with_capacity(256);
+            self.write(&mut out);
+            self.json = Some(out);
+        }
+        self.json.as_deref().unwrap_or_default()
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        string(out, &self.key);
+        out.extend_from_slice(b",\"ordinal\":");
+        out.extend_from_slice(self.ordinal.to_string().as_bytes());
+        out.extend_from_slice(b",\"kind\":\"");
+        out.extend_from_slice(self.kind.name().as_bytes());
+        out.extend_from_slice(b"\",\"state\":\"");
+        out.extend_from_slice(self.state.name().as_bytes());
+        out.extend_from_slice(b"\",\"first_stream_id\":");
+        self.first.write(out);
+        out.extend_from_slice(b",\"last_stream_id\":");
+        self.last.write(out);
+        out.extend_from_slice(b",\"started_at\":");
+        self.started.write(out);
+        out.extend_from_slice(b",\"ended_at\":");
+        match &self.ended {
+            Some(at) => at.write(out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"content\":");
+        match &self.content {
+            Some(content) => compact_object(out, content),
+            None => out.extend_from_slice(b"{}"),
+        }
+        if let Some(refs) = &self.refs {
+            out.extend_from_slice(b",\"content_refs\":");
+            out.extend_from_slice(refs.as_bytes());
+        }
+        out.push(b'}');
+    }
+
+    /// Bytes this entry holds on the heap (its allocations' sizes).
+    pub fn heap_bytes(&self) -> usize {
+        let content = self.content.as_ref().map_or(0, super::heap::map_bytes);
+        let text = |id: &StreamId| match id {
+            StreamId::Text(t) => super::heap::block(t.len()),
+            StreamId::At(..) => 0,
+        };
+        let time = |t: &Time| match t {
+            Time::Text(t) => super::heap::block(t.len()),
+            Time::Ms(_) => 0,
+        };
+        super::heap::block(self.key.capacity())
+            + content
+            + self.json.as_ref().map_or(0, |j| super::heap::block(j.capacity()))
+            + self.refs.as_ref().map_or(0, |r| super::heap::block(r.len()))
+            + text(&self.first)
+            + text(&self.last)
+            + time(&self.started)
+            + self.ended.as_ref().map_or(0, time)
+    }
+}
+
+/// The content of an item's JSON (the ledger wrote it: the member `content` is an object).
+fn content_of_json(json: &[u8]) -> Option<Map> {
+    match parse(json).ok()? {
+        Value::Object(mut item) => match item.remove("content")? {
+            Value::Object(content) => Some(content),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// When an item changes: the time itself, or the event whose `event_time` it is (read only when the item starts or
+/// finishes, the only times an item keeps).
+pub enum At<'a> {
+    Time(Time),
+    Event(&'a Map),
+}
+
+impl At<'_> {
+    fn time(self) -> Result<Time, Fault> {
+        match self {
+            At::Time(time) => Ok(time),
+            At::Event(event) => super::time::event_time(event),
+        }
+    }
+}
+
+/// What was evicted so far: how many, their ordinals (merged inclusive ranges), the ids a later event could still
+/// name, and how many changes to them were refused.
+#[derive(Clone, Debug, Default)]
+pub struct Evicted {
+    pub count: i64,
+    pub ordinals: Vec<(i64, i64)>,
+    pub ids: Vec<String>,
+    pub refused: i64,
+}
+
+impl Evicted {
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"count\":");
+        out.extend_from_slice(self.count.to_string().as_bytes());
+        out.extend_from_slice(b",\"ordinals\":[");
+        for (i, (low, high)) in self.ordinals.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(format!("[{low},{high}]").as_bytes());
+        }
+        out.extend_from_slice(b"],\"ids\":[");
+        for (i, id) in self.ids.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, id);
+        }
+        out.extend_from_slice(b"],\"refused\":");
+        out.extend_from_slice(self.refused.to_string().as_bytes());
+        out.push(b'}');
+    }
+}
+
+/// Owns every item; `put` replaces an item whole, keeping its ordinal, first stream id and start time. An evicted
+/// item is gone for good: a later change to it is refused (counted), never recreated.
+pub struct Ledger {
+    pub run_id: String,
+    pub attempt: i64,
+    pub policy: Policy,
+    entries: Vec<Entry>,
+    places: HashMap<String, usize>,
+    pub next_ordinal: i64,
+    pub sequence: i64,
+    pub response_groups: Vec<(String, String)>,
+    pub memory_sources: Vec<(String, Vec<MemorySource>)>,
+    pub evicted: Evicted,
+    evicted_ids: std::collections::HashSet<String>,
+    last_key: Option<(Kind, String, String)>,
+}
+
+/// The hex id of a text: `itm_` and the first 128 bits of its SHA-256.
+pub fn hashed_id(text: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(text);
+    let mut out = String::with_capacity(36);
+    out.push_str("itm_");
+    for byte in &digest[..16] {
+        out.push(HEX[usize::from(byte >> 4)] as char);
+        out.push(HEX[usize::from(byte & 0xf)] as char);
+    }
+    out
+}
+
+/// The stable id of an item: the same run, kind and source id always name the same item, across attempts.
+pub fn item_id(run_id: &str, kind: Kind, source_id: &str) -> String {
+    let mut text = Vec::with_capacity(run_id.len() + source_id.len() + 20);
+    text.extend_from_slice(run_id.as_bytes());
+    text.push(0);
+    text.extend_from_slice(kind.name().as_bytes());
+    text.push(0);
+    text.extend_from_slice(source_id.as_bytes());
+    hashed_id(&text)
+}
+
+/// The context scope of an event: its subagent run id, or the root.
+pub fn scope_of(subagent_run_id: Option<&Value>) -> &str {
+    match subagent_run_id {
+        Some(Value::Str(s)) if !s.is_empty() => s,
+        _ => ROOT_SCOPE,
+    }
+}
+
+/// One item of an export, read back (its model wrote it).
+pub struct Restored {
+    pub key: String,
+    pub ordinal: i64,
+    pub kind: Kind,
+    pub state: State,
+    pub first: String,
+    pub last: String,
+    pub started: Box<str>,
+    pub ended: Option<Box<str>>,
+    pub content: Map,
+    pub refs: Option<Box<str>>,
+}
+
+impl Ledger {
+    pub fn new(
+        run_id: &str,
+        attempt: i64,
+        first: i64,
+        policy: Policy,
+        items: Vec<Restored>,
+        evicted: Evicted,
+    ) -> Ledger {
+        let mut ledger = Ledger {
+            run_id: run_id.to_owned(),
+            attempt,
+            policy,
+            entries: Vec::with_capacity(items.len()),
+            places: HashMap::with_capacity(items.len()),
+            next_ordinal: first,
+            sequence: 0,
+            response_groups: Vec::new(),
+            memory_sources: Vec::new(),
+            evicted_ids: std::collections::HashSet::new(),
+            evicted: Evicted { ids: Vec::new(), ..evicted.clone() },
+            last_key: None,
+        };
+        for id in evicted.ids {
+            if ledger.evicted_ids.insert(id.clone()) {
+                ledger.evicted.ids.push(id);
+            }
+        }
+        for item in items {
+            let entry = Entry {
+                key: item.key,
+                ordinal: item.ordinal,
+                kind: item.kind,
+                state: item.state,
+                first: StreamId::Text(item.first.into()),
+                last: StreamId::Text(item.last.into()),
+                started: Time::Text(item.started),
+                ended: item.ended.map(Time::Text),
+                content: Some(item.content),
+                json: None,
+                refs: item.refs,
+            };
+            // A repeated id keeps its first place and its last item, as a dict built from the list does.
+            match ledger.places.get(&entry.key) {
+                Some(&place) => ledger.entries[place] = entry,
+                None => {
+                    ledger.places.insert(entry.key.clone(), ledger.entries.len());
+                    ledger.entries.push(entry);
+                }
+            }
+        }
+        ledger.next_ordinal = first + ledger.entries.len() as i64;
+        ledger
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn entry(&self, key: &str) -> Option<&Entry> {
+        self.places.get(key).map(|&place| &self.entries[place])
+    }
+
+    pub fn entry_mut(&mut self, key: &str) -> Option<&mut Entry> {
+        self.places.get(key).map(|&place| &mut self.entries[place])
+    }
+
+    pub fn is_evicted(&self, key: &str) -> bool {
+        self.evicted_ids.contains(key)
+    }
+
+    /// The id of the item of `kind` for `source_id`, qualified by a (truthy) subagent run id.
+    pub fn key(&mut self, kind: Kind, source_id: &str, subagent_run_id: Option<&Value>) -> String {
+        let scoped = match subagent_run_id {
+            Some(value) if value.truthy() => format!("{}:{source_id}", super::pyish::to_str(value)),
+            _ => source_id.to_owned(),
+        };
+        if let Some((last_kind, last_scoped, last_key)) = &self.last_key {
+            if *last_kind == kind && *last_scoped == scoped {
+                return last_key.clone();
+            }
+        }
+        let key = item_id(&self.run_id, kind, &scoped);
+        self.last_key = Some((kind, scoped, key.clone()));
+        key
+    }
+
+    /// The id of an observation made by the event at the current position.
+    pub fn observation_key(&self) -> String {
+        let text = format!("{}\0observation\0{}:{}", self.run_id, self.attempt, self.sequence);
+        hashed_id(text.as_bytes())
+    }
+
+    /// An item's content to change and `put` back (empty for a new item).
+    pub fn content_of(&self, key: &str) -> Map {
+        self.entry(key).map(Entry::contents).unwrap_or_default()
+    }
+
+    /// The content of item `key` while it is in progress, to change in place and then `touch`; None for an item
+    /// that is new, finished or evicted.
+    pub fn open_content(&mut self, key: &str) -> Option<&mut Map> {
+        let entry = self.entry_mut(key)?;
+        if entry.state != State::InProgress {
+            return None;
+        }
+        entry.content.as_mut()
+    }
+
+    /// Record that the in-progress item `key` changed (its content, in place) at the current position.
+    pub fn touch(&mut self, key: &str) {
+        let here = StreamId::At(self.attempt, self.sequence);
+        if let Some(entry) = self.entry_mut(key) {
+            entry.json = None;
+            entry.last = here;
+            entry.ended = None;
+        }
+    }
+
+    /// Append `text` to the streamed arguments the growing observation `key` holds, at the current position: what
+    /// putting it again with its grown value (and `subagent_run_id`, the same as it holds) records. False, changing
+    /// nothing, when the item does not hold such a value in its content (the caller puts it whole).
+    pub fn grow(&mut self, key: &str, text: &str, subagent_run_id: Option<&Value>) -> bool {
+        let here = StreamId::At(self.attempt, self.sequence);
+        let Some(entry) = self.entry_mut(key) else { return false };
+        let Some(content) = entry.content.as_mut() else { return false };
+        if content.get("subagentRunId") != subagent_run_id {
+            return false;
+        }
+        let Some(Value::Object(value)) = content.get_mut("value") else { return false };
+        let Some(Value::Object(source)) = value.get_mut("event") else { return false };
+        let Some(Value::Object(delta)) = source.get_mut("delta") else { return false };
+        let Some(Value::Str(args)) = delta.get_mut("args_delta") else { return false };
+        args.push_str(text);
+        entry.json = None;
+        entry.last = here;
+        true
+    }
+
+    pub fn state_of(&self, key: &str) -> State {
+        self.entry(key).map_or(State::InProgress, |entry| entry.state)
+    }
+
+    pub fn group(&self, scope: &str) -> Option<&str> {
+        self.response_groups.iter().find(|(s, _)| s == scope).map(|(_, g)| g.as_str())
+    }
+
+    pub fn set_group(&mut self, scope: &str, group: String) {
+        match self.response_groups.iter_mut().find(|(s, _)| s == scope) {
+            Some(slot) => slot.1 = group,
+            None => self.response_groups.push((scope.to_owned(), group)),
+        }
+    }
+
+    pub fn memory(&self, scope: &str) -> Option<&[MemorySource]> {
+        self.memory_sources.iter().find(|(s, _)| s == scope).map(|(_, m)| m.as_slice())
+    }
+
+    pub fn set_memory(&mut self, scope: &str, sources: Vec<MemorySource>) {
+        match self.memory_sources.iter_mut().find(|(s, _)| s == scope) {
+            Some(slot) => slot.1 = sources,
+            None => self.memory_sources.push((scope.to_owned(), sources)),
+        }
+    }
+
+    /// Store the item `key` as given; returns `key`, or None when the item was evicted (the change is refused). A
+    /// `growing` item (the next event may change it again) keeps its content even when finished.
+    pub fn put(
+        &mut self,
+        key: String,
+        kind: Kind,
+        state: State,
+        content: Map,
+        at: At<'_>,
+        growing: bool,
+    ) -> Result<Option<String>, Fault> {
+        let here = StreamId::At(self.attempt, self.sequence);
+        let finished = state.finished();
+        let place = match self.places.get(&key) {
+            Some(&place) => {
+                let ended = if finished { Some(at.time()?) } else { None };
+                let entry = &mut self.entries[place];
+                entry.ended = ended;
+                place
+            }
+            None => {
+                if self.evicted_ids.contains(&key) {
+                    self.evicted.refused += 1;
+                    return Ok(None);
+                }
+                let started = at.time()?;
+                let ended = finished.then(|| started.clone());
+                let entry = Entry {
+                    key: key.clone(),
+                    ordinal: self.next_ordinal,
+                    kind,
+                    state,
+                    first: here.clone(),
+                    last: here.clone(),
+                    started,
+                    ended,
+                    content: None,
+                    json: None,
+                    refs: None,
+                };
+                self.next_ordinal += 1;
+                self.places.insert(key.clone(), self.entries.len());
+                self.entries.push(entry);
+                self.entries.len() - 1
+            }
+        };
+        let entry = &mut self.entries[place];
+        entry.kind = kind;
+        entry.state = state;
+        entry.last = here;
+        entry.content = Some(content);
+        entry.json = None;
+        if finished && !growing {
+            entry.to_json();
+            entry.content = None;
+        }
+        Ok(Some(key))
+    }
+
+    /// Count a change addressed to an evicted item.
+    pub fn refuse(&mut self) {
+        self.evicted.refused += 1;
+    }
+
+    /// Remove the items `keys` for good, recording their ordinals and (except observations, whose ids no later event
+    /// can name) their ids; returns how many were removed.
+    pub fn evict(&mut self, keys: &[String]) -> usize {
+        let mut removed = 0;
+        let mut gone = vec![false; self.entries.len()];
+        for key in keys {
+            let Some(&place) = self.places.get(key) else { continue };
+            if gone[place] {
+                continue;
+            }
+            gone[place] = true;
+            let entry = &self.entries[place];
+            if entry.kind != Kind::Observation && self.evicted_ids.insert(entry.key.clone()) {
+                self.evicted.ids.push(entry.key.clone());
+            }
+            let ordinal = entry.ordinal;
+            match self.evicted.ordinals.last_mut() {
+                Some(last) if last.1 + 1 == ordinal => last.1 = ordinal,
+                _ => self.evicted.ordinals.push((ordinal, ordinal)),
+            }
+            removed += 1;
+        }
+        if removed > 0 {
+            self.evicted.ordinals = merged(std::mem::take(&mut self.evicted.ordinals));
+            self.evicted.count += removed as i64;
+            let mut index = 0;
+            self.entries.retain(|_| {
+                index += 1;
+                !gone[index - 1]
+            });
+            self.places = self.entries.iter().enumerate().map(|(i, e)| (e.key.clone(), i)).collect();
+        }
+        removed
+    }
+
+    /// The JSON array of every item, in order; only items changed since the last call are written anew, and a
+    /// finished item's content is let go once its JSON is written.
+    pub fn write_items(&mut self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, entry) in self.entries.iter_mut().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(entry.to_json());
+            if entry.state.finished() {
+                entry.content = None;
+            }
+        }
+        out.push(b']');
+    }
+
+    /// What was evicted so far, or None when nothing was.
+    pub fn eviction(&self) -> Option<&Evicted> {
+        (self.evicted.count != 0).then_some(&self.evicted)
+    }
+
+    /// Bytes the ledger holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::block;
+        let entries: usize = self.entries.iter().map(Entry::heap_bytes).sum();
+        entries
+            + block(self.entries.capacity() * std::mem::size_of::<Entry>())
+            + self.places.capacity() * (std::mem::size_of::<(String, usize)>() + 1)
+            + self.places.keys().map(|k| block(k.capacity())).sum::<usize>()
+            + block(self.run_id.capacity())
+            + self.response_groups.iter().map(|(s, g)| block(s.capacity()) + block(g.capacity())).sum::<usize>()
+            + self.evicted.ids.iter().map(|id| 2 * block(id.capacity())).sum::<usize>()
+            + self.last_key.as_ref().map_or(0, |(_, s, k)| block(s.capacity()) + block(k.capacity()))
+    }
+
+    /// Write the JSON of one held item.
+    pub fn item_json(&mut self, key: &str) -> Option<Vec<u8>> {
+        let place = *self.places.get(key)?;
+        Some(self.entries[place].to_json().to_vec())
+    }
+}
+
+/// Inclusive ordinal ranges sorted and joined where they touch.
+fn merged(mut ranges: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
+    for (low, high) in ranges {
+        match out.last_mut() {
+            Some(last) if low <= last.1 + 1 => last.1 = last.1.max(high),
+            _ => out.push((low, high)),
+        }
+    }
+    out
+}
+
+/// Write a value the item content holds (compact, as the output records spell it).
+pub fn write_value(out: &mut Vec<u8>, value: &Value) {
+    compact(out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_the_reference_digests() {
+        // hashlib.sha256(b"run-1\0text_message\0m1").hexdigest()[:32]
+        assert_eq!(item_id("run-1", Kind::TextMessage, "m1").len(), 36);
+        assert_eq!(hashed_id(b"abc"), "itm_ba7816bf8f01cfea414140de5dae2223");
+    }
+
+    #[test]
+    fn ranges_merge_where_they_touch() {
+        assert_eq!(merged(vec![(5, 6), (1, 2), (3, 3), (4, 4), (9, 9)]), vec![(1, 6), (9, 9)]);
+    }
+}

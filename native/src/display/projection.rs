@@ -1,0 +1,354 @@
+//! A root run's display projection (`worker/display/projection.py` and `cadence.py`): its published AG-UI events
+//! folded into the display records (the run's snapshot, compacted by run id) that a late-joining UI starts from.
+
+use std::collections::VecDeque;
+
+use super::bounding::{bound_event_json, Policy};
+use super::fold::{Failed, Fold, Offered};
+use super::Fault;
+use crate::json::parse::parse;
+use crate::json::write::string;
+use crate::json::{Map, Value};
+
+const STATE_FORMAT: i64 = 1;
+/// Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
+const NOTE_SLACK: usize = 256;
+/// A record sent alone: the v2 batch header (61 bytes) and the most framing one record can take (21 bytes).
+const RECORD_OVERHEAD_BYTES: usize = 61 + 21;
+
+/// Bytes of the zig-zag varint Kafka writes for the length `n`.
+fn varint_size(n: usize) -> usize {
+    let mut z = (n as u128) << 1;
+    let mut size = 1;
+    while z >= 0x80 {
+        z >>= 7;
+        size += 1;
+    }
+    size
+}
+
+fn field_size(len: usize) -> usize {
+    varint_size(len) + len
+}
+
+/// `record_overhead(key, ((agui-seq, seq), (thread-id, thread)), max_bytes)`: the bytes a display record adds to its
+/// value, at most.
+fn record_overhead(key: usize, seq: usize, thread: usize, max_bytes: usize) -> usize {
+    RECORD_OVERHEAD_BYTES
+        + field_size(key)
+        + 1
+        + varint_size(2)
+        + field_size("agui-seq".len())
+        + field_size(seq)
+        + field_size("thread-id".len())
+        + field_size(thread)
+        - 1
+        + varint_size(max_bytes)
+}
+
+/// When a root run's display record is due: with the run's first events, then when a source timestamp lies
+/// `interval_ms` or more from the previous due record's (either way), and always with the run's last events; never
+/// twice for the same last event.
+#[derive(Clone, Debug)]
+pub struct Cadence {
+    pub interval_ms: i64,
+    pub next_seq: i64,
+    pub attempted_seq: i64,
+    pub anchor_ms: i64,
+}
+
+impl Cadence {
+    fn expect(&self, run_id: &str, first_seq: i64, valid: bool) -> Result<(), Fault> {
+        if first_seq != self.next_seq || !valid {
+            return Err(Fault::Worker(format!(
+                "display projection of run {run_id} expected event n={}, got n={first_seq}",
+                self.next_seq
+            )));
+        }
+        Ok(())
+    }
+
+    fn due(&mut self, timestamp_ms: i64, ended: bool) -> Option<i64> {
+        let last = self.next_seq - 1;
+        if last <= self.attempted_seq {
+            return None;
+        }
+        let apart = (i128::from(timestamp_ms) - i128::from(self.anchor_ms)).abs();
+        if !ended && self.attempted_seq >= 0 && apart < i128::from(self.interval_ms) {
+            return None;
+        }
+        self.attempted_seq = last;
+        self.anchor_ms = timestamp_ms;
+        Some(last)
+    }
+}
+
+/// An event offered to a projection, folded when the batch completes.
+pub enum Event {
+    /// Its record value (the JSON the fold reads).
+    Encoded(Vec<u8>),
+    /// Its JSON object (equal to what parsing its record value gives), with that value when at hand.
+    Data(Map, Option<Vec<u8>>),
+}
+
+/// Events a projection has numbered and not yet folded: `due` the agui-seq of the record due after them,
+/// `continuation` the observer's JSON when that record was decided.
+pub struct Accepted {
+    pub token: u64,
+    pub events: Vec<Event>,
+    pub failed: Option<Failed>,
+    pub due: Option<i64>,
+    pub continuation: Option<Vec<u8>>,
+    pub ended: bool,
+}
+
+/// One display record: the run's snapshot JSON, due after event `agui_seq`, having evicted `evicted` items.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Record {
+    pub value: Vec<u8>,
+    pub agui_seq: i64,
+    pub evicted: usize,
+}
+
+/// The display fold of one root run, fed every AG-UI event the worker publishes for it, in order. A record never
+/// exceeds `max_bytes`: finished items are evicted oldest first to fit, and a snapshot that cannot fit is withheld
+/// and counted.
+pub struct Projection {
+    pub cadence: Cadence,
+    pub fold: Fold,
+    pub thread_id: String,
+    pub max_bytes: i64,
+    pub published: i64,
+    pub skipped: i64,
+    pub withheld: i64,
+    pending: VecDeque<Accepted>,
+    tokens: u64,
+}
+
+impl Projection {
+    pub fn new(run_id: &str, thread_id: &str, interval_ms: i64, max_bytes: i64) -> Projection {
+        Projection::of(
+            Fold::new(run_id, 0, 1, Policy::default()),
+            thread_id,
+            Cadence { interval_ms, next_seq: 0, attempted_seq: -1, anchor_ms: 0 },
+            max_bytes,
+        )
+    }
+
+    /// A projection around a fold and a cadence (a restored state's), nothing published, skipped or withheld.
+    pub fn of(fold: Fold, thread_id: &str, cadence: Cadence, max_bytes: i64) -> Projection {
+        Projection {
+            cadence,
+            fold,
+            thread_id: thread_id.to_owned(),
+            max_bytes,
+            published: -1,
+            skipped: 0,
+            withheld: 0,
+            pending: VecDeque::new(),
+            tokens: 0,
+        }
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.fold.ledger.run_id
+    }
+
+    /// Take the events the worker publishes for one source record (n = `first_seq`, ...): number them and decide
+    /// whether a display record is due after them. Returns the token `complete` takes and the agui-seq due.
+    pub fn accept(
+        &mut self,
+        events: Vec<Event>,
+        first_seq: i64,
+        timestamp_ms: i64,
+        ended: bool,
+        failed: Option<Failed>,
+    ) -> Result<(u64, Option<i64>), Fault> {
+        self.cadence.expect(self.run_id(), first_seq, true)?;
+        self.cadence.next_seq += events.len() as i64;
+        let due = self.cadence.due(timestamp_ms, ended);
+        let failed = failed.filter(|_| !events.is_empty());
+        self.tokens += 1;
+        let token = self.tokens;
+        self.pending.push_back(Accepted { token, events, failed, due, continuation: None, ended });
+        Ok((token, due))
+    }
+
+    /// The observer's continuation the record due after the last accepted events carries.
+    pub fn hold_continuation(&mut self, continuation: Vec<u8>) {
+        if let Some(last) = self.pending.back_mut() {
+            last.continuation = Some(continuation);
+        }
+    }
+
+    /// Pass over `count` events from n = `first_seq` that were never published.
+    pub fn skip(&mut self, first_seq: i64, count: i64) -> Result<(), Fault> {
+        self.cadence.expect(self.run_id(), first_seq, count >= 0)?;
+        self.cadence.next_seq += count;
+        Ok(())
+    }
+
+    /// Fold what `accept` returned `token` for (events accepted before it and never completed are dropped) and
+    /// return the display record due after them, if any.
+    pub fn complete(&mut self, token: u64) -> Result<Option<Record>, Fault> {
+        let accepted = loop {
+            match self.pending.pop_front() {
+                None => return Ok(None),
+                Some(accepted) if accepted.token == token => break accepted,
+                Some(_) => continue,
+            }
+        };
+        if !accepted.events.is_empty() {
+            match self.fold_published(&accepted) {
+                Err(Fault::Refused(_)) => self.skipped += 1,
+                other => other?,
+            }
+        }
+        let Some(last) = accepted.due else { return Ok(None) };
+        let seq = last.to_string();
+        let max_bytes = self.max_bytes as usize;
+        let overhead = record_overhead(self.run_id().len(), seq.len(), self.thread_id.len(), max_bytes);
+        let budget = max_bytes.saturating_sub(overhead);
+        let continuation = accepted.continuation.as_deref();
+        let mut value = Vec::with_capacity(4096);
+        self.fold.write_export(&mut value, continuation);
+        let mut evicted = 0;
+        if value.len() > budget {
+            (value, evicted) = self.page(value, budget, continuation, accepted.ended)?;
+        }
+        if value.len() > budget {
+            self.withheld += 1;
+            return Ok(None);
+        }
+        self.published = last;
+        Ok(Some(Record { value, agui_seq: last, evicted }))
+    }
+
+    /// The accepted events' JSON objects, bounded as `convert --display` bounds them, folded.
+    fn fold_published(&mut self, accepted: &Accepted) -> Result<(), Fault> {
+        let mut offered = Vec::with_capacity(accepted.events.len());
+        for event in &accepted.events {
+            let (mut map, published) = match event {
+                Event::Encoded(value) => (parse_object(value)?, Some(value.as_slice())),
+                Event::Data(map, value) => (map.clone(), value.as_deref()),
+            };
+            bound_event_json(&mut map, published.map(<[u8]>::len))?;
+            offered.push(Offered { event: map, published });
+        }
+        let root = self.fold.ledger.run_id.clone();
+        self.fold.apply(&offered, accepted.failed.as_ref(), &root, false)?;
+        Ok(())
+    }
+
+    /// Evict finished items, oldest first, until the snapshot fits `budget`; none when even all of them would not
+    /// make it fit (the record is then withheld).
+    fn page(
+        &mut self,
+        mut value: Vec<u8>,
+        budget: usize,
+        continuation: Option<&[u8]>,
+        ended: bool,
+    ) -> Result<(Vec<u8>, usize), Fault> {
+        let mut savings = Vec::new();
+        for key in self.fold.evictable(ended) {
+            let Some(entry) = self.fold.ledger.entry(&key) else { continue };
+            let kept = if entry.kind == super::ledger::Kind::Observation { 0 } else { key.chars().count() + 3 };
+            let json = self.fold.ledger.item_json(&key).map_or(0, |j| j.len());
+            savings.push((key, (json + 1) as i64 - kept as i64));
+        }
+        let total: i64 = savings.iter().map(|(_, saving)| saving).sum();
+        if value.len() as i64 - total + NOTE_SLACK as i64 > budget as i64 {
+            return Ok((value, 0));
+        }
+        let mut evicted = 0;
+        let mut index = 0;
+        while value.len() > budget && index < savings.len() {
+            let mut excess = (value.len() - budget + NOTE_SLACK) as i64;
+            let mut chosen = Vec::new();
+            while index < savings.len() && excess > 0 {
+                let (key, saving) = &savings[index];
+                index += 1;
+                excess -= saving;
+                chosen.push(key.clone());
+            }
+            evicted += self.fold.evict(&chosen, ended)?;
+            value.clear();
+            self.fold.write_export(&mut value, continuation);
+        }
+        Ok((value, evicted))
+    }
+
+    /// The projection's whole state as JSON (its cadence, what it published and skipped, and its fold).
+    pub fn write_state(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(format!("{{\"format\":{STATE_FORMAT},\"thread_id\":").as_bytes());
+        string(out, &self.thread_id);
+        let c = &self.cadence;
+        out.extend_from_slice(
+            format!(
+                ",\"interval_ms\":{},\"max_bytes\":{},\"next_seq\":{},\"published_seq\":{},\"attempted_seq\":{},\
+                 \"anchor_ms\":{},\"skipped\":{},\"withheld\":{},\"fold\":",
+                c.interval_ms,
+                self.max_bytes,
+                c.next_seq,
+                self.published,
+                c.attempted_seq,
+                c.anchor_ms,
+                self.skipped,
+                self.withheld
+            )
+            .as_bytes(),
+        );
+        self.fold.write_export(out, None);
+        out.push(b'}');
+    }
+
+    /// Bytes the projection holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::block;
+        self.fold.heap_bytes() + block(self.thread_id.capacity())
+    }
+}
+
+/// The JSON object an event's record value holds; refused (as a malformed event is) when it is anything else.
+pub fn parse_object(value: &[u8]) -> Result<Map, Fault> {
+    match parse(value) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(Fault::Refused(format!("an AG-UI event is a JSON {}, not an object", python_type(&other)))),
+        Err(refused) => Err(Fault::Refused(format!("an AG-UI event is not JSON: {}", refused.what))),
+    }
+}
+
+fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Int(_) | Value::Big(_) => "int",
+        Value::Float(_) => "float",
+        Value::Str(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overhead_is_the_framed_size_of_an_empty_value() {
+        // framed_size(b"run-1", b"", ((agui-seq, b"12"), (thread-id, b"t"))) - 1 + varint_size(1048588)
+        assert_eq!(record_overhead(5, 2, 1, 1_048_588), 82 + 6 + 1 + 1 + 9 + 3 + 10 + 2 - 1 + 4);
+    }
+
+    #[test]
+    fn records_are_due_first_after_the_interval_and_at_the_end() {
+        let mut cadence = Cadence { interval_ms: 1000, next_seq: 1, attempted_seq: -1, anchor_ms: 0 };
+        assert_eq!(cadence.due(5000, false), Some(0));
+        cadence.next_seq = 3;
+        assert_eq!(cadence.due(5500, false), None);
+        assert_eq!(cadence.due(4000, false), Some(2));
+        cadence.next_seq = 4;
+        assert_eq!(cadence.due(4001, true), Some(3));
+        assert_eq!(cadence.due(4001, true), None);
+    }
+}
