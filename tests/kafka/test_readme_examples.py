@@ -41,17 +41,19 @@ def readme_topic_commands() -> dict[str, dict[str, str]]:
     return out
 
 
-def test_the_readme_creates_the_topics_replicated_and_the_changelog_and_display_co_partitioned() -> None:
+def test_the_readme_creates_the_topics_replicated_and_the_changelog_display_and_index_co_partitioned() -> None:
     topics = readme_topic_commands()
     changelog = f"{Settings().group_id}.changelog"
-    assert set(topics) == {"harness.events", "agui.events", "harness.events.dlq", changelog, "agui.display"}
-    policies = {changelog: "compact", "agui.display": "compact,delete"}
+    assert set(topics) == {"harness.events", "agui.events", "harness.events.dlq", changelog, "agui.display",
+                           "agui.threads"}
+    policies = {changelog: "compact", "agui.display": "compact,delete", "agui.threads": "compact"}
     for name, options in topics.items():
         assert options["--replication-factor"] == "3" and options["min.insync.replicas"] == "2", name
         assert options["cleanup.policy"] == policies.get(name, "delete"), name
     assert topics[changelog]["--partitions"] == topics["harness.events"]["--partitions"]
     assert topics[changelog]["segment.bytes"] == str(CHANGELOG_SEGMENT_BYTES), "as the worker creates it"
     assert topics["agui.display"]["--partitions"] == topics["agui.events"]["--partitions"]
+    assert topics["agui.threads"]["--partitions"] == topics["agui.events"]["--partitions"]
     assert int(topics[changelog]["max.message.bytes"]) >= int(topics["agui.display"].get("max.message.bytes", 1048588))
 
 
