@@ -12,9 +12,12 @@ from ag_ui.core import BaseEvent
 from pydantic_core import PydanticSerializationError
 
 from tests import processors
+from tests.native import native_core
 from tests.stream._fakes import FAKE_CORE, fake_encode
 from tests.stream._support import TOPIC, golden_source, header, item, records
-from worker.errors import ConfigError
+from worker.display import DisplayRecord
+from worker.display.projection import Accepted
+from worker.errors import ConfigError, NativePanicError
 from worker.observe import HarnessAguiStreamObserver, encode_event
 from worker.stream import (
     DeadLetterReason,
@@ -200,3 +203,39 @@ def test_a_decoder_raising_keeps_decode_error_for_the_expected_kinds_and_interna
     expected = DeadLetterReason.DECODE_ERROR if isinstance(raised, TypeError) else DeadLetterReason.INTERNAL_ERROR
     assert out.reason == expected
     assert (out.error is None) is (expected is DeadLetterReason.DECODE_ERROR)
+
+
+def test_a_panic_of_the_native_display_fold_dead_letters_its_record_and_the_batch_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The native fold's panic, caught at its boundary (NativePanicError), dead-letters the record whose display it
+    was folding, that record's output records kept; the other records of the batch and the next batches go on."""
+    native_core()
+    from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415  (native builds only)
+
+    real = NativeDisplayProjection.complete
+    calls = [0]
+
+    def complete(self: NativeDisplayProjection, accepted: Accepted) -> DisplayRecord | None:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise NativePanicError("the native display projection panicked: index out of bounds")
+        return real(self, accepted)
+
+    monkeypatch.setattr(NativeDisplayProjection, "complete", complete)
+    key = orjson.loads(golden_source("r0001")[0])["run_id"]
+    recs = records((key, value) for value in golden_source("r0001"))
+    state = PartitionState(TOPIC, 0, display_interval_ms=0)
+    outcomes, error = state.process_batch(recs[:5])
+    assert error is None
+    assert [o.verdict for o in outcomes] == [Verdict.PROCESSED] * 2 + [Verdict.DEAD_LETTERED] + [Verdict.PROCESSED] * 2
+    hit = outcomes[2]
+    assert hit.reason == DeadLetterReason.INTERNAL_ERROR and isinstance(hit.error, NativePanicError)
+    *kept, letter = hit.records
+    assert [r.destination for r in kept] == [Destination.OUTPUT] * len(kept) and kept
+    assert letter.destination is Destination.DEAD_LETTER
+    assert header(letter.headers, "dlq-message").startswith("display fold of run ")
+    assert "index out of bounds" in header(letter.headers, "dlq-message")
+    assert Destination.DISPLAY in {r.destination for r in outcomes[3].records}
+    more, error = state.process_batch(recs[5:])
+    assert error is None and all(o.verdict is Verdict.PROCESSED for o in more)

@@ -3,13 +3,16 @@ accepted during a batch at its end, each display record joining the outcome of t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from ag_ui.core import BaseEvent
 
 from worker.display.projection import Accepted, DisplayProjection, ExportsContinuation
+from worker.errors import NativePanicError
+from worker.stream._build import dead_letter_record
 from worker.stream._core import StreamObserver, WireItem
-from worker.stream._records import Destination, OutboundRecord, Outcome
+from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, Outcome, SourceRecord, Verdict
 from worker.wire import HarnessEvent, HarnessRunResultEvent
 
 __all__ = ["DisplayBatch"]
@@ -67,16 +70,24 @@ class DisplayBatch:
         """The folds offered since the last call belong to outcome number `outcome` of the batch."""
         self._owners.extend([outcome] * (len(self._deferred) - len(self._owners)))
 
-    def fold(self, outcomes: list[Outcome], publish: bool) -> tuple[list[Outcome], Exception | None]:
-        """Fold everything accepted in the batch of `outcomes`, adding each display record due (when publishing)
-        to its owner's records, last. An exception from a fold is a bug: it returns the outcomes before its
-        owner and that exception."""
+    def fold(
+        self, outcomes: list[Outcome], publish: bool, sources: Sequence[SourceRecord]
+    ) -> tuple[list[Outcome], Exception | None]:
+        """Fold everything accepted in the batch of `outcomes` (of the records `sources`, in order), adding each
+        display record due (when publishing) to its owner's records, last. An exception from a fold is a bug: it
+        returns the outcomes before its owner and that exception; but a panic of the native fold, caught at its
+        boundary, dead-letters its owner's record (`internal-error`, its other records kept) and the batch goes
+        on."""
         folds, owners = self._deferred, self._owners
         self._deferred, self._owners = [], []
         for index, (display, accepted) in enumerate(folds):
             owner = owners[index] if index < len(owners) else len(outcomes)
             try:
                 shown = self._complete(publish, display, accepted)
+            except NativePanicError as exc:
+                if owner < len(outcomes):
+                    outcomes[owner] = _panicked(outcomes[owner], sources[owner], exc, publish)
+                continue
             except Exception as exc:  # a fold bug: the records from this one on are not processed
                 return outcomes[:owner], exc
             if shown is not None and owner < len(outcomes):
@@ -95,3 +106,10 @@ class DisplayBatch:
             return None
         self._evicted += record.evicted
         return OutboundRecord(Destination.DISPLAY, record.key, record.value, record.headers, None, None)
+
+
+def _panicked(done: Outcome, source: SourceRecord, error: NativePanicError, publish: bool) -> Outcome:
+    """`done` with its record dead-lettered for the panic of the display fold it fed."""
+    reason = DeadLetterReason.INTERNAL_ERROR
+    letter = dead_letter_record(source, reason, f"display fold of run {done.run_id}: {error}", error)
+    return Outcome(Verdict.DEAD_LETTERED, (*done.records, letter) if publish else (), done.run_id, reason, error)

@@ -234,7 +234,7 @@ class PartitionState:
             error = exc
         if batch is None:
             return outcomes, error
-        outcomes, failed = batch.fold(outcomes, publish)
+        outcomes, failed = batch.fold(outcomes, publish, records)
         return outcomes, failed if failed is not None else error
 
     def _process_one(self, record: SourceRecord, publish: bool) -> Outcome:
