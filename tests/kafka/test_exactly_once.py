@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 
 from tests.kafka.support import (
     Run,
     WorkerProcess,
     assert_exactly_once,
     collect,
+    committed,
     corpus,
     expected_total,
     interleave,
@@ -60,6 +62,19 @@ def _finish(t: Topics, runs: list[Run], workers: list[WorkerProcess], timeout_s:
                 w.stop()
 
 
+async def _until_committed_everywhere(t: Topics, partitions: int, timeout_s: float = 90) -> None:
+    """Wait until the group has committed an offset past 0 on every source partition: a worker killed then has
+    something to rebuild (a checkpoint cut with its first commit, or records to replay), however slow its start."""
+    deadline = time.monotonic() + timeout_s
+    tps = [TopicPartition(t.source, p) for p in range(partitions)]
+    while True:
+        offsets = [await committed(t.bootstrap, t.group, tp) for tp in tps]
+        if min(offsets) > 0:
+            return
+        assert time.monotonic() < deadline, f"no commit on every partition within {timeout_s} s: {offsets}"
+        await asyncio.sleep(0.2)
+
+
 def _log_messages(w: WorkerProcess) -> list[str]:
     return [str(r.get("msg", "")) for r in w.log_records()]
 
@@ -82,7 +97,7 @@ def test_kill_9_mid_stream_then_restart(topics: Topics, changelog: bool, helpers
 
     async def scenario() -> None:
         feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
-        await asyncio.sleep(6)
+        await _until_committed_everywhere(topics, partitions=3)
         w1.kill()
         await feeder
 
