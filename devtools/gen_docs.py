@@ -6,8 +6,9 @@
 `worker.settings.Settings` (`run`) and `worker.gateway.settings.GatewaySettings` (`gateway`) are the one source of
 each setting's flag, variable, default and description. This writes them into docs/configuration.md's two tables,
 the chart README's `config` table, and the `config` properties of the chart's values schema (types, bounds,
-choices, defaults and descriptions). A new setting needs only a regenerate; `tests/test_generated_docs.py` fails
-while anything is stale.
+choices, defaults and descriptions); and, from the gateway's table of endpoints and error codes
+(worker/gateway/endpoints.py), docs/gateway.md's error table and docs/openapi.json. A new setting needs only a
+regenerate; `tests/test_generated_docs.py` fails while anything is stale.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import Any
 import yaml
 from pydantic_settings import BaseSettings
 
+from worker.gateway.endpoints import ERRORS
+from worker.gateway.openapi import document
 from worker.gateway.settings import GatewaySettings
 from worker.settings import Settings, is_secret
 
-__all__ = ["CHART_MANAGED", "CONFIGURATION", "NON_EMPTY", "check", "generate", "main", "schema_config_properties",
-           "settings_table"]
+__all__ = ["CHART_MANAGED", "CONFIGURATION", "GATEWAY", "NON_EMPTY", "OPENAPI", "check", "error_table", "generate",
+           "main", "schema_config_properties", "settings_table"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -35,6 +38,8 @@ CHART = ROOT / "helm" / "harness-agui-worker"
 CHART_README = CHART / "README.md"
 SCHEMA = CHART / "values.schema.json"
 VALUES = CHART / "values.yaml"
+GATEWAY = ROOT / "docs" / "gateway.md"
+OPENAPI = ROOT / "docs" / "openapi.json"
 
 CHART_MANAGED: dict[str, str] = {
     "group_instance_id": "`workload.staticMembership` (the pod name, StatefulSet only)",
@@ -139,6 +144,14 @@ def _replace_region(text: str, name: str, body: str, path: Path, source: str = "
     return text[: start + len(begin)] + body + text[stop:]
 
 
+def error_table() -> str:
+    """docs/gateway.md's table of the gateway's error codes, from `ERRORS`."""
+    rows = ["| status | `error` | meaning | `Retry-After` |", "|---|---|---|---|"]
+    rows += [f"| {e.status} | `{code}` | {_cell(e.meaning)} | {'yes' if e.retry_after else ''} |"
+             for code, e in sorted(ERRORS.items(), key=lambda item: item[1].status)]  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 def _schema_text(current: str) -> str:
     schema = json.loads(current)
     schema["properties"]["config"]["properties"] = schema_config_properties()
@@ -153,6 +166,8 @@ _TARGETS: dict[Path, Callable[[str], str]] = {
     ),
     CHART_README: lambda text: _replace_region(text, "config", chart_table(), CHART_README),
     SCHEMA: _schema_text,
+    GATEWAY: lambda text: _replace_region(text, "errors", error_table(), GATEWAY, "worker/gateway/endpoints.py"),
+    OPENAPI: lambda text: json.dumps(document(), indent=2, ensure_ascii=False) + "\n",
 }
 
 

@@ -23,6 +23,16 @@ from aiokafka.partitioner import murmur2
 
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import ROOT, Run, WorkerProcess, json_log_records, wait_caught_up
+from worker.gateway.api import GatewayApi
+from worker.gateway.directory import RunDirectory
+from worker.gateway.hub import Hub
+from worker.gateway.keys import read_key
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.reader import HistoryReader
+from worker.gateway.routing import Owners, PeerKey, Router
+from worker.gateway.settings import GatewaySettings
+from worker.gateway.streams import RunStreams
+from worker.gateway.tokens import TokenCheck
 
 PARTITIONS = 2
 
@@ -155,6 +165,35 @@ class GatewayProcess:
         assert status == 200, body
         return sum(s.value for fam in text_string_to_metric_families(body) for s in fam.samples
                    if s.name == name and labels.items() <= s.labels.items())
+
+
+def in_process_api(*, owner: str = "", **settings: Any) -> tuple[GatewayApi, Router]:
+    """The gateway's API and its router (to start, for forwarding), without Kafka, over one partition with nothing
+    in it: this replica's, read (or, with `owner`, the replica at that URL's); `settings` over a plain insecure
+    replica's."""
+    values: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:9", "display_topic": "agui.display",
+                              "advertised_url": "http://127.0.0.1:9", "insecure_no_auth": True} | settings  # fmt: skip
+    config = GatewaySettings(**values)
+    metrics = GatewayMetrics()
+    owners = Owners(config.peer_url)
+    owners.partitions = 1
+    owners.assign({0: owner or config.peer_url}, [] if owner else [0])
+    owners.loaded(owners.mine)
+    hub = Hub(max_runs=10, max_recent=10, window_s=1, queue_events=16)
+    streams = RunStreams(owners, hub, RunDirectory(10, 1024), HistoryReader(config, 1), metrics)
+    peers = PeerKey(read_key(config.peer_key_file) if config.peer_key_file else None)
+    router = Router(owners, peers, metrics, wait_s=0.1, retry_after_s=config.retry_after_s, relay_bound=10,
+                    queue_events=16)  # fmt: skip
+    tokens = None if config.insecure_no_auth else TokenCheck.from_settings(config)
+    return GatewayApi(config, streams, metrics, tokens, router), router
+
+
+def until_one_partition_each(gateways: list[GatewayProcess], timeout_s: float = 60) -> None:
+    """Until each of the replicas serves one partition (two replicas, two partitions)."""
+    deadline = time.monotonic() + timeout_s
+    while [g.metric("harness_agui_gateway_partitions", state="serving") for g in gateways] != [1.0] * len(gateways):
+        assert time.monotonic() < deadline, "the replicas did not take one partition each"
+        time.sleep(0.2)
 
 
 _T = TypeVar("_T")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import aiohttp
@@ -25,6 +24,7 @@ from tests.gateway.support import (
     start_node,
     start_worker,
     thread_of,
+    until_one_partition_each,
 )
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import corpus, produce
@@ -42,13 +42,6 @@ def _owned(gateway: GatewayProcess) -> list[int]:
     return list(assigned[-1]["partitions"])
 
 
-def _until_one_each(gateways: list[GatewayProcess], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while [g.metric("harness_agui_gateway_partitions", state="serving") for g in gateways] != [1.0, 1.0]:
-        assert time.monotonic() < deadline, "the two replicas did not take one partition each"
-        time.sleep(0.2)
-
-
 def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_through_it(
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -57,7 +50,7 @@ def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_
     gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, FLAGS, name=f"g{i}").start() for i in range(2)]
 
     async def scenario() -> None:
-        _until_one_each(gateways)
+        until_one_partition_each(gateways)
         candidates = sorted((r for r in corpus() if r.events), key=lambda r: -len(r.lines))[:6]
         expected = await reference_results(tmp_path, candidates)
         run = next(r for r in candidates if expected[r.key]["ok"])  # a reference HttpAgent itself accepts

@@ -91,4 +91,8 @@ def test_the_peer_mark_is_accepted_only_as_signed_for_the_request() -> None:
         assert refused.value.status == 401 and refused.value.code == "bad-peer"
     with pytest.raises(GatewayError):
         PeerKey(b"o" * 32).check(mark, "GET", "/runs/r/events?after=3", now=1_030)
+    for forged in ("²." + mark.partition(".")[2], "٣" * 10 + "." + mark.partition(".")[2], "", "."):
+        with pytest.raises(GatewayError) as refused:  # digits int() refuses, or reads as another number
+            key.check(forged, "GET", "/runs/r/events?after=3", now=1_030)
+        assert refused.value.code == "bad-peer"
     PeerKey(None).check("unsigned", "GET", "/anything")

@@ -1,16 +1,21 @@
 """The relay of a run another replica owns (no broker): connections that want numbers the relay holds follow it
 exactly, the owner's prelude goes to the connection that opened it alone, a follower that falls a whole queue behind
 while its writer waits is dropped, the stream to the owner closes when nobody follows, and the forwarder relays
-whole frames, ending cleanly when the owner ends its stream and with UpstreamLost when the owner breaks off."""
+whole frames, ending cleanly when the owner ends its stream and with UpstreamLost when the owner breaks off. A
+request reaches the owner with the target its client sent, so the owner reads the same run, query and signature."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from yarl import URL
 
+from tests.gateway.support import free_port, in_process_api
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing import Owners, PeerKey, Target, UpstreamLost
 from worker.gateway.routing.forwarding import Forwarder
@@ -198,5 +203,38 @@ def test_the_forwarder_relays_whole_frames_ends_cleanly_with_the_owner_and_says_
         finally:
             await forwarder.close()
             await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_a_forwarded_request_reaches_the_owner_as_its_client_sent_it(tmp_path: Path) -> None:
+    key = tmp_path / "peer.key"
+    key.write_bytes(b"p" * 32 + b"\n")
+    ports = free_port(), free_port()
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    owner, _ = in_process_api(advertised_url=urls[1], peer_key_file=str(key))
+    relaying, router = in_process_api(owner=urls[1], advertised_url=urls[0], peer_key_file=str(key))
+    # Targets a client's library may encode other than the owner's HTTP client would: an escaped digit in the
+    # query, an escaped dot, slash, question mark or percent sign in the run id.
+    targets = {"/runs/r-1/events?after=%31": "r-1", "/runs/%2E/display": ".", "/runs/a%2Fb/display": "a/b",
+               "/runs/a%3Fb/events": "a?b", "/runs/a%25b/display": "a%b"}  # fmt: skip
+
+    async def scenario() -> None:
+        runners = [web.AppRunner(api.application()) for api in (relaying, owner)]
+        for runner, port in zip(runners, ports, strict=True):
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await router.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                for target, run_id in targets.items():
+                    async with session.get(URL(urls[0] + target, encoded=True)) as answer:
+                        body = await answer.json()
+                        assert (answer.status, body["error"]) == (404, "unknown-run"), (target, body)
+                        assert repr(run_id) in body["message"], (target, body)
+        finally:
+            await router.close()
+            for runner in runners:
+                await runner.cleanup()
 
     asyncio.run(scenario())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -19,8 +20,10 @@ import orjson
 from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
-from worker.gateway.frames import comment_frame, parse_cursor, synthetic_frame
+from worker.gateway.endpoints import ENDPOINTS, ERRORS
+from worker.gateway.frames import comment_frame, parse_after, parse_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.openapi import document
 from worker.gateway.routing import Route, Router, Target, Unavailable, UpstreamLost, Where
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import PartitionMoved, RunStream, RunStreams, StreamRequest
@@ -40,10 +43,10 @@ _MOVED_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_REBALANCED",
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error(exc: GatewayError, metrics: GatewayMetrics) -> web.Response:
-    metrics.requests.labels(code=exc.code).inc()
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Unavailable) else None
-    return web.json_response({"error": exc.code, "message": str(exc)}, status=exc.status, headers=headers)
+def _route_path(path: str) -> str:
+    """An endpoint's path as aiohttp matches it: a parameter is any text but `/` (aiohttp's own default also
+    refuses braces, which a run id may hold)."""
+    return re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
 
 
 class _Connection:
@@ -78,15 +81,17 @@ class GatewayApi:
         self._tokens = tokens
         self._origins = settings.allowed_origins
         self._open: set[_Connection] = set()
+        self._document: bytes | None = None
         self.draining = False
 
     def application(self) -> web.Application:
+        """The routes of `ENDPOINTS`, each answered by the handler of its name, and a CORS preflight for any path."""
         app = web.Application(client_max_size=self._settings.max_body_bytes, middlewares=[self._middleware])
-        app.router.add_get("/runs/{run_id}/events", self.events)
-        app.router.add_post("/runs/{run_id}", self.agent)
-        app.router.add_get("/runs/{run_id}/display", self.display)
-        app.router.add_get("/view/{run_id}", self.view)
-        app.router.add_route("OPTIONS", "/{tail:.*}", self.preflight)
+        handlers: dict[str, Handler] = {"events": self.events, "agent": self.agent, "display": self.display,
+                                        "view": self.view, "openapi": self.openapi}  # fmt: skip
+        for endpoint in ENDPOINTS:
+            app.router.add_route(endpoint.method, _route_path(endpoint.path), handlers[endpoint.name])
+        app.router.add_route("OPTIONS", r"/{tail:[\s\S]*}", self.preflight)  # any path, line breaks too
         return app
 
     @property
@@ -98,16 +103,41 @@ class GatewayApi:
         try:
             response = await handler(request)
         except GatewayError as exc:
-            response = _error(exc, self._metrics)
+            response = self._error(exc)
         except web.HTTPRequestEntityTooLarge:
-            response = _error(GatewayError(413, "body-too-large", (
-                f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")), self._metrics)
+            response = self._error(GatewayError(413, "body-too-large", (
+                f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")))
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:  # aiohttp's router: no such route
+            response = self._no_route(request, exc)
         except KafkaWorkerError as exc:  # a read of older records failed: the client may retry
             _log.warning("request %s %s failed reading Kafka: %s", request.method, request.path, exc)
-            response = _error(Unavailable(f"reading the topics failed, retry: {exc}", self._settings.retry_after_s,
-                                    code="kafka-unavailable"), self._metrics)  # fmt: skip
+            response = self._error(Unavailable(f"reading the topics failed, retry: {exc}",
+                                               self._settings.retry_after_s, code="kafka-unavailable"))  # fmt: skip
         self._cors(request, response)
         return response
+
+    def _no_route(self, request: web.Request, exc: web.HTTPException) -> web.Response:
+        """404 `no-route` for a path no endpoint has (the CORS preflight's catch-all answers OPTIONS on any path),
+        405 `method-not-allowed`, with Allow, for another method of an endpoint's path."""
+        allowed = set(exc.allowed_methods) - {"OPTIONS"} if isinstance(exc, web.HTTPMethodNotAllowed) else set()
+        if not allowed:
+            return self._error(GatewayError(404, "no-route", f"no endpoint has the path {request.path[:200]!r}: "
+                                                             "see /openapi.json"))  # fmt: skip
+        response = self._error(GatewayError(405, "method-not-allowed", f"{request.method} is not an endpoint of "
+                                            f"{request.path[:200]!r}: it takes {', '.join(sorted(allowed))}"))
+        response.headers["Allow"] = ", ".join(sorted(allowed | {"OPTIONS"}))
+        return response
+
+    def _error(self, exc: GatewayError) -> web.Response:
+        """The JSON answer of an error, counted by code; Retry-After where its code carries one (ERRORS): the
+        value the error names, else `retry_after_s`."""
+        self._metrics.requests.labels(code=exc.code).inc()
+        headers = None
+        known = ERRORS.get(exc.code)
+        if isinstance(exc, Unavailable) or (known is not None and known.retry_after):
+            retry = exc.retry_after if isinstance(exc, Unavailable) else self._settings.retry_after_s
+            headers = {"Retry-After": str(retry)}
+        return web.json_response({"error": exc.code, "message": str(exc)}, status=exc.status, headers=headers)
 
     def _cors(self, request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
@@ -167,6 +197,12 @@ class GatewayApi:
     async def view(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=VIEWER_PAGE, content_type="text/html", headers={"Cache-Control": "no-cache"})
 
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        """The OpenAPI document of this API (built once)."""
+        if self._document is None:
+            self._document = orjson.dumps(document())
+        return web.Response(body=self._document, content_type="application/json")
+
     async def events(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
         run = Target("run", run_id)
@@ -177,10 +213,7 @@ class GatewayApi:
             after = parse_cursor(cursor, run_id)
             asked = StreamRequest(run_id, after, "sse", foreign=after is None)
         elif "after" in request.query:
-            text = request.query["after"]
-            if not text.isdigit() or len(text) > 18:
-                raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
-            asked = StreamRequest(run_id, int(text), "sse")
+            asked = StreamRequest(run_id, parse_after(request.query["after"]), "sse")
         if route.where is not Where.HERE:
             want = None if asked.foreign else (asked.after + 1 if asked.after is not None else 0)
             followed = await self._from_owner(request, asked, lambda connection: self._router.follow(

@@ -10,11 +10,12 @@ import orjson
 
 from worker.errors import GatewayError
 
-__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_cursor", "synthetic_frame"]
+__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_after", "parse_cursor", "synthetic_frame"]
 
 # A comment: EventSource and the AG-UI client both ignore it; proxies see traffic.
 KEEP_ALIVE = b": keep-alive\n\n"
 _CURSOR = re.compile(r"(?P<run>.+):(?P<seq>0|[1-9][0-9]{0,17})")
+_AFTER = re.compile(r"[0-9]{1,18}")
 
 
 def _data_lines(value: bytes) -> bytes:
@@ -49,3 +50,10 @@ def parse_cursor(text: str, run_id: str) -> int | None:
     if match is None:
         raise GatewayError(400, "bad-cursor", f"cursor {text[:200]!r} is not <run id>:<n>, as the `id:` lines are")
     return int(match["seq"]) if match["run"] == run_id else None
+
+
+def parse_after(text: str) -> int:
+    """The event number of an `?after=<n>` (ASCII digits, at most 18); GatewayError 400 (`bad-cursor`) otherwise."""
+    if _AFTER.fullmatch(text) is None:
+        raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
+    return int(text)

@@ -90,7 +90,7 @@ def _verify_v1(key: bytes | None, token: str) -> Grant:
         raise _refused("bad-token", "this gateway has no auth_key_file to check v1 tokens with: send a JWT")
     if not hmac.compare_digest(parts[4], _sign(key, ".".join(parts[:4]))):
         raise _refused("bad-token", "the access token's signature does not match this gateway's key")
-    if not parts[3].isdigit() or int(parts[3]) <= time.time():
+    if not (parts[3].isascii() and parts[3].isdigit()) or int(parts[3]) <= time.time():
         raise _refused("expired-token", "the access token has expired: ask the application for a new one")
     try:
         subject = _unb64(parts[2]).decode()

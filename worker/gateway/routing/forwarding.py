@@ -22,6 +22,7 @@ from typing import NamedTuple
 import aiohttp
 import orjson
 from aiohttp import web
+from yarl import URL
 
 from worker.errors import GatewayError
 from worker.gateway.metrics import GatewayMetrics
@@ -87,7 +88,7 @@ class PeerKey:
         if self._key is None:
             return
         expiry_text, _, mac = value.partition(".")
-        expiry = int(expiry_text) if expiry_text.isdigit() else 0
+        expiry = int(expiry_text) if expiry_text.isascii() and expiry_text.isdigit() else 0
         current = now if now is not None else time.time()
         if expiry < current or not hmac.compare_digest(mac, self._mac(method, target, expiry)):
             raise GatewayError(401, "bad-peer", f"{PEER_HEADER} is not signed with this deployment's peer key")
@@ -134,7 +135,7 @@ class Forwarder:
         assert self._session is not None, "the forwarder was not started"
         deadline = time.monotonic() + self._wait_s
         backoff = _FIRST_BACKOFF_S
-        path = request.path_qs
+        path = request.raw_path  # the request target as the client sent it, so the owner reads the same one
         headers = {name: request.headers[name] for name in _PASSED_HEADERS if name in request.headers}
         headers[PEER_HEADER] = self._key.sign(request.method, path)
         failure = f"no gateway replica owns the partition of {target} yet"
@@ -143,7 +144,8 @@ class Forwarder:
                 return None
             if route.where is Where.PEER:
                 try:
-                    answer = await self._session.request(request.method, route.url + path, headers=headers,
+                    answer = await self._session.request(request.method, URL(route.url + path, encoded=True),
+                                                         headers=headers,
                                                          data=body)  # fmt: skip
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     failure = f"the replica owning {target} ({route.url}) is not reachable: {exc}"
@@ -200,7 +202,7 @@ async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
         value = {}
     code, message = str(value.get("error", "upstream")), str(value.get("message", f"status {answer.status}"))
     retry = answer.headers.get("Retry-After", "")
-    if retry.isdigit():
+    if retry.isascii() and retry.isdigit():
         return Unavailable(message, int(retry), code=code)
     return GatewayError(answer.status, code, message)
 

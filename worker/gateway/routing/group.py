@@ -95,5 +95,7 @@ class OwnersAssignor:
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         urls = _user_data(assignment.user_data).get("owners", {})
-        owners = {int(p): str(url) for p, url in urls.items() if str(p).isdigit()} if isinstance(urls, dict) else {}
+        if not isinstance(urls, dict):
+            urls = {}
+        owners = {int(p): str(url) for p, url in urls.items() if str(p).isascii() and str(p).isdigit()}
         self._on_owners(owners)

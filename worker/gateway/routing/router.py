@@ -56,7 +56,7 @@ class Router:
         route = self.owners.route(target.key)
         mark = request.headers.get(PEER_HEADER)
         if mark is not None:
-            self._peers.check(mark, request.method, request.path_qs)
+            self._peers.check(mark, request.method, request.raw_path)
             if route.where is not Where.HERE:
                 raise Unavailable(f"{target} is not served by this replica now: retry", self._retry_after_s,
                                   code="not-owner")  # fmt: skip
