@@ -167,8 +167,9 @@ def _wheel_without_rust(tmp_path: Path, **env: str) -> subprocess.CompletedProce
     context = copy_build_context(tmp_path / "context")
     bare = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
                            if not (Path(d) / "cargo").exists() and not (Path(d) / "rustc").exists())
-    environment = {**{k: v for k, v in os.environ.items() if not k.startswith(("CARGO", "RUSTUP"))}, "PATH": bare,
-                   **env}
+    # scripts/test.sh exports HARNESS_AGUI_NATIVE=1 for the suite's own build: a build without it is left unset here.
+    environment = {**{k: v for k, v in os.environ.items()
+                      if not k.startswith(("CARGO", "RUSTUP")) and k != "HARNESS_AGUI_NATIVE"}, "PATH": bare, **env}
     return subprocess.run([sys.executable, "-m", *PIP_WHEEL, "--wheel-dir", str(tmp_path / "wheels"), "."],
                           cwd=context, env=environment, capture_output=True, text=True, timeout=600, check=False)
 
