@@ -7,6 +7,7 @@
 # and the Node packages (no broker jars, no browser). HARNESS_AGUI_NATIVE=0 installs the pure-Python build instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BEGAN=$SECONDS
 UNIT=0
 if [ "${1:-}" = "--unit" ]; then
   UNIT=1
@@ -48,6 +49,7 @@ else
   bash scripts/install-tools.sh
 fi
 
+CHECKS_BEGAN=$SECONDS
 echo "== ruff"
 .venv/bin/ruff check setup.py worker tests bench devtools
 echo "== mypy --strict worker"
@@ -56,7 +58,18 @@ echo "== cargo fmt, clippy, test (native/)"
 (cd native && cargo fmt --check && cargo clippy --locked --all-targets -- -D warnings && cargo test --locked -q)
 echo "== pytest"
 # pytest's own script, not `python -m pytest`: that would put the checkout's worker/ ahead of the installed one.
+# The tests run side by side in pytest-xdist workers (tests/conftest.py: one session broker for all of them, the
+# three-node and the secured clusters' tests each in one group); most broker tests wait, so the whole suite runs
+# more workers than cores. The slowest twenty and the wall time are printed at the end; `-n 0` (given last) runs
+# everything in one process.
 if [ "$UNIT" = 1 ]; then
-  exec .venv/bin/pytest -m "not kafka and not cluster3 and not slow" "$@"
+  set -- -n 2 -m "not kafka and not cluster3 and not slow" "$@"
+else
+  set -- -n 4 "$@"
 fi
-exec .venv/bin/pytest "$@"
+status=0
+.venv/bin/pytest --dist loadgroup --durations=20 "$@" || status=$?
+minutes() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
+echo "== wall time: $(minutes $((SECONDS - CHECKS_BEGAN))) for linters, type checks and tests, after" \
+  "$(minutes $((CHECKS_BEGAN - BEGAN))) of set-up"
+exit "$status"

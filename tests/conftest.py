@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
 
 import pytest
 
 from tests import installation
+from tests.broker_skips import (  # noqa: F401 - hooks, installed by being imported here
+    BROKER_MARKERS,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+)
+from tests.kafka.brokers import HOST, BrokerHost
 
-# ---- broker tests never pass by skipping (begin; owned by the Kafka test harness) -----------------------
-# A test marked `kafka` or `cluster3` that ends up skipped (a skip marker, pytest.skip in a fixture or in the
-# test, an importorskip) is reported as a failure: in CI a skipped broker test means the broker was not
-# exercised. Deselecting with `-m "not kafka"` is not a skip and stays allowed; xfail keeps its meaning.
-BROKER_MARKERS = ("kafka", "cluster3")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
-    if not report.skipped or hasattr(report, "wasxfail"):
-        return
-    markers = [name for name in BROKER_MARKERS if item.get_closest_marker(name) is not None]
-    if not markers:
-        return
-    longrepr = report.longrepr
-    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-    report.outcome = "failed"
-    report.longrepr = (
-        f"broker test marked {'/'.join(markers)} was skipped during {report.when} ({reason}); "
-        "a skipped broker test counts as a failure"
-    )
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, None, None]:
-    """A broker test module skipped at import (e.g. importorskip) fails instead."""
-    outcome = yield
-    report: pytest.CollectReport = outcome.get_result()  # type: ignore[attr-defined]
-    if report.skipped and report.nodeid.replace("\\", "/").startswith("tests/kafka/"):
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"broker test module {report.nodeid} was skipped at collection ({reason})"
-
-
-# ---- broker tests never pass by skipping (end) ------------------------------------------------------------
+# ---- broker tests never pass by skipping (tests/broker_skips.py; owned by the Kafka test harness) ----------
+pytest_plugins = ["pytester"]  # tests/test_broker_skips.py runs the hooks in a pytest of its own
 
 
 # ---- the suite tests the installed package (begin; owned by the build) ------------------------------------
@@ -61,6 +30,52 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem is not None:
         raise pytest.UsageError(problem)
     os.environ.update(installation.child_path())
+    _host_brokers(config)
 
 
 # ---- the suite tests the installed package (end) ----------------------------------------------------------
+
+
+# ---- tests side by side (begin; owned by the Kafka test harness) ------------------------------------------
+# scripts/test.sh runs the suite in pytest-xdist workers (`--dist loadgroup`). The main process hosts the session
+# broker for all of them (tests/kafka/brokers.py); each test has its own topics and groups on it. Tests of the
+# three-node cluster stop and restart its nodes, and the secured broker's OIDC issuer and CA live in the process
+# that started it: the tests of each run as one group, one after another in one worker, which starts that cluster
+# once. In a worker, groups, slow tests and broker tests go first (they mostly wait, or are long); tests that only
+# compute fill the cores last.
+GROUPS = {"cluster3": "cluster3", "secure_kafka": "secure-kafka"}
+
+
+def _host_brokers(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the main process hosts the brokers
+    host = BrokerHost()
+    config.stash[HOST] = host
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(host, "harness-broker-host")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    host = config.stash.get(HOST, None)
+    if host is not None:
+        host.close()
+
+
+def _rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("xdist_group") is not None or item.get_closest_marker("slow") is not None:
+        return 0
+    return 1 if any(item.get_closest_marker(name) for name in BROKER_MARKERS) else 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        for fixture, group in GROUPS.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # every worker sorts alike, so their collections stay equal
+        items.sort(key=_rank)
+
+
+# ---- tests side by side (end) -----------------------------------------------------------------------------

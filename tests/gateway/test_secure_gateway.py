@@ -17,7 +17,7 @@ from tests.kafka.conftest import UniqueNames
 from tests.kafka.secure_broker import Principal, SecureKafka
 from tests.kafka.support import corpus, interleave, produce
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]  # a guard against hangs: twice the longest seen
 
 
 def _until(condition: Callable[[], bool], seconds: float, gateway: GatewayProcess) -> None:

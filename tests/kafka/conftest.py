@@ -1,8 +1,11 @@
-"""Broker fixtures: one real Kafka for the session, a three-node cluster for failure tests, unique topics.
+"""Broker fixtures: one real Kafka for the run, a three-node cluster for failure tests, unique topics.
 
-The session broker is, in order of preference: the external cluster in `KAFKA_BOOTSTRAP_SERVERS`; a
-testcontainers Kafka 4.x container when `docker info` succeeds; else a KRaft node started from the Maven jars
-(devtools/kafka_cluster.py). A broker that cannot start is an error carrying its log tail, never a skip.
+The session broker (tests/kafka/brokers.py) is, in order of preference: the external cluster in
+`KAFKA_BOOTSTRAP_SERVERS`; a testcontainers Kafka 4.x container when `docker info` succeeds; else a KRaft node
+started from the Maven jars (devtools/kafka_cluster.py). It is started once, by the main pytest process, and shared
+by every xdist worker. A broker that cannot start is an error carrying its log tail, never a skip. The three-node
+cluster and the secured broker are started in the one worker that runs their tests (tests/conftest.py groups them):
+the first's tests stop its nodes, the second's OIDC issuer and CA live in the process that started it.
 """
 
 from __future__ import annotations
@@ -10,94 +13,30 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
-import os
 import re
-import shutil
-import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on
 from devtools.kafka_security import BrokerSecurity, new_secret
+from tests.kafka.brokers import KafkaBroker, handoff_directory, wanted
 from tests.kafka.oidc_issuer import OidcIssuer
 from tests.kafka.secure_broker import SecureKafka
 
 __all__ = ["KafkaBroker", "TopicFactory", "UniqueNames"]
 
-CONTAINER_IMAGE = "confluentinc/cp-kafka:8.1.0"  # Confluent Platform 8.1 ships Apache Kafka 4.1
 _ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class KafkaBroker:
-    """The session's broker: where it is, how it was obtained, and the launcher handle if it is ours."""
-
-    bootstrap_servers: str
-    kind: str  # "external", "testcontainers" or "maven"
-    cluster: KafkaCluster | None = None
-    replication_factor: int = 1
-    name_prefix: str = ""  # non-empty for an external cluster, whose topics outlive a session
-
 
 UniqueNames = Callable[[str], str]
 TopicFactory = Callable[..., str]
 
 
-def _docker_available() -> bool:
-    docker = shutil.which("docker")
-    if docker is None:
-        return False
-    try:
-        return subprocess.run([docker, "info"], capture_output=True, timeout=20, check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _container_broker() -> tuple[KafkaBroker, Callable[[], None]]:
-    from testcontainers.community.kafka import KafkaContainer  # noqa: PLC0415 - only when Docker answers
-
-    container: Any = KafkaContainer(CONTAINER_IMAGE).with_kraft()
-    for key, value in {
-        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
-        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "3",
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "3",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
-        "KAFKA_LOG_CLEANER_BACKOFF_MS": "500",
-    }.items():
-        container.with_env(key, value)
-    container.start(timeout=180)
-    broker = KafkaBroker(container.get_bootstrap_server(), "testcontainers")
-    return broker, container.stop
-
-
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[KafkaBroker]:
-    """The session-wide single broker (external, container, or launched from the Maven jars)."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if external:
-        token = hashlib.sha256(f"{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:8]
-        yield KafkaBroker(external, "external", name_prefix=f"t{token}.")
-        return
-    if _docker_available():
-        broker, stop = _container_broker()
-        try:
-            yield broker
-        finally:
-            stop()
-        return
-    cluster = KafkaCluster.start(nodes=1)  # raises KafkaWorkerError with the log tail if it cannot start
-    try:
-        yield KafkaBroker(cluster.bootstrap_servers, "maven", cluster)
-    finally:
-        cluster.stop()
+def kafka_broker(request: pytest.FixtureRequest) -> KafkaBroker:
+    """The run's single broker, started by the main pytest process on first use and shared by every worker."""
+    return wanted(handoff_directory(request.config))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -190,12 +129,10 @@ def cluster3_topics(request: pytest.FixtureRequest, cluster3: KafkaCluster) -> T
 
 
 # ---- the secured broker (SASL_SSL, mutual TLS, OAUTHBEARER, StandardAuthorizer) ----------------------------
-@pytest.fixture(scope="session")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    """A single secured node with its throwaway CA and OIDC issuer, started on first use and shared by the
-    session: clients authenticate (PLAIN, SCRAM, OAUTHBEARER or a client certificate) and may do only what an ACL
-    allows; `SecureKafka` adds users and grants or revokes ACLs with Kafka's own tools."""
-    workdir = tmp_path_factory.mktemp("secure-kafka")
+_SECURE = pytest.StashKey[SecureKafka]()
+
+
+def _start_secure(config: pytest.Config, workdir: Path) -> SecureKafka:
     issuer = OidcIssuer()
     try:
         security = BrokerSecurity(workdir, issuer.jwks_url, issuer=issuer.issuer,
@@ -204,11 +141,20 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
     except BaseException:
         issuer.close()
         raise
-    try:
-        yield SecureKafka(cluster, security, issuer, workdir)
-    finally:
-        cluster.stop()
-        issuer.close()
+    config.add_cleanup(issuer.close)
+    config.add_cleanup(cluster.stop)
+    return SecureKafka(cluster, security, issuer, workdir)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SecureKafka:
+    """A single secured node with its throwaway CA and OIDC issuer, started on first use and shared by the
+    process (tests/gateway imports this fixture too: one broker for both): clients authenticate (PLAIN, SCRAM,
+    OAUTHBEARER or a client certificate) and may do only what an ACL allows; `SecureKafka` adds users and grants
+    or revokes ACLs with Kafka's own tools."""
+    if _SECURE not in request.config.stash:
+        request.config.stash[_SECURE] = _start_secure(request.config, tmp_path_factory.mktemp("secure-kafka"))
+    return request.config.stash[_SECURE]
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from tests.kafka.support import (
     produce,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(480)]  # a guard against hangs: twice the longest seen
 
 # s07_errors holds lines the worker dead-letters, so every row writes to the dead-letter topic too.
 _RUNS = ["s01_hello", "s02_tool_roundtrip", "s05_failed", "s07_errors"]

@@ -25,8 +25,6 @@ from tests.kafka.support import ROOT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
-_INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -68,15 +66,17 @@ def rows(report: dict[str, Any], status: str) -> dict[str, str]:
 
 
 async def _footprint(bootstrap: str, topics: list[str], **client: Any) -> tuple[set[str], dict[str, int], set[str]]:
-    """The cluster's groups, the end offsets of every partition of `topics` that exist, and every topic name."""
+    """The groups and topic names of this test (named from the test's own stem, as every name the check is given;
+    other tests create theirs on the same broker meanwhile), and the end offsets of every partition of `topics`
+    that exist."""
+    stem = f"{topics[0].rsplit('.', 2)[0]}."
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **client)
     await admin.start()
     await consumer.start()
     try:
-        # Finding a coordinator creates Kafka's internal topics on a cluster that has none yet, as any client would.
-        names = {name for name in await admin.list_topics() if name not in _INTERNAL}
-        groups = {group[0] for group in await admin.list_consumer_groups()}
+        names = {name for name in await admin.list_topics() if name.startswith(stem)}
+        groups = {group[0] for group in await admin.list_consumer_groups() if group[0].startswith(stem)}
         described = await admin.describe_topics([topic for topic in topics if topic in names])
         tps = [TopicPartition(found["topic"], part["partition"]) for found in described for part in found["partitions"]]
         ends = {f"{tp.topic}[{tp.partition}]": end for tp, end in (await consumer.end_offsets(tps)).items()}

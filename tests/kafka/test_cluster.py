@@ -75,12 +75,16 @@ async def test_topics_are_not_auto_created(kafka_broker: KafkaBroker, unique_nam
         await admin.close()
 
 
-def test_invalid_requests_name_the_offending_value(kafka_broker: KafkaBroker) -> None:
+def test_invalid_requests_name_the_offending_value() -> None:
     with pytest.raises(ConfigError, match="nodes=0"):
         KafkaCluster.start(nodes=0)
-    if kafka_broker.cluster is not None:
-        with pytest.raises(ConfigError, match="got 7"):
-            kafka_broker.cluster.stop_node(7)
+
+
+@pytest.mark.cluster3
+def test_a_node_index_out_of_range_is_named(cluster3: KafkaCluster) -> None:
+    with pytest.raises(ConfigError, match="got 7"):
+        cluster3.stop_node(7)
+    assert all(cluster3.is_running(i) for i in range(cluster3.size))
 
 
 def test_creating_an_existing_topic_is_an_error(kafka_broker: KafkaBroker, topic_factory: TopicFactory) -> None:

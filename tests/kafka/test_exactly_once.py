@@ -79,6 +79,14 @@ def _log_messages(w: WorkerProcess) -> list[str]:
     return [str(r.get("msg", "")) for r in w.log_records()]
 
 
+async def _until_rebuilt(w: WorkerProcess, partitions: int, timeout_s: float = 120) -> None:
+    """Until `w` has rebuilt (taken over) `partitions` partitions, however long a busy host made it take."""
+    deadline = time.monotonic() + timeout_s
+    while len([m for m in _log_messages(w) if m.startswith("partition rebuilt")]) < partitions:
+        assert time.monotonic() < deadline and w.alive, w.log()[-3000:]
+        await asyncio.sleep(0.2)
+
+
 def test_many_interleaved_runs_through_one_worker(topics: Topics) -> None:
     runs = corpus(copies=2)
     asyncio.run(produce(topics.bootstrap, topics.source, interleave(runs)))
@@ -148,9 +156,11 @@ def test_zombie_is_fenced_and_publishes_nothing_more(topics: Topics) -> None:
     async def scenario() -> None:
         feeder = asyncio.create_task(produce(topics.bootstrap, topics.source, records, pace_s=0.0015))
         await asyncio.sleep(5)
+        await _until_committed_everywhere(topics, partitions=3)  # publishing on every partition when it freezes
         zombie.signal(signal.SIGSTOP)
         heir.start()
-        await asyncio.sleep(12)  # past the session timeout: the heir owns every partition now
+        await asyncio.sleep(12)  # past the session timeout
+        await _until_rebuilt(heir, 3)  # the heir owns every partition now
         zombie.signal(signal.SIGCONT)
         await feeder
 

@@ -26,7 +26,7 @@ from tests.kafka.support import (
     produce,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]  # a guard against hangs: twice the longest seen
 
 _RUNS = ["s01_hello", "s02_tool_roundtrip", "s05_failed"]
 
