@@ -1,5 +1,6 @@
-"""Throughput of decode + stream observer + encode_event on the golden corpus, memory per open stream, the
-same throughput from the pure-Python sources when the core is native, and (when /root/refvenv has
+"""Throughput of the worker's conversion core (`default_core()`: decode, stream observer, encoded events) on the
+golden corpus, memory per open stream, the same throughput from the pure-Python reference core when the core is
+native, and (when /root/refvenv has
 a13n-stream-protocol) the same throughput for the reference, with the ratios.
 
 Usage: .venv/bin/python bench/convert.py [--corpus DIR] [--repeat N] [--streams N]
@@ -18,13 +19,15 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
 
 from worker._native import PURE_ENV, describe, native  # noqa: E402
-from worker.observe import HarnessAguiStreamObserver, encode_event  # noqa: E402
-from worker.wire import decode_item  # noqa: E402
+from worker.stream import StreamCore, default_core  # noqa: E402
+
+CORE = default_core()
 
 REFERENCE_PYTHON = Path("/root/refvenv/bin/python")
 
@@ -118,13 +121,19 @@ def load_runs(corpus: Path) -> list[list[bytes]]:
     return runs
 
 
+def _observe(core: StreamCore, observer: Any, line: bytes) -> list[bytes]:
+    item = core.decode(line)
+    if core.observe_encoded is not None:
+        return core.observe_encoded(observer, item)[1]
+    return [core.encode_event(event) for event in observer.observe(item)]
+
+
 def once(runs: list[list[bytes]]) -> None:
     for lines in runs:
-        observer = HarnessAguiStreamObserver(retain_events=False)
+        observer = CORE.new_observer()
         for line in lines:
-            try:
-                for event in observer.observe(decode_item(line)):
-                    encode_event(event)
+            try:  # noqa: SIM105  (a suppress context would cost the timed loop a call per item)
+                _observe(CORE, observer, line)
             except (ValueError, TypeError):
                 pass
 
@@ -136,23 +145,30 @@ def one_pass(runs: list[list[bytes]]) -> float:
     return time.process_time() - start
 
 
+def _resident() -> int:
+    """This process's resident bytes (native allocations included, which tracemalloc does not see)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def memory_per_stream(runs: list[list[bytes]], streams: int) -> float:
-    """Bytes retained per open stream observer, each fed the first half of a golden run."""
-    items = [[decode_item(line) for line in lines[: max(1, len(lines) // 2)]] for lines in runs]
+    """Bytes retained per open stream observer, each fed the first half of a golden run: Python objects traced, and
+    the growth of the resident set beyond them (the native observers' state)."""
+    halves = [lines[: max(1, len(lines) // 2)] for lines in runs]
     gc.collect()
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
+    before, resident = tracemalloc.get_traced_memory()[0], _resident()
     observers = []
     for n in range(streams):
-        observer = HarnessAguiStreamObserver(retain_events=False)
-        for item in items[n % len(items)]:
+        observer = CORE.new_observer()
+        for line in halves[n % len(halves)]:
             with contextlib.suppress(ValueError, TypeError):
-                observer.observe(item)
+                _observe(CORE, observer, line)
         observers.append(observer)
     gc.collect()
-    after = tracemalloc.get_traced_memory()[0]
+    traced = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    return (after - before) / streams
+    grown = _resident() - resident
+    return max(traced, grown) / streams
 
 
 class Sidecar:
@@ -213,12 +229,12 @@ def main() -> None:
         if pure is not None:
             sources.append(pure.one_pass())
     rate = total / min(ours)
-    what = f"decode + stream observer + encode_event, best of {args.repeat} passes, CPU time"
+    what = f"default_core(): decode, stream observer, encoded events; best of {args.repeat} passes, CPU time"
     print(f"worker:    {rate:,.0f} items/s ({what})")
     if pure is not None:
         pure.close()
         pure_rate = total / min(sources)
-        print(f"pure:      {pure_rate:,.0f} items/s, the pure-Python sources (same passes, interleaved): "
+        print(f"pure:      {pure_rate:,.0f} items/s, the pure-Python reference core (same passes, interleaved): "
               f"native runs {rate / pure_rate:.2f}x")
     per_stream = memory_per_stream(runs, args.streams)
     print(f"memory:    {per_stream:,.0f} bytes per open stream observer ({args.streams} streams, mid-run)")

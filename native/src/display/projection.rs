@@ -327,6 +327,7 @@ fn python_type(value: &Value) -> &'static str {
         Value::Str(_) => "str",
         Value::Array(_) => "list",
         Value::Object(_) => "dict",
+        Value::Shared(inner) => python_type(inner),
     }
 }
 

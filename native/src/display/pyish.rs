@@ -75,6 +75,7 @@ pub fn to_str(value: &Value) -> String {
 /// Python's `repr(value)`.
 pub fn repr(out: &mut String, value: &Value) {
     match value {
+        Value::Shared(inner) => repr(out, inner),
         Value::Null => out.push_str("None"),
         Value::Bool(true) => out.push_str("True"),
         Value::Bool(false) => out.push_str("False"),
@@ -253,6 +254,10 @@ fn add_size(value: &Value, size: &mut usize, limit: usize) {
         return;
     }
     *size += match value {
+        Value::Shared(inner) => {
+            add_size(inner, size, limit);
+            0
+        }
         Value::Null | Value::Bool(true) => 4,
         Value::Bool(false) => 5,
         Value::Int(i) => decimal_len(*i),

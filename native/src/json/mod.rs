@@ -3,13 +3,16 @@
 //! reference writes them in: the output records' (`write::compact`) and `json.dumps(sort_keys=True)`'s
 //! (`write::sorted`).
 
+use std::sync::Arc;
+
 pub mod float;
 pub mod parse;
 pub mod write;
 
 /// One JSON value. Integers beyond 64 bits keep their decimal text, as Python's `int` keeps them exact.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Value {
+    #[default]
     Null,
     Bool(bool),
     Int(i64),
@@ -19,6 +22,8 @@ pub enum Value {
     Str(String),
     Array(Vec<Value>),
     Object(Map),
+    /// A value held by a source item and repeated in its events without a copy (read as the value itself).
+    Shared(Arc<Value>),
 }
 
 /// A JSON object: keys in insertion order, each once.
@@ -70,6 +75,11 @@ impl Map {
         self.entries.push((key.into(), value));
     }
 
+    /// The value of `key`, taken out (null left in its place), for a map about to be rebuilt or dropped.
+    pub fn take(&mut self, key: &str) -> Option<Value> {
+        self.get_mut(key).map(std::mem::take)
+    }
+
     pub fn remove(&mut self, key: &str) -> Option<Value> {
         let index = self.entries.iter().position(|(k, _)| k == key)?;
         Some(self.entries.remove(index).1)
@@ -115,34 +125,42 @@ impl Value {
         Value::Str(text.into())
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    /// The value itself, through a `Shared` one.
+    pub fn resolved(&self) -> &Value {
         match self {
+            Value::Shared(inner) => inner.resolved(),
+            other => other,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self.resolved() {
             Value::Str(s) => Some(s),
             _ => None,
         }
     }
 
     pub fn as_object(&self) -> Option<&Map> {
-        match self {
+        match self.resolved() {
             Value::Object(map) => Some(map),
             _ => None,
         }
     }
 
     pub fn as_array(&self) -> Option<&Vec<Value>> {
-        match self {
+        match self.resolved() {
             Value::Array(items) => Some(items),
             _ => None,
         }
     }
 
     pub fn is_null(&self) -> bool {
-        matches!(self, Value::Null)
+        matches!(self.resolved(), Value::Null)
     }
 
     /// Python truthiness: false for null, false, 0, 0.0, "" and empty containers.
     pub fn truthy(&self) -> bool {
-        match self {
+        match self.resolved() {
             Value::Null => false,
             Value::Bool(b) => *b,
             Value::Int(i) => *i != 0,
@@ -151,34 +169,25 @@ impl Value {
             Value::Str(s) => !s.is_empty(),
             Value::Array(items) => !items.is_empty(),
             Value::Object(map) => !map.is_empty(),
+            Value::Shared(_) => false,
         }
     }
 
     /// Python's `isinstance(value, int)`, which holds for booleans too.
     pub fn is_python_int(&self) -> bool {
-        matches!(self, Value::Int(_) | Value::Big(_) | Value::Bool(_))
+        matches!(self.resolved(), Value::Int(_) | Value::Big(_) | Value::Bool(_))
     }
 
     /// The JSON type name the reference's error messages use (`kind_of`).
     pub fn kind(&self) -> &'static str {
-        match self {
+        match self.resolved() {
             Value::Null => "null",
             Value::Bool(_) => "boolean",
             Value::Int(_) | Value::Big(_) => "integer",
             Value::Float(_) => "number",
             Value::Str(_) => "string",
             Value::Array(_) => "array",
-            Value::Object(_) => "object",
-        }
-    }
-
-    /// Whether a float is anywhere in the value (where `json.dumps` and the output spell numbers differently).
-    pub fn has_float(&self) -> bool {
-        match self {
-            Value::Float(_) => true,
-            Value::Array(items) => items.iter().any(Value::has_float),
-            Value::Object(map) => map.values().any(Value::has_float),
-            _ => false,
+            Value::Object(_) | Value::Shared(_) => "object",
         }
     }
 }

@@ -34,7 +34,7 @@ pub fn parse(data: &[u8]) -> Parsed<Value> {
 
 /// `parse`, and the deepest nesting of arrays and objects met.
 pub fn parse_measured(data: &[u8]) -> Parsed<(Value, usize)> {
-    let text = std::str::from_utf8(data).map_err(|e| Refused { at: e.valid_up_to(), what: "invalid UTF-8" })?;
+    let text = simdutf8::compat::from_utf8(data).map_err(|e| Refused { at: e.valid_up_to(), what: "invalid UTF-8" })?;
     let mut reader = Reader { text, bytes: data, at: 0, deepest: 0 };
     reader.skip_space();
     if reader.at == data.len() {
@@ -46,6 +46,20 @@ pub fn parse_measured(data: &[u8]) -> Parsed<(Value, usize)> {
         return Err(reader.refuse("trailing characters"));
     }
     Ok((value, reader.deepest))
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Whether any byte of the word is zero (the classic bit trick: exact, no false positives).
+fn has_zero(word: u64) -> bool {
+    (word.wrapping_sub(ONES) & !word & HIGHS) != 0
+}
+
+/// Whether any of eight bytes is `"`, `\\` or below 0x20.
+pub fn needs_attention(word: u64) -> bool {
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    control != 0 || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
 /// The longest run of ASCII digits anywhere in the bytes (the reference re-reads text with a run of 19 or more).
@@ -198,9 +212,22 @@ impl Reader<'_> {
         Ok(code)
     }
 
+    /// Skip, eight bytes at a time, the bytes that need no attention inside a string (not `"`, `\\` or a control
+    /// character).
+    fn skip_plain(&mut self) {
+        while let Some(chunk) = self.bytes.get(self.at..self.at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+            if needs_attention(word) {
+                break;
+            }
+            self.at += 8;
+        }
+    }
+
     fn string(&mut self) -> Parsed<String> {
         self.at += 1; // the opening quote
         let start = self.at;
+        self.skip_plain();
         // Fast path: no escapes before the closing quote.
         while let Some(&byte) = self.bytes.get(self.at) {
             match byte {
@@ -247,6 +274,7 @@ impl Reader<'_> {
                 0x00..=0x1f => return Err(self.refuse("control character in a string")),
                 _ => {
                     let run = self.at;
+                    self.skip_plain();
                     while let Some(&b) = self.bytes.get(self.at) {
                         if b == b'"' || b == b'\\' || b < 0x20 {
                             break;

@@ -2,9 +2,28 @@
 //! \f \r` short and other control characters as `\u00xx`; numbers as `float::output` (the output records) or
 //! `float::python_repr` (`json.dumps`).
 
+use super::parse::needs_attention;
 use super::{float, Map, Value};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Per byte: 0 for written as it is, `u` for `\u00xx`, else the letter of its short escape.
+const ESCAPES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = b'u';
+        byte += 1;
+    }
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
 
 /// Append `text` as a JSON string.
 pub fn string(out: &mut Vec<u8>, text: &str) {
@@ -12,26 +31,29 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let bytes = text.as_bytes();
     let mut start = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let short = match byte {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0x00..=0x1f => 0,
-            _ => continue,
-        };
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            if !needs_attention(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))) {
+                i += 8;
+                continue;
+            }
+        }
+        let byte = bytes[i];
+        let escape = ESCAPES[byte as usize];
+        i += 1;
+        if escape == 0 {
+            continue;
+        }
+        let i = i - 1;
         out.extend_from_slice(&bytes[start..i]);
-        if short == 0 {
+        if escape == b'u' {
             out.extend_from_slice(b"\\u00");
             out.push(HEX[(byte >> 4) as usize]);
             out.push(HEX[(byte & 0xf) as usize]);
         } else {
             out.push(b'\\');
-            out.push(short);
+            out.push(escape);
         }
         start = i + 1;
     }
@@ -64,6 +86,7 @@ pub fn compact(out: &mut Vec<u8>, value: &Value) {
             out.push(b']');
         }
         Value::Object(map) => compact_object(out, map),
+        Value::Shared(inner) => compact(out, inner),
     }
 }
 
@@ -82,7 +105,7 @@ pub fn compact_object(out: &mut Vec<u8>, map: &Map) {
 
 /// `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
 pub fn sorted(out: &mut Vec<u8>, value: &Value) {
-    match value {
+    match value.resolved() {
         Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
         Value::Array(items) => {
             out.push(b'[');
@@ -116,7 +139,7 @@ pub fn sorted(out: &mut Vec<u8>, value: &Value) {
 /// `json.dumps(value)` with its defaults: `", "` and `": "` between members, every non-ASCII character escaped
 /// (`\uXXXX`, astral ones as a surrogate pair), keys in their order, floats as `repr`.
 pub fn python_default(out: &mut Vec<u8>, value: &Value) {
-    match value {
+    match value.resolved() {
         Value::Str(s) => ascii_string(out, s),
         Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
         Value::Array(items) => {
@@ -148,7 +171,7 @@ pub fn python_default(out: &mut Vec<u8>, value: &Value) {
 fn ascii_string(out: &mut Vec<u8>, text: &str) {
     let mut escaped = Vec::with_capacity(text.len() + 2);
     string(&mut escaped, text);
-    let escaped = String::from_utf8(escaped).unwrap_or_default();
+    let escaped = written(&escaped);
     for c in escaped.chars() {
         if c.is_ascii() {
             out.push(c as u8);
@@ -161,12 +184,16 @@ fn ascii_string(out: &mut Vec<u8>, text: &str) {
     }
 }
 
+/// Text this module wrote (valid UTF-8: keys and strings are Rust strings, the rest ASCII) as a String.
+pub fn written(bytes: &[u8]) -> String {
+    simdutf8::basic::from_utf8(bytes).map(str::to_owned).unwrap_or_default()
+}
+
 /// `sorted` as a String.
 pub fn sorted_text(value: &Value) -> String {
     let mut out = Vec::new();
     sorted(&mut out, value);
-    // Only valid UTF-8 is ever written: keys and strings are Rust strings, the rest ASCII.
-    String::from_utf8(out).unwrap_or_default()
+    written(&out)
 }
 
 /// `compact` as bytes.

@@ -2,7 +2,7 @@
 //! parts when they hold native media.
 
 use crate::agui::{ContentPart, PartBody, Source, ToolContent};
-use crate::json::write::{python_default, sorted_text};
+use crate::json::write::{python_default, sorted_text, written};
 use crate::json::{Map, Value};
 use crate::wire::media::{binary_size, is_media};
 use crate::wire::{Body as ItemBody, Inner, Item};
@@ -139,7 +139,7 @@ fn failure_message(content: &ToolContent) -> String {
         ToolContent::Parts(parts) => {
             let mut out = Vec::new();
             python_default(&mut out, &Value::Array(parts.iter().map(ContentPart::to_value).collect()));
-            String::from_utf8(out).unwrap_or_default()
+            written(&out)
         }
     };
     text.chars().take(MAX_FAILURE_CHARS).collect()
@@ -152,7 +152,7 @@ pub fn failed_tool_call(item: &Item) -> Option<(String, String, String)> {
     if event_kind != "function_tool_result" && event_kind != "output_tool_result" {
         return None;
     }
-    let part = data.get("part")?.as_object()?;
+    let part = data.as_object()?.get("part")?.as_object()?;
     let returned = part.get("part_kind").and_then(Value::as_str) == Some("tool-return");
     if returned && part.get("outcome").and_then(Value::as_str) == Some("success") {
         return None;

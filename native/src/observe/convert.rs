@@ -6,6 +6,8 @@ use super::parts::{close_parts, part_delta, part_end, part_start};
 use super::state::Draft;
 use super::terminal::terminal_event;
 use super::Refusal;
+use std::sync::Arc;
+
 use crate::agui::{Body, Event};
 use crate::json::{Map, Value};
 use crate::wire::{Body as ItemBody, Inner, Item};
@@ -67,7 +69,7 @@ fn tool_extra_name(payload: &Value) -> Option<&str> {
 }
 
 /// CUSTOM `a13n.harness.<kind>` (or `.tool.<name>`) carrying the redacted extension event.
-pub fn harness_custom(item: &Item, ts: i64, schema_version: &str, kind: &str, payload: &Value) -> Event {
+pub fn harness_custom(item: &Item, ts: i64, schema_version: &str, kind: &str, payload: &Arc<Value>) -> Event {
     let mut name = format!("a13n.harness.{kind}");
     if kind == "tool" {
         if let Some(tool) = tool_extra_name(payload) {
@@ -170,8 +172,10 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
             }
             Ok(vec![harness_custom(item, ts, schema_version, kind, payload)])
         }
-        Inner::Agent { event_kind, data } => {
+        Inner::Agent { event_kind, data: shared } => {
             let kind = event_kind.as_str();
+            let empty = Map::new();
+            let data = shared.as_object().unwrap_or(&empty);
             let handled = match kind {
                 "part_start" => Some(part_start(&item.run_id, ts, data, draft)?),
                 "part_delta" => Some(part_delta(&item.run_id, ts, data, draft)?),
@@ -213,7 +217,7 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
                     reduced.push("approval_ids", ids("approvals"));
                     fallback(item, ts, kind, Value::Object(reduced))
                 }
-                _ => fallback(item, ts, kind, Value::Object(data.clone())),
+                _ => fallback(item, ts, kind, Value::Shared(shared.clone())),
             }])
         }
     }

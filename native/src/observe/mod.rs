@@ -8,12 +8,15 @@ pub mod parts;
 pub mod state;
 pub mod terminal;
 
+use std::sync::Arc;
+
 use crate::agui::{Body, Event, SubagentOutcome};
+use crate::json::write::written;
 use crate::json::{Map, Value};
 use crate::wire::{Body as ItemBody, Inner, Item};
 use convert::{convert_run_item, harness_custom};
 use parts::close_parts;
-use state::{Draft, RunState};
+use state::{Changes, Draft, RunState};
 
 pub const FRAGMENT_EVENT_NAME: &str = "a13n.stream.fragment";
 pub const FRAGMENT_LIMIT_BYTES: usize = 48 * 1024;
@@ -54,12 +57,12 @@ enum ChildStep {
 /// An item converted and not yet committed: its events and the changes committing makes.
 pub struct Prepared {
     pub events: Vec<Event>,
-    draft: Option<Draft>,
+    draft: Option<Changes>,
     target: Target,
     new_thread: Option<(String, String)>,
     new_child: bool,
     child_step: Option<ChildStep>,
-    bind: (String, String),
+    bind: Option<(String, String)>,
 }
 
 /// An observer of one run (`stream == false`, the plain observer) or of a root stream and its inline children.
@@ -142,7 +145,7 @@ fn delegation(payload: &Value) -> Result<Delegation, Refusal> {
 }
 
 /// The inline delegation payload of an item, if it is one.
-fn inline_delegation(item: &Item) -> Option<(&str, &str, &Value)> {
+fn inline_delegation(item: &Item) -> Option<(&str, &str, &Arc<Value>)> {
     let ItemBody::Event(Inner::Extension { schema_version, kind, payload }) = &item.body else { return None };
     let is_delegation = kind == "delegation"
         && payload.as_object().and_then(|p| p.get("type")).and_then(Value::as_str) == Some("inline_delegation");
@@ -161,56 +164,63 @@ fn attribute(events: Vec<Event>, run_id: &str) -> Vec<Event> {
         .collect()
 }
 
-/// `[event]` when its JSON is at most 48 KiB, else frames whose data concatenates back to that JSON.
-pub fn fragment(event: Event, identity: &str) -> Vec<Event> {
-    let encoded = event.encode();
-    if encoded.len() <= FRAGMENT_LIMIT_BYTES {
-        return vec![event];
-    }
-    // Only valid UTF-8 is ever written.
-    let text = String::from_utf8(encoded).unwrap_or_default();
-    let chars: Vec<char> = text.chars().collect();
-    let count = chars.len().div_ceil(FRAGMENT_CHARS);
-    chars
-        .chunks(FRAGMENT_CHARS)
-        .enumerate()
-        .map(|(index, chunk)| {
-            let mut value = Map::with_capacity(4);
-            value.push("id", Value::str(identity));
-            value.push("index", Value::Int(index as i64));
-            value.push("count", Value::Int(count as i64));
-            value.push("data", Value::Str(chunk.iter().collect()));
-            Event {
-                timestamp: event.timestamp,
-                raw_event: None,
-                metadata: None,
-                subagent_run_id: event.subagent_run_id.clone(),
-                body: Body::Custom { name: FRAGMENT_EVENT_NAME.to_owned(), value: Value::Object(value) },
-            }
-        })
-        .collect()
-}
+/// Frames written one after another into one buffer: each frame's type name and its byte range.
+pub type Spans = Vec<(&'static str, usize, usize)>;
 
-/// Whether an item's CUSTOM events need the fragmentation check (`wire_size` 0: unknown, always checked).
-pub fn may_fragment(item: &Item) -> bool {
-    !(0 < item.wire_size && item.wire_size <= SURELY_SMALL)
-}
-
-/// The item's frames: its CUSTOM events fragmented where over the limit, the others as they are.
-pub fn frames(item: &Item, events: Vec<Event>) -> Vec<Event> {
-    if !may_fragment(item) {
-        return events;
+/// Write the frames of one event into `out`: a CUSTOM whose JSON is over 48 KiB (when `check`) becomes frames whose
+/// data concatenates back to that JSON, every other event is one frame.
+fn push_frames(out: &mut Vec<u8>, spans: &mut Spans, event: Event, identity: impl FnOnce() -> String, check: bool) {
+    let start = out.len();
+    event.write(out);
+    let custom = matches!(event.body, Body::Custom { .. });
+    if !check || !custom || out.len() - start <= FRAGMENT_LIMIT_BYTES {
+        spans.push((event.type_name(), start, out.len()));
+        return;
     }
-    let mut out = Vec::with_capacity(events.len());
-    for (index, event) in events.into_iter().enumerate() {
-        if matches!(event.body, Body::Custom { .. }) {
-            let identity = format!("{}:{}:{}:{}", item.thread_id, item.run_id, item.sequence, index);
-            out.extend(fragment(event, &identity));
-        } else {
-            out.push(event);
+    let identity = identity();
+    let text = written(&out[start..]);
+    out.truncate(start);
+    // Pieces of 4,096 characters (code points, as Python slices a str), the last one shorter.
+    let mut pieces = Vec::with_capacity(text.len() / FRAGMENT_CHARS + 1);
+    let (mut from, mut taken) = (0, 0);
+    for (at, _) in text.char_indices() {
+        if taken == FRAGMENT_CHARS {
+            pieces.push(&text[from..at]);
+            (from, taken) = (at, 0);
         }
+        taken += 1;
     }
-    out
+    pieces.push(&text[from..]);
+    let count = pieces.len();
+    for (index, piece) in pieces.into_iter().enumerate() {
+        let mut value = Map::with_capacity(4);
+        value.push("id", Value::str(identity.clone()));
+        value.push("index", Value::Int(index as i64));
+        value.push("count", Value::Int(count as i64));
+        value.push("data", Value::str(piece));
+        let frame = Event {
+            timestamp: event.timestamp,
+            raw_event: None,
+            metadata: None,
+            subagent_run_id: event.subagent_run_id.clone(),
+            body: Body::Custom { name: FRAGMENT_EVENT_NAME.to_owned(), value: Value::Object(value) },
+        };
+        let at = out.len();
+        frame.write(out);
+        spans.push((frame.type_name(), at, out.len()));
+    }
+}
+
+/// Write the item's frames into `out`: its CUSTOM events fragmented where over the limit (checked unless the item
+/// is too short to make one that large), the others as they are.
+pub fn frames(item: &Item, events: Vec<Event>, out: &mut Vec<u8>) -> Spans {
+    let check = !(0 < item.wire_size && item.wire_size <= SURELY_SMALL);
+    let mut spans = Vec::with_capacity(events.len());
+    for (index, event) in events.into_iter().enumerate() {
+        let identity = || format!("{}:{}:{}:{}", item.thread_id, item.run_id, item.sequence, index);
+        push_frames(out, &mut spans, event, identity, check);
+    }
+    spans
 }
 
 impl Observer {
@@ -249,7 +259,8 @@ impl Observer {
     pub fn prepare(&self, item: &Item) -> Result<Prepared, Refusal> {
         self.check_correlation(item)?;
         let ts = item.timestamp_ms;
-        let bind = (item.thread_id.clone(), item.run_id.clone());
+        let unbound = self.thread_id.is_none() || self.run_id.is_none();
+        let bind = unbound.then(|| (item.thread_id.clone(), item.run_id.clone()));
         let unchanged = |events, draft, target| Prepared {
             events,
             draft,
@@ -262,7 +273,7 @@ impl Observer {
         if !self.stream {
             let mut draft = Draft::of(&self.state);
             let events = convert_run_item(item, ts, &mut draft)?;
-            return Ok(unchanged(events, Some(draft), Target::Root));
+            return Ok(unchanged(events, Some(draft.finish()), Target::Root));
         }
         let state = &self.state;
         let root = self.run_id.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| item.run_id.clone());
@@ -283,14 +294,14 @@ impl Observer {
         if is_child {
             events = attribute(events, run_id);
         }
-        Ok(Prepared { events, draft: Some(draft), target, new_thread, new_child, child_step: None, bind })
+        Ok(Prepared { events, draft: Some(draft.finish()), target, new_thread, new_child, child_step: None, bind })
     }
 
     fn delegation(
         &self,
         item: &Item,
         ts: i64,
-        (schema_version, kind, payload): (&str, &str, &Value),
+        (schema_version, kind, payload): (&str, &str, &Arc<Value>),
         root: &str,
         is_child: bool,
     ) -> Result<(Vec<Event>, Option<ChildStep>), Refusal> {
@@ -362,17 +373,18 @@ impl Observer {
             Some(ChildStep::Release(child)) => state.children.retain(|(run, _)| *run != child),
             Some(ChildStep::Open(_)) | None => {}
         }
-        let (thread, run) = prepared.bind;
-        self.thread_id.get_or_insert(thread);
-        self.run_id.get_or_insert(run);
+        if let Some((thread, run)) = prepared.bind {
+            self.thread_id.get_or_insert(thread);
+            self.run_id.get_or_insert(run);
+        }
     }
 
-    /// Convert, fragment and commit one item (no processor); its frames.
-    pub fn observe(&mut self, item: &Item) -> Result<Vec<Event>, Refusal> {
+    /// Convert, fragment and commit one item (no processor): its frames written into `out`.
+    pub fn observe(&mut self, item: &Item, out: &mut Vec<u8>) -> Result<Spans, Refusal> {
         let mut prepared = self.prepare(item)?;
         let events = std::mem::take(&mut prepared.events);
         self.commit(prepared);
-        Ok(frames(item, events))
+        Ok(frames(item, events, out))
     }
 
     /// The continuation's JSON data: `{thread_id, run_id, state}`.

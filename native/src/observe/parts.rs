@@ -266,7 +266,7 @@ pub fn part_end(run_id: &str, ts: i64, event: &Map, draft: &mut Draft) -> Conver
 /// End every open text and reasoning cursor in insertion order; tool cursors are discarded.
 pub fn close_parts(ts: i64, draft: &mut Draft) -> Vec<Event> {
     let out = draft
-        .parts
+        .parts()
         .iter()
         .filter_map(|(_, cursor)| match cursor.kind {
             CursorKind::Text => Some(Event::new(ts, Body::TextMessageEnd { message_id: cursor.part_id.clone() })),
@@ -276,6 +276,6 @@ pub fn close_parts(ts: i64, draft: &mut Draft) -> Vec<Event> {
             CursorKind::ToolCall => None,
         })
         .collect();
-    draft.parts.clear();
+    draft.clear();
     out
 }

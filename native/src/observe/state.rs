@@ -128,36 +128,69 @@ impl RunState {
     }
 }
 
-/// Staged changes to one run's state: its request index and a copy of its parts.
-pub struct Draft {
+/// Staged changes to one run's state: its request index, and its parts copied on the first change.
+pub struct Draft<'a> {
     pub request_index: Value,
-    pub parts: Vec<(PartIndex, Cursor)>,
+    base: &'a [(PartIndex, Cursor)],
+    written: Option<Vec<(PartIndex, Cursor)>>,
 }
 
-impl Draft {
-    pub fn of(state: &RunState) -> Draft {
-        Draft { request_index: state.request_index.clone(), parts: state.parts.clone() }
+/// A draft's changes, owned, until committed.
+pub struct Changes {
+    request_index: Value,
+    parts: Option<Vec<(PartIndex, Cursor)>>,
+}
+
+impl<'a> Draft<'a> {
+    pub fn of(state: &'a RunState) -> Draft<'a> {
+        Draft { request_index: state.request_index.clone(), base: &state.parts, written: None }
+    }
+
+    /// The parts as staged: open cursors by index, in insertion order.
+    pub fn parts(&self) -> &[(PartIndex, Cursor)] {
+        self.written.as_deref().unwrap_or(self.base)
+    }
+
+    fn writable(&mut self) -> &mut Vec<(PartIndex, Cursor)> {
+        let base = self.base;
+        self.written.get_or_insert_with(|| base.to_vec())
     }
 
     pub fn get(&self, index: &PartIndex) -> Option<&Cursor> {
-        self.parts.iter().find(|(i, _)| i == index).map(|(_, c)| c)
+        self.parts().iter().find(|(i, _)| i == index).map(|(_, c)| c)
     }
 
     /// Set the cursor at `index`: an existing one is replaced in its place, a new one goes last.
     pub fn set(&mut self, index: &PartIndex, cursor: Cursor) {
-        match self.parts.iter_mut().find(|(i, _)| i == index) {
+        let parts = self.writable();
+        match parts.iter_mut().find(|(i, _)| i == index) {
             Some(slot) => slot.1 = cursor,
-            None => self.parts.push((index.clone(), cursor)),
+            None => parts.push((index.clone(), cursor)),
         }
     }
 
     pub fn pop(&mut self, index: &PartIndex) -> Option<Cursor> {
-        let at = self.parts.iter().position(|(i, _)| i == index)?;
-        Some(self.parts.remove(at).1)
+        let at = self.parts().iter().position(|(i, _)| i == index)?;
+        Some(self.writable().remove(at).1)
     }
 
+    /// Close every part.
+    pub fn clear(&mut self) {
+        if !self.parts().is_empty() {
+            self.written = Some(Vec::new());
+        }
+    }
+
+    pub fn finish(self) -> Changes {
+        Changes { request_index: self.request_index, parts: self.written }
+    }
+}
+
+impl Changes {
     pub fn commit(self, state: &mut RunState) {
         state.request_index = self.request_index;
-        state.parts = self.parts;
+        if let Some(parts) = self.parts {
+            state.parts = parts;
+        }
     }
 }

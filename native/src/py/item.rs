@@ -1,6 +1,8 @@
 //! Source items across the boundary: the `Item` class holding a decoded item, and a reference item (a
 //! `worker.wire.HarnessEvent` or `HarnessRunResultEvent`) read into one.
 
+use std::sync::Arc;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -77,12 +79,12 @@ pub fn item_from_python(obj: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<w
     } else {
         let event = attr(obj, "event")?;
         Body::Event(if event.hasattr("event_kind")? {
-            Inner::Agent { event_kind: text(&event, "event_kind")?, data: map(&event, "data")? }
+            Inner::agent(text(&event, "event_kind")?, map(&event, "data")?)
         } else {
             Inner::Extension {
                 schema_version: text(&event, "schema_version")?,
                 kind: text(&event, "kind")?,
-                payload: to_value(&attr(&event, "payload")?)?,
+                payload: Arc::new(to_value(&attr(&event, "payload")?)?),
             }
         })
     };
@@ -163,7 +165,7 @@ impl Item {
             Body::Event(Inner::Agent { event_kind, data }) => {
                 let event = PyDict::new(py);
                 event.set_item("event_kind", event_kind)?;
-                event.set_item("data", from_map(py, data)?)?;
+                event.set_item("data", from_value(py, data)?)?;
                 out.set_item("event", event)?;
             }
             Body::Event(Inner::Extension { schema_version, kind, payload }) => {

@@ -2,6 +2,8 @@
 //! the reference raises them (`AguiObservationError`, or the pydantic `ValidationError` of a malformed inline
 //! delegation payload, made by the reference's own model).
 
+use std::cell::RefCell;
+
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -9,10 +11,9 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::item::Item;
 use super::value::{from_value, to_value};
-use crate::agui::Event;
 use crate::json::Value;
 use crate::observe::state::{Cursor, CursorKind, RunState};
-use crate::observe::{Observer as Core, Prepared, Refusal};
+use crate::observe::{Observer as Core, Prepared, Refusal, Spans};
 
 static OBSERVATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DELEGATION_MODEL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -41,10 +42,17 @@ pub fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyErr {
     }
 }
 
-/// Encoded events as `(types, values)`: a tuple of the events' type names and a list of their output record values.
-pub fn encoded<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py, PyTuple>> {
-    let types = PyTuple::new(py, events.iter().map(|e| PyString::intern(py, e.type_name())))?;
-    let values = PyList::new(py, events.iter().map(|e| PyBytes::new(py, &e.encode())))?;
+thread_local! {
+    /// The frames of the item being observed, written one after another (one buffer per thread, reused).
+    static FRAMES: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(1 << 16));
+}
+/// A buffer grown beyond this by one huge item is given back after it.
+const FRAMES_KEPT: usize = 1 << 22;
+
+/// Frames as `(types, values)`: a tuple of their type names and a list of their output record values.
+pub fn encoded<'py>(py: Python<'py>, bytes: &[u8], spans: &Spans) -> PyResult<Bound<'py, PyTuple>> {
+    let types = PyTuple::new(py, spans.iter().map(|(kind, _, _)| PyString::intern(py, kind)))?;
+    let values = PyList::new(py, spans.iter().map(|(_, start, end)| PyBytes::new(py, &bytes[*start..*end])))?;
     PyTuple::new(py, [types.into_any(), values.into_any()])
 }
 
@@ -136,8 +144,26 @@ impl Observer {
     /// Convert, fragment and commit one item: its frames as `(types, values)`. A refusal raises and changes
     /// nothing.
     fn observe<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
-        let events = self.core.observe(&item.item).map_err(|r| refusal_error(py, r))?;
-        encoded(py, &events)
+        FRAMES.with(|cell| {
+            // Held by an observe further up this thread's stack (Python code run while it made objects): a buffer
+            // of this call's own.
+            let mut own = Vec::new();
+            let mut shared = cell.try_borrow_mut();
+            let buffer = match shared.as_deref_mut() {
+                Ok(buffer) => buffer,
+                Err(_) => &mut own,
+            };
+            buffer.clear();
+            let spans = self.core.observe(&item.item, buffer);
+            let out = match spans {
+                Ok(spans) => encoded(py, buffer, &spans),
+                Err(refusal) => Err(refusal_error(py, refusal)),
+            };
+            if buffer.capacity() > FRAMES_KEPT {
+                *buffer = Vec::with_capacity(1 << 16);
+            }
+            out
+        })
     }
 
     /// Convert one item without committing it: its events' values, for a processor to see (`commit` makes the

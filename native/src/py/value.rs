@@ -62,6 +62,7 @@ pub fn from_value<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, Py
             list.into_any()
         }
         Value::Object(map) => from_map(py, map)?.into_any(),
+        Value::Shared(inner) => from_value(py, inner)?,
     })
 }
 

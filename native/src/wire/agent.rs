@@ -3,7 +3,8 @@
 //! and deltas normalized, media in full form, datetimes in pydantic's JSON form.
 
 use super::fields::{
-    field, get_obj, get_str, get_str_or_none, normalize, Default as D, Field, ANY, BOOL, DICT, INT, LIST, NULL, STR,
+    field, get_obj, get_str, get_str_or_none, normalize, take_obj, Default as D, Field, ANY, BOOL, DICT, INT, LIST,
+    NULL, STR,
 };
 use super::media::{full_media, is_media, normalize_content};
 use super::time::Moment;
@@ -316,24 +317,20 @@ fn citations(obj: &Map, key: &str) -> Decoded<()> {
     Ok(())
 }
 
-fn normalize_part(part: &Map, allowed: Option<&[&str]>, default_kind: Option<&str>) -> Decoded<Map> {
-    let mut defaulted;
-    let mut part = part;
+fn normalize_part(mut part: Map, allowed: Option<&[&str]>, default_kind: Option<&str>) -> Decoded<Map> {
     if let Some(kind) = default_kind {
         if !part.contains_key("part_kind") {
-            defaulted = part.clone();
-            defaulted.push("part_kind", Value::str(kind));
-            part = &defaulted;
+            part.push("part_kind", Value::str(kind));
         }
     }
-    let kind = get_str(part, "part_kind")?;
+    let kind = get_str(&part, "part_kind")?;
     if let Some(allowed) = allowed {
         if !allowed.contains(&kind) {
             return Err(Defer);
         }
     }
     if kind == "speech" || kind == "retry-prompt" {
-        return Ok(part.clone());
+        return Ok(part);
     }
     let shape = part_shape(kind).ok_or(Defer)?;
     let kind = kind.to_owned();
@@ -343,8 +340,9 @@ fn normalize_part(part: &Map, allowed: Option<&[&str]>, default_kind: Option<&st
         "tool-return" | "builtin-tool-return" => {
             tool_return(&mut part)?;
             if kind == "builtin-tool-return" {
-                let content = normalize_content(part.get("content").unwrap_or(&Value::Null));
-                part.insert("content", content);
+                if let Some(content) = part.get_mut("content") {
+                    normalize_content(content);
+                }
             }
         }
         "file" => {
@@ -380,7 +378,7 @@ fn tool_return(part: &mut Map) -> Decoded<()> {
     let retry = match part.get("retry") {
         None | Some(Value::Null) => None,
         Some(Value::Object(retry)) => {
-            let retry = normalize(retry, RETRY)?;
+            let retry = normalize(retry.clone(), RETRY)?;
             match retry.get("cause") {
                 Some(Value::Str(cause)) if RETRY_CAUSES.contains(&cause.as_str()) => {}
                 _ => return Err(Defer),
@@ -410,14 +408,18 @@ fn check_tool_content(content: &Value, marker: &Value) -> Decoded<()> {
 }
 
 /// A ToolCallPart in its normalized dump (as inside deferred tool requests).
-pub fn decode_tool_call(call: &Value) -> Decoded<Map> {
-    normalize_part(call.as_object().ok_or(Defer)?, Some(&TOOL_CALL_KINDS), Some("tool-call"))
+pub fn decode_tool_call(call: Value) -> Decoded<Map> {
+    let Value::Object(call) = call else { return Err(Defer) };
+    normalize_part(call, Some(&TOOL_CALL_KINDS), Some("tool-call"))
 }
 
-fn delta(event: &Map) -> Decoded<Option<Map>> {
-    let delta = get_obj(event, "delta")?;
-    let shape = match get_str(delta, "part_delta_kind")? {
-        "speech" => return Ok(None),
+fn delta(event: &mut Map) -> Decoded<()> {
+    let delta = take_obj(event, "delta")?;
+    let shape = match get_str(&delta, "part_delta_kind")? {
+        "speech" => {
+            event.insert("delta", Value::Object(delta));
+            return Ok(());
+        }
         "text" => TEXT_DELTA,
         "thinking" => THINKING_DELTA,
         "tool_call" => TOOL_CALL_DELTA,
@@ -425,25 +427,28 @@ fn delta(event: &Map) -> Decoded<Option<Map>> {
     };
     let out = normalize(delta, shape)?;
     citations(&out, "citations_delta")?;
-    Ok(Some(out))
+    event.insert("delta", Value::Object(out));
+    Ok(())
 }
 
-fn capability(event: &Map) -> Decoded<Map> {
-    let kind = get_str(event, "kind")?;
-    get_str_or_none(event, "capability_id")?;
-    get_str_or_none(event, "tool_call_id")?;
-    get_str_or_none(event, "tool_name")?;
+fn capability(event: Map) -> Decoded<Map> {
+    let kind = get_str(&event, "kind")?;
+    get_str_or_none(&event, "capability_id")?;
+    get_str_or_none(&event, "tool_call_id")?;
+    get_str_or_none(&event, "tool_name")?;
     let Some(shape) = capability_shape(kind) else {
         let names: Vec<&str> = ENVELOPE.iter().map(|(name, _)| *name).collect();
-        let mut out = Map::new();
-        for (key, value) in event.iter() {
-            if !names.contains(&key.as_str()) {
-                out.push(key.clone(), value.clone());
+        let (mut envelope, mut out) = (Map::new(), Map::new());
+        for (key, value) in event.into_entries() {
+            if names.contains(&key.as_str()) {
+                envelope.push(key, value);
+            } else {
+                out.push(key, value);
             }
         }
         let extra = !out.is_empty();
         for (name, default) in ENVELOPE {
-            let value = event.get(name).cloned().unwrap_or(match default {
+            let value = envelope.take(name).unwrap_or(match default {
                 D::Str(s) => Value::str(s),
                 _ => Value::Null,
             });
@@ -455,6 +460,12 @@ fn capability(event: &Map) -> Decoded<Map> {
         return Ok(out);
     };
     let kind = kind.to_owned();
+    let metadata = match event.get("metadata") {
+        None => None,
+        Some(Value::Object(metadata)) => Some(metadata.clone()),
+        Some(_) if kind.starts_with("a13n.input.") => return Err(Defer),
+        Some(_) => None,
+    };
     let mut out = normalize(event, shape)?;
     if kind.starts_with("a13n.input.") {
         match out.get("source") {
@@ -462,15 +473,11 @@ fn capability(event: &Map) -> Decoded<Map> {
             _ => return Err(Defer),
         }
         let media = kind == "a13n.input.media";
-        let metadata = match event.get("metadata") {
-            None => {
-                let mut defaulted = Map::new();
-                defaulted.push("media", Value::Bool(media));
-                defaulted
-            }
-            Some(Value::Object(metadata)) => metadata.clone(),
-            Some(_) => return Err(Defer),
-        };
+        let metadata = metadata.unwrap_or_else(|| {
+            let mut defaulted = Map::new();
+            defaulted.push("media", Value::Bool(media));
+            defaulted
+        });
         out.insert("metadata", Value::Object(content_metadata(&metadata)?));
     }
     Ok(out)
@@ -498,31 +505,32 @@ fn content_metadata(metadata: &Map) -> Decoded<Map> {
     Ok(out)
 }
 
-fn custom(event: &Map) -> Decoded<Map> {
+fn custom(event: Map) -> Decoded<Map> {
     if event.contains_key("name") {
-        get_str(event, "name")?;
+        get_str(&event, "name")?;
     }
-    get_str_or_none(event, "tool_call_id")?;
-    get_str_or_none(event, "tool_name")?;
+    get_str_or_none(&event, "tool_call_id")?;
+    get_str_or_none(&event, "tool_name")?;
     let names: Vec<&str> = CUSTOM_ENVELOPE.iter().map(|f| f.name).collect();
     let (mut known, mut extra) = (Map::new(), Map::new());
-    for (key, value) in event.iter() {
+    for (key, value) in event.into_entries() {
         if names.contains(&key.as_str()) {
-            known.push(key.clone(), value.clone());
+            known.push(key, value);
         } else {
-            extra.push(key.clone(), value.clone());
+            extra.push(key, value);
         }
     }
-    let mut out = normalize(&known, CUSTOM_ENVELOPE)?;
+    let mut out = normalize(known, CUSTOM_ENVELOPE)?;
     out.push("data", if extra.is_empty() { Value::Null } else { Value::Object(extra) });
     Ok(out)
 }
 
 fn deferred_requests(event: &mut Map) -> Decoded<()> {
-    let mut requests = normalize(get_obj(event, "requests")?, DEFERRED_REQUESTS)?;
+    let mut requests = normalize(take_obj(event, "requests")?, DEFERRED_REQUESTS)?;
     for group in ["calls", "approvals"] {
-        let calls = requests.get(group).and_then(Value::as_array).ok_or(Defer)?;
-        let decoded = calls.iter().map(|call| decode_tool_call(call).map(Value::Object)).collect::<Decoded<_>>()?;
+        let Some(Value::Array(calls)) = requests.take(group) else { return Err(Defer) };
+        let decoded =
+            calls.into_iter().map(|call| decode_tool_call(call).map(Value::Object)).collect::<Decoded<_>>()?;
         requests.insert(group, Value::Array(decoded));
     }
     event.insert("requests", Value::Object(requests));
@@ -530,14 +538,14 @@ fn deferred_requests(event: &mut Map) -> Decoded<()> {
 }
 
 fn with_part(event: &mut Map, allowed: Option<&[&str]>, default_kind: Option<&str>) -> Decoded<()> {
-    let part = normalize_part(get_obj(event, "part")?, allowed, default_kind)?;
+    let part = normalize_part(take_obj(event, "part")?, allowed, default_kind)?;
     event.insert("part", Value::Object(part));
     Ok(())
 }
 
 /// A validated pydantic-ai stream event in the reference's re-dumped form: (event kind, normalized data).
-pub fn decode_agent_event(event: &Map) -> Decoded<(String, Map)> {
-    let kind = get_str(event, "event_kind")?.to_owned();
+pub fn decode_agent_event(event: Map) -> Decoded<(String, Map)> {
+    let kind = get_str(&event, "event_kind")?.to_owned();
     match kind.as_str() {
         "capability" => return Ok((kind, capability(event)?)),
         "custom" => return Ok((kind, custom(event)?)),
@@ -546,11 +554,7 @@ pub fn decode_agent_event(event: &Map) -> Decoded<(String, Map)> {
     let shape = event_shape(&kind).ok_or(Defer)?;
     let mut data = normalize(event, shape)?;
     match kind.as_str() {
-        "part_delta" => {
-            if let Some(delta) = delta(&data)? {
-                data.insert("delta", Value::Object(delta));
-            }
-        }
+        "part_delta" => delta(&mut data)?,
         "part_start" | "part_end" => {
             let neighbour = if kind == "part_start" { "previous_part_kind" } else { "next_part_kind" };
             if let Some(Value::Str(other)) = data.get(neighbour) {

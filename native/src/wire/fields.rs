@@ -15,14 +15,14 @@ pub const DICT: u8 = 64;
 pub const ANY: u8 = 0xff;
 
 pub fn type_bit(value: &Value) -> u8 {
-    match value {
+    match value.resolved() {
         Value::Null => NULL,
         Value::Bool(_) => BOOL,
         Value::Int(_) | Value::Big(_) => INT,
         Value::Float(_) => FLOAT,
         Value::Str(_) => STR,
         Value::Array(_) => LIST,
-        Value::Object(_) => DICT,
+        Value::Object(_) | Value::Shared(_) => DICT,
     }
 }
 
@@ -61,12 +61,13 @@ pub const fn field(name: &'static str, default: Default, types: u8) -> Field {
     Field { name, default, types }
 }
 
-/// `obj` with exactly the fields in order, defaults filled, every typed field of an admitted type.
-pub fn normalize(obj: &Map, shape: &[Field]) -> Decoded<Map> {
+/// `obj` with exactly the fields in order, defaults filled, every typed field of an admitted type (the others
+/// dropped).
+pub fn normalize(mut obj: Map, shape: &[Field]) -> Decoded<Map> {
     let mut out = Map::with_capacity(shape.len());
     for field in shape {
-        let value = match obj.get(field.name) {
-            Some(value) => value.clone(),
+        let value = match obj.take(field.name) {
+            Some(value) => value,
             None => field.default.value().ok_or(Defer)?,
         };
         if type_bit(&value) & field.types == 0 {
@@ -75,6 +76,14 @@ pub fn normalize(obj: &Map, shape: &[Field]) -> Decoded<Map> {
         out.push(field.name, value);
     }
     Ok(out)
+}
+
+/// The object under `key`, taken out of `obj` (null left in its place).
+pub fn take_obj(obj: &mut Map, key: &str) -> Decoded<Map> {
+    match obj.take(key) {
+        Some(Value::Object(map)) => Ok(map),
+        _ => Err(Defer),
+    }
 }
 
 pub fn get_obj<'a>(obj: &'a Map, key: &str) -> Decoded<&'a Map> {

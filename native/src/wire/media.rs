@@ -143,15 +143,18 @@ pub fn full_media(map: &Map) -> Map {
     out
 }
 
-/// Tool content with every media object, at any depth, in its full dump form.
-pub fn normalize_content(value: &Value) -> Value {
-    match value {
-        Value::Object(map) if is_media(value) => Value::Object(full_media(map)),
-        Value::Object(map) => {
-            Value::Object(Map::from_entries(map.iter().map(|(k, v)| (k.clone(), normalize_content(v))).collect()))
+/// Tool content with every media object, at any depth, in its full dump form (in place).
+pub fn normalize_content(value: &mut Value) {
+    if is_media(value) {
+        if let Value::Object(map) = value {
+            *map = full_media(map);
         }
-        Value::Array(items) => Value::Array(items.iter().map(normalize_content).collect()),
-        other => other.clone(),
+        return;
+    }
+    match value {
+        Value::Object(map) => map.entries_mut().iter_mut().for_each(|(_, v)| normalize_content(v)),
+        Value::Array(items) => items.iter_mut().for_each(normalize_content),
+        _ => {}
     }
 }
 

@@ -10,10 +10,12 @@ pub mod redact;
 pub mod result;
 pub mod time;
 
+use std::sync::Arc;
+
 use crate::json::parse::{longest_digit_run, parse_measured};
 use crate::json::write::compact;
 use crate::json::{Map, Value};
-use fields::{get_int, get_obj, get_str, not_blank};
+use fields::{get_int, get_obj, get_str, not_blank, take_obj};
 pub use result::RunResult;
 use time::Moment;
 
@@ -53,22 +55,26 @@ pub enum Body {
     Result(RunResult),
 }
 
-/// A non-terminal item's event.
+/// A non-terminal item's event. Its JSON is shared with the events that repeat it (`Value::Shared`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Inner {
     /// A Harness extension event; the payload is strict JSON, already redacted and within 64 KiB.
-    Extension { schema_version: String, kind: String, payload: Value },
-    /// A pydantic-ai stream event held as its normalized JSON dump.
-    Agent { event_kind: String, data: Map },
+    Extension { schema_version: String, kind: String, payload: Arc<Value> },
+    /// A pydantic-ai stream event held as its normalized JSON dump (an object).
+    Agent { event_kind: String, data: Arc<Value> },
 }
 
 impl Inner {
+    pub fn agent(event_kind: String, data: Map) -> Inner {
+        Inner::Agent { event_kind, data: Arc::new(Value::Object(data)) }
+    }
+
     /// The extension event's JSON form (schema_version, kind, payload).
-    pub fn extension_dump(schema_version: &str, kind: &str, payload: &Value) -> Value {
+    pub fn extension_dump(schema_version: &str, kind: &str, payload: &Arc<Value>) -> Value {
         let mut out = Map::with_capacity(3);
         out.push("schema_version", Value::str(schema_version));
         out.push("kind", Value::str(kind));
-        out.push("payload", payload.clone());
+        out.push("payload", Value::Shared(payload.clone()));
         Value::Object(out)
     }
 }
@@ -89,7 +95,7 @@ impl Item {
     }
 }
 
-fn extension(event: &Map) -> Decoded<Inner> {
+fn extension(mut event: Map) -> Decoded<Inner> {
     if event.keys().any(|k| !matches!(k.as_str(), "schema_version" | "kind" | "payload")) {
         return Err(Defer);
     }
@@ -98,17 +104,18 @@ fn extension(event: &Map) -> Decoded<Inner> {
         Some(Value::Str(v)) if (1..=32).contains(&v.chars().count()) => v.clone(),
         Some(_) => return Err(Defer),
     };
-    let kind = get_str(event, "kind")?;
-    if !EXTENSION_KINDS.contains(&kind) {
+    let kind = get_str(&event, "kind")?.to_owned();
+    if !EXTENSION_KINDS.contains(&kind.as_str()) {
         return Err(Defer);
     }
-    let payload = redact::redact(event.get("payload").ok_or(Defer)?)?;
+    let mut payload = event.take("payload").ok_or(Defer)?;
+    redact::redact(&mut payload)?;
     let mut size = Vec::new();
     compact(&mut size, &payload);
     if size.len() > PAYLOAD_CHECKED_BYTES {
         return Err(Defer);
     }
-    Ok(Inner::Extension { schema_version, kind: kind.to_owned(), payload })
+    Ok(Inner::Extension { schema_version, kind, payload: Arc::new(payload) })
 }
 
 fn ident(data: &Map, key: &str) -> Decoded<String> {
@@ -126,7 +133,7 @@ pub fn decode(record: &[u8]) -> Decoded<Item> {
     if depth > SAFE_EXACT_DEPTH && longest_digit_run(record) >= 19 {
         return Err(Defer);
     }
-    let Value::Object(data) = value else { return Err(Defer) };
+    let Value::Object(mut data) = value else { return Err(Defer) };
     let thread_id = ident(&data, "thread_id")?;
     let run_id = ident(&data, "run_id")?;
     let sequence = match get_int(&data, "sequence")? {
@@ -138,17 +145,17 @@ pub fn decode(record: &[u8]) -> Decoded<Item> {
         _ => return Err(Defer),
     };
     let timestamp_ms = moment.timestamp_ms().ok_or(Defer)?;
-    let body = match (data.get("event"), data.get("result")) {
-        (Some(_), None) => {
-            let event = get_obj(&data, "event")?;
+    let body = match (data.contains_key("event"), data.contains_key("result")) {
+        (true, false) => {
+            let event = take_obj(&mut data, "event")?;
             Body::Event(if event.contains_key("event_kind") {
                 let (event_kind, data) = agent::decode_agent_event(event)?;
-                Inner::Agent { event_kind, data }
+                Inner::agent(event_kind, data)
             } else {
                 extension(event)?
             })
         }
-        (None, Some(_)) => Body::Result(result::decode_result(get_obj(&data, "result")?)?),
+        (false, true) => Body::Result(result::decode_result(get_obj(&data, "result")?)?),
         _ => return Err(Defer),
     };
     Ok(Item {

@@ -3,7 +3,7 @@
 //! and its regular expression's word boundaries and white space are Unicode's, as Python has them.
 
 use super::{Decoded, Defer};
-use crate::json::{Map, Value};
+use crate::json::Value;
 
 const SEGMENTS: [&str; 9] =
     ["authorization", "credential", "credentials", "grant", "grants", "password", "passwd", "secret", "token"];
@@ -20,25 +20,31 @@ fn mentions_bearer(text: &str) -> bool {
     text.as_bytes().windows(6).any(|w| w.eq_ignore_ascii_case(b"bearer"))
 }
 
-/// `redact(value)` of the reference.
-pub fn redact(value: &Value) -> Decoded<Value> {
-    Ok(match value {
+/// `redact(value)` of the reference, in place.
+pub fn redact(value: &mut Value) -> Decoded<()> {
+    match value {
         Value::Str(text) if mentions_bearer(text) => return Err(Defer),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect::<Decoded<_>>()?),
+        Value::Array(items) => {
+            for item in items {
+                redact(item)?;
+            }
+        }
         Value::Object(map) => {
-            let mut out = Map::with_capacity(map.len());
-            for (key, item) in map.iter() {
+            for (key, item) in map.entries_mut() {
                 if !key.is_ascii() {
                     return Err(Defer);
                 }
                 let kept = key == "credential_configured" && matches!(item, Value::Bool(_));
-                let item = if !kept && sensitive_name(key) { Value::str("[REDACTED]") } else { redact(item)? };
-                out.push(key.clone(), item);
+                if !kept && sensitive_name(key) {
+                    *item = Value::str("[REDACTED]");
+                } else {
+                    redact(item)?;
+                }
             }
-            Value::Object(out)
         }
-        other => other.clone(),
-    })
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

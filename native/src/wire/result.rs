@@ -1,7 +1,7 @@
 //! The terminal `result` of a run (conversion-spec §1a.3), its status and field combination checked.
 
 use super::agent::decode_tool_call;
-use super::fields::{get_int, get_obj, get_str, get_str_or_none, python_space};
+use super::fields::{get_int, get_obj, get_str, get_str_or_none, python_space, take_obj};
 use super::{Decoded, Defer};
 use crate::json::{Map, Value};
 
@@ -142,7 +142,7 @@ fn deferred(result: &Map) -> Decoded<Map> {
         for call in calls {
             let mut call = call.as_object().ok_or(Defer)?.clone();
             for side in ["model_call", "target_call"] {
-                let part = decode_tool_call(&Value::Object(get_obj(&call, side)?.clone()))?;
+                let part = decode_tool_call(Value::Object(take_obj(&mut call, side)?))?;
                 call.insert(side, Value::Object(part));
             }
             get_str(&call, "target_identity")?;
