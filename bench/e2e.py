@@ -43,9 +43,13 @@ from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # n
 from devtools.kafka_tools import GroupLag  # noqa: E402
 from devtools.sample_runs import SampleRun, interleave, load_samples, open_runs, produce  # noqa: E402
 from worker._native import describe  # noqa: E402
-from worker.kafka.source import to_source_record  # noqa: E402
 from worker.settings import Settings  # noqa: E402
-from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E402
+from worker.stream import (  # noqa: E402
+    Destination,
+    PartitionState,
+    SourceRecord,
+    to_source_record,
+)
 
 __all__ = ["Worker", "commit_delays", "main", "passthrough_throughput", "rebuild", "worker_throughput"]
 

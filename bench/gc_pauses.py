@@ -38,9 +38,8 @@ from aiokafka.structs import ConsumerRecord  # noqa: E402
 from devtools.sample_runs import open_runs  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
 from worker._native import describe  # noqa: E402
-from worker.kafka.pipeline import Processed  # noqa: E402
-from worker.kafka.source import to_source_record  # noqa: E402
-from worker.stream import PartitionState  # noqa: E402
+from worker.live.pipeline import Processed  # noqa: E402
+from worker.stream import PartitionState, to_source_record  # noqa: E402
 
 TOPIC = "bench.gc"
 CHUNK = 32  # records converted between two yields (the partition task's chunk)

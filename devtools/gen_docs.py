@@ -24,10 +24,11 @@ from typing import Any
 import yaml
 from pydantic_settings import BaseSettings
 
+from worker.cli import is_secret
 from worker.gateway.endpoints import ERRORS
 from worker.gateway.openapi import document
 from worker.gateway.settings import GatewaySettings
-from worker.settings import Settings, is_secret
+from worker.settings import Settings
 
 __all__ = ["CHART_MANAGED", "CONFIGURATION", "GATEWAY", "NON_EMPTY", "OPENAPI", "check", "error_table", "generate",
            "main", "schema_config_properties", "settings_table"]

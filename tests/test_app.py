@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from worker._version import package_version
-from worker.app import build_parser, main_run, settings_from_args
+from worker.app import main_run, run_parser
+from worker.cli import command_parser, is_secret, settings_from_args
 from worker.client import ConnectionSettings
-from worker.settings import GapPolicy, Settings, is_secret
+from worker.settings import Settings
+from worker.stream import GapPolicy
 
 SHAPED = {"processor": "my_hooks.redact:processor", "sasl_mechanism": "SCRAM-SHA-512",
           "oauth_token_endpoint": "https://idp.example/token"}  # strings a validator holds to a form
@@ -57,7 +59,7 @@ def _other_value(name: str, file: str) -> tuple[list[str], object]:
 @pytest.mark.parametrize("name", FLAGGED)
 def test_every_setting_but_a_secret_has_a_flag_that_sets_it(name: str, tmp_path: Path) -> None:
     argv, expected = _other_value(name, _secret_file(tmp_path))
-    value = getattr(settings_from_args(build_parser().parse_args(argv)), name)
+    value = getattr(settings_from_args(run_parser().parse_args(argv), Settings), name)
     assert value == expected
     assert value != Settings.model_fields[name].default
 
@@ -70,10 +72,10 @@ def test_secrets_are_the_password_and_client_secret_settings() -> None:
 def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKER_SOURCE_TOPIC", "from-env")
     monkeypatch.setenv("WORKER_GROUP_ID", "env-group")
-    args = build_parser().parse_args(
+    args = run_parser().parse_args(
         ["--group-id", "flag-group", "--gap-policy", "halt", "--commit-interval-ms", "250"]
     )
-    s = settings_from_args(args)
+    s = settings_from_args(args, Settings)
     assert s.source_topic == "from-env"
     assert s.group_id == "flag-group"
     assert s.gap_policy is GapPolicy.HALT
@@ -82,7 +84,7 @@ def test_flags_override_environment_which_overrides_defaults(monkeypatch: pytest
 
 
 def test_boolean_flags_take_a_negative_form() -> None:
-    s = settings_from_args(build_parser().parse_args(["--no-ssl-check-hostname"]))
+    s = settings_from_args(run_parser().parse_args(["--no-ssl-check-hostname"]), Settings)
     assert s.ssl_check_hostname is False
 
 
@@ -237,9 +239,7 @@ def test_version_prints_the_package_version() -> None:
 
 @pytest.mark.parametrize("command", ["convert", "run"])
 def test_every_flag_of_every_command_has_help(command: str) -> None:
-    from worker.__main__ import build_parser as build_main  # noqa: PLC0415
-
-    parser = build_parser() if command == "run" else next(
-        action.choices[command] for action in build_main()._actions if isinstance(action, argparse._SubParsersAction))
+    parser = run_parser() if command == "run" else next(action.choices[command] for action in command_parser()._actions
+                                                        if isinstance(action, argparse._SubParsersAction))
     undocumented = [action.dest for action in parser._actions if not action.help]
     assert undocumented == []

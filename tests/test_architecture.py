@@ -1,11 +1,15 @@
-"""docs/architecture.md draws the live path: every module it names exists under that name, and the import rules it
-states hold."""
+"""docs/architecture.md draws the house: every module it names exists under that name, every room's imports are
+those its line of the rooms table lists, and the other rules it states hold."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "architecture.md").read_text()
@@ -25,9 +29,10 @@ def test_every_module_in_the_picture_is_one_of_the_worker() -> None:
     assert not unknown, f"docs/architecture.md names modules the worker does not have: {unknown}"
 
 
-def test_every_module_of_the_kafka_package_is_in_the_table() -> None:
-    listed = set(re.findall(r"`worker/kafka/(\w+\.py)`", DOC))
-    present = {path.name for path in (ROOT / "worker" / "kafka").glob("*.py")} - {"__init__.py"}
+@pytest.mark.parametrize("room", ["client", "live", "recovery", "tools"])
+def test_every_module_of_the_kafka_rooms_is_in_a_table(room: str) -> None:
+    listed = set(re.findall(rf"`worker/{room}/(\w+\.py)`", DOC))
+    present = {path.name for path in (ROOT / "worker" / room).glob("*.py")} - {"__init__.py"}
     assert present == listed, f"not in the table: {sorted(present - listed)}; gone: {sorted(listed - present)}"
 
 
@@ -54,8 +59,9 @@ def _of(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
-def test_only_the_kafka_packages_and_the_gateways_reader_use_the_kafka_client() -> None:
-    allowed = ("worker/client/", "worker/kafka/", "worker/gateway/reader/", "worker/gateway/routing/group.py")
+def test_only_the_kafka_rooms_and_the_gateways_reader_use_the_kafka_client() -> None:
+    allowed = ("worker/client/", "worker/live/", "worker/recovery/", "worker/tools/", "worker/gateway/reader/",
+               "worker/gateway/routing/group.py")
     users = {path for path, names in _modules("worker").items() if any(_of(name, "aiokafka") for name in names)}
     assert users, "no module uses aiokafka: the rule checks nothing"
     strays = sorted(path for path in users if not path.startswith(allowed))
@@ -64,58 +70,133 @@ def test_only_the_kafka_packages_and_the_gateways_reader_use_the_kafka_client() 
 
 # ---- the rooms' import rules -----------------------------------------------------------------------------------
 
-# What the client kit may import of the worker: its one error tree, a leaf that imports nothing.
-KIT_MAY_IMPORT = ("worker.client", "worker.errors")
+def _rooms() -> dict[str, tuple[str, ...]]:
+    """The rooms table of docs/architecture.md: each room (a package `worker/x/` or a module `worker/x.py`; a cell
+    may name several, `worker/_*.py` for the underscored leaves) and the worker's modules it may import."""
+    table = DOC[DOC.index("| room | owns | may import |"):].split("\n\n", 1)[0]
+    rooms: dict[str, tuple[str, ...]] = {}
+    for row in table.splitlines()[2:]:
+        room, _, allowed = (cell.strip() for cell in row.strip("|").split(" | "))
+        names = tuple(re.findall(r"`(worker[\w.]*)`", allowed))
+        for place in re.findall(r"`(worker/[\w/*]+(?:\.py|/))`", room):
+            rooms[place] = names
+    return rooms
 
 
-def _kit_strays(modules: dict[str, set[str]]) -> list[str]:
-    """Imports of the worker's own code in the client kit, but the kit itself and the error tree."""
-    return sorted(f"{path}: {name}" for path, names in modules.items() if path.startswith("worker/client/")
-                  for name in names if _of(name, "worker") and not any(_of(name, ok) for ok in KIT_MAY_IMPORT))
+def _room_of(path: str, rooms: dict[str, tuple[str, ...]]) -> str | None:
+    if path in rooms:
+        return path
+    package = "/".join(path.split("/")[:2]) + "/"
+    if package in rooms:
+        return package
+    if re.fullmatch(r"worker/_\w+\.py", path) and "worker/_*.py" in rooms:
+        return "worker/_*.py"
+    return None
 
 
-def _kit_private_reaches(modules: dict[str, set[str]]) -> list[str]:
-    """Imports of a private module of the kit from outside it: everyone else takes the kit's public surface."""
-    return sorted(f"{path}: {name}" for path, names in modules.items() if not path.startswith("worker/client/")
-                  for name in names if re.match(r"worker\.client\._", name))
+def _itself(place: str) -> str:
+    return place.removesuffix("/").removesuffix(".py").replace("/", ".")
 
 
-def test_the_client_kit_imports_nothing_of_the_worker_but_its_errors() -> None:
-    modules = _modules("worker/client")
-    assert len(modules) >= 10, "the kit is gone: the rule checks nothing"
-    assert not _kit_strays(modules), _kit_strays(modules)
+def _room_strays(modules: dict[str, set[str]], rooms: dict[str, tuple[str, ...]]) -> list[str]:
+    """Imports of the worker's own code that the importing module's room may not make, and modules of no room."""
+    found = []
+    for path, names in modules.items():
+        room = _room_of(path, rooms)
+        if room is None:
+            found.append(f"{path}: in no room of the table")
+            continue
+        allowed = (*rooms[room], _itself(room)) if "*" not in room else (_itself(path),)
+        found += [f"{path}: {name}" for name in sorted(names)
+                  if _of(name, "worker") and name != "worker" and not any(_of(name, ok) for ok in allowed)]
+    return found
 
 
-def test_a_worker_import_planted_in_the_client_kit_is_found() -> None:
-    modules = _modules("worker/client")
-    modules["worker/client/_read.py"] = modules["worker/client/_read.py"] | {"worker.settings", "worker.errors"}
-    assert _kit_strays(modules) == ["worker/client/_read.py: worker.settings"]
+def test_the_rooms_table_covers_every_room() -> None:
+    rooms = _rooms()
+    assert {"worker/client/", "worker/live/", "worker/recovery/", "worker/tools/", "worker/gateway/",
+            "worker/stream/"} <= set(rooms), sorted(rooms)  # fmt: skip
 
 
-def test_everyone_else_takes_the_client_kits_public_surface() -> None:
-    assert not _kit_private_reaches(_modules("worker")), _kit_private_reaches(_modules("worker"))
+def test_every_room_imports_only_what_its_line_lists() -> None:
+    strays = _room_strays(_modules("worker"), _rooms())
+    assert not strays, f"imports the rooms table of docs/architecture.md does not allow: {strays}"
 
 
-def test_a_private_kit_module_planted_in_the_gateway_is_found() -> None:
-    modules = _modules("worker/gateway")
-    modules["worker/gateway/reader/tail.py"] |= {"worker.client._read", "worker.client._read.end_offsets"}
-    assert [hit.split(": ")[1] for hit in _kit_private_reaches(modules)] == [
-        "worker.client._read", "worker.client._read.end_offsets"]
+# One planted import per rule of the table that the house most needs: (module, what it imports, the rule).
+PLANTED = [
+    ("worker/client/_read.py", "worker.settings", "the client kit imports nothing of the worker's but its errors"),
+    ("worker/live/task.py", "worker.tools.check", "the live path imports no operator tool"),
+    ("worker/live/membership.py", "worker.cli", "the live path imports nothing of the command line"),
+    ("worker/recovery/rebuild.py", "worker.live.task", "recovery imports nothing of the live path"),
+    ("worker/gateway/reader/tail.py", "worker.recovery", "the gateway imports nothing of the worker's rooms"),
+    ("worker/stream/_partition.py", "worker.client", "the core imports no Kafka code"),
+    ("worker/stream/_changelog.py", "worker.display.fold", "the stream takes from the display only its projection"),
+    ("worker/ops/metrics.py", "worker.stream", "ops imports nothing of the core"),
+    ("worker/contract.py", "worker.errors", "a leaf imports nothing"),
+]
 
 
-def test_the_core_imports_no_kafka_and_no_gateway_code() -> None:
-    banned = ("aiokafka", "worker.client", "worker.kafka", "worker.gateway", "worker.app")
-    for package in ("worker/wire", "worker/observe", "worker/display", "worker/stream"):
-        for path, names in _modules(package).items():
-            bad = sorted(name for name in names if any(_of(name, ban) for ban in banned))
-            assert not bad, f"{path} imports {bad}: the core is used and tested without Kafka"
+@pytest.mark.parametrize(("path", "planted", "rule"), PLANTED, ids=[rule for _, _, rule in PLANTED])
+def test_an_import_planted_against_a_rule_is_found(path: str, planted: str, rule: str) -> None:
+    modules = {path: _imports(ROOT / path) | {planted}}
+    assert not _room_strays({path: _imports(ROOT / path)}, _rooms()), "the module breaks the rule already"
+    assert _room_strays(modules, _rooms()) == [f"{path}: {planted}"], rule
 
 
-def test_the_stream_package_takes_from_the_display_only_its_projection() -> None:
-    for path, names in _modules("worker/stream").items():
-        display = (name for name in names if _of(name, "worker.display"))
-        bad = sorted(name for name in display if not _of(name, "worker.display.projection"))
-        assert not bad, f"{path} imports {bad}: the partition state reaches the display through its projection"
+def _loads(module: str) -> set[str]:
+    """The worker's and the Kafka client's modules a fresh interpreter has loaded after importing `module`."""
+    code = (f"import sys, {module}; print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+            "('worker', 'aiokafka')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT / "tests")
+    return set(done.stdout.split())
+
+
+def test_loading_the_core_loads_no_kafka_client() -> None:
+    loaded = _loads("worker.stream")
+    assert "worker.stream._partition" in loaded, "the probe saw nothing"
+    assert not {m for m in loaded if m.split(".")[0] == "aiokafka" or _of(m, "worker.client")}, sorted(loaded)
+
+
+def test_loading_the_gateway_loads_nothing_of_the_conversion() -> None:
+    loaded = _loads("worker.gateway.server")
+    assert "worker.gateway.api" in loaded, "the probe saw nothing"
+    conversion = sorted(m for m in loaded if any(_of(m, p) for p in ("worker.stream", "worker.observe", "worker.wire",
+                                                                       "worker.live", "worker.recovery")))
+    assert not conversion, conversion
+
+
+def _modules_named(path: Path) -> set[str]:
+    """The modules `path` imports from (an `import` statement's names, a `from` statement's module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.add(node.module)
+    return found
+
+
+# The rooms whose modules only they import: everyone else takes the room's public surface, its `__init__`.
+SURFACES = ("worker.client", "worker.recovery")
+
+
+def _surface_reaches(modules: dict[str, set[str]]) -> list[str]:
+    """Imports of a module inside one of SURFACES from outside that room."""
+    return sorted(f"{path}: {name}" for path, names in modules.items() for name in names for room in SURFACES
+                  if name.startswith(room + ".") and not path.startswith(room.replace(".", "/") + "/"))
+
+
+def test_everyone_else_takes_the_kit_and_recovery_by_their_public_surface() -> None:
+    modules = {str(p.relative_to(ROOT)): _modules_named(p) for p in sorted((ROOT / "worker").rglob("*.py"))}
+    assert not _surface_reaches(modules), _surface_reaches(modules)
+
+
+def test_a_module_of_the_kit_or_of_recovery_planted_outside_them_is_found() -> None:
+    modules = {"worker/gateway/reader/tail.py": {"worker.client._read", "worker.client"},
+               "worker/live/task.py": {"worker.recovery.rebuild", "worker.recovery"}}  # fmt: skip
+    assert _surface_reaches(modules) == ["worker/gateway/reader/tail.py: worker.client._read",
+                                         "worker/live/task.py: worker.recovery.rebuild"]
 
 
 # ---- the gateway's peers -------------------------------------------------------------------------------------------
@@ -188,7 +269,7 @@ STATE_CHANGES = frozenset({
 STATE_READS = frozenset({"replay_from"})
 # The modules a partition task runs its state through: the task itself, and the rebuild it awaits, which builds the
 # state before the task takes it. The state's own package (its replay shards, the offline conversion) is exempt.
-STATE_CHANGERS = frozenset({"worker/kafka/task.py", "worker/kafka/rebuild.py", "worker/kafka/replay.py"})
+STATE_CHANGERS = frozenset({"worker/live/task.py", "worker/recovery/rebuild.py", "worker/recovery/replay.py"})
 
 
 def _sources(under: str = "worker") -> dict[str, str]:
@@ -225,10 +306,10 @@ def test_only_the_partition_task_changes_a_partition_state() -> None:
 
 
 def test_a_state_change_planted_in_the_commit_pipeline_is_found() -> None:
-    sources = _sources("worker/kafka")
-    sources["worker/kafka/pipeline.py"] += "\n\ndef _planted(state):\n    return state.checkpoint(7)\n"
+    sources = _sources("worker/live")
+    sources["worker/live/pipeline.py"] += "\n\ndef _planted(state):\n    return state.checkpoint(7)\n"
     (found,) = _state_changes_outside_the_task(sources)
-    assert found.startswith("worker/kafka/pipeline.py:") and found.endswith(" .checkpoint()"), found
+    assert found.startswith("worker/live/pipeline.py:") and found.endswith(" .checkpoint()"), found
 
 
 # Modules whose reason to exist is reaching into another library's private attributes, each saying which.
@@ -277,8 +358,8 @@ def test_nothing_reaches_into_another_modules_private_attributes() -> None:
 
 
 def test_a_private_attribute_planted_across_modules_is_found() -> None:
-    sources = {"worker/kafka/task.py": _sources("worker/kafka")["worker/kafka/task.py"]}
-    sources["worker/kafka/task.py"] += "\n\ndef _planted(pipeline):\n    return pipeline._waiting\n"
+    sources = {"worker/live/task.py": _sources("worker/live")["worker/live/task.py"]}
+    sources["worker/live/task.py"] += "\n\ndef _planted(pipeline):\n    return pipeline._waiting\n"
     assert [hit.split(" ")[1] for hit in _private_reaches(sources)] == ["._waiting"]
 
 
@@ -307,12 +388,12 @@ def _stage_moves_outside_the_table(source: str) -> list[str]:
 
 
 def test_every_task_stage_change_goes_through_the_table() -> None:
-    source = (ROOT / "worker" / "kafka" / "task.py").read_text()
+    source = (ROOT / "worker" / "live" / "task.py").read_text()
     assert "def _move" in source and "_MOVES[self]" in source, "the task's stage table or its one mover is gone"
     assert not _stage_moves_outside_the_table(source), _stage_moves_outside_the_table(source)
 
 
 def test_a_stage_change_planted_beside_the_table_is_found() -> None:
-    source = (ROOT / "worker" / "kafka" / "task.py").read_text()
+    source = (ROOT / "worker" / "live" / "task.py").read_text()
     planted = source + "\n\ndef _planted(task):\n    task._stage = Stage.LIVE\n"
     assert [hit.split(":")[0] for hit in _stage_moves_outside_the_table(planted)] == ["_planted"]

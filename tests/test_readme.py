@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.__main__ import build_parser
+from worker.cli import command_parser, is_secret
 from worker.gateway.metrics import GatewayMetrics
 from worker.ops import Metrics
-from worker.settings import Settings, is_secret
+from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -114,7 +114,7 @@ def test_the_docs_index_links_every_page_in_the_operators_order() -> None:
 
 
 def test_every_command_has_its_exit_statuses() -> None:
-    usage = build_parser().format_usage()
+    usage = command_parser().format_usage()
     commands = re.search(r"\{([a-z,]+)\}", usage)
     assert commands is not None, usage
     rows = " ".join(re.findall(r"^\| (`[^|]+) \|", (ROOT / "docs" / "exit-codes.md").read_text(), flags=re.M))

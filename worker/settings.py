@@ -1,42 +1,23 @@
-"""Every knob of `python -m worker run` (beside the broker connection every command shares,
-`worker.client.ConnectionSettings`), read from flags and `WORKER_*` environment variables."""
+"""Every knob of `python -m worker run`, read from flags and `WORKER_*` environment variables; what every process
+has (the broker connection, metrics and probes, logs, the stall warning) comes from `ProcessSettings`."""
 
 from __future__ import annotations
 
 import re
-from enum import StrEnum
-from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic.fields import FieldInfo
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from worker.client import ConnectionSettings
 from worker.errors import ConfigError
+from worker.ops import ProcessSettings
+from worker.stream import GapPolicy, OpenStreamPolicy
 
-__all__ = ["GapPolicy", "OpenStreamPolicy", "Settings", "is_secret"]
+__all__ = ["Settings"]
 
 _MODULE_ATTRIBUTE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
-def is_secret(info: FieldInfo) -> bool:
-    """Whether a settings field holds a secret: it is read from the environment only, never from a flag."""
-    return info.annotation in (SecretStr, SecretStr | None)
-
-
-class GapPolicy(StrEnum):
-    """What a sequence gap in a run does: close the run with RUN_ERROR, or halt the partition."""
-
-    CLOSE_RUN = "close-run"
-    HALT = "halt"
-
-class OpenStreamPolicy(StrEnum):
-    """What happens when a partition already holds `max_open_streams` open streams and a new one begins."""
-
-    DEAD_LETTER = "dead-letter"
-    HALT = "halt"
-
-class Settings(ConnectionSettings):
+class Settings(ProcessSettings):
     """Worker configuration; environment variables are the field names upper-cased with a `WORKER_` prefix."""
 
     model_config = SettingsConfigDict(env_prefix="WORKER_", extra="forbid", frozen=True)
@@ -166,19 +147,6 @@ class Settings(ConnectionSettings):
             "ACL): records are sized against it, so set it to the topics' real value. Kafka's default: 1048588."
         ),
     )
-    metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
-    metrics_port: int = Field(
-        9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
-    )
-    log_format: Literal["auto", "json", "text"] = Field(
-        "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
-    )
-    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
-    stall_warning_ms: int = Field(100, ge=0, le=60_000, description=(
-        "A turn of the event loop that holds it this long logs a WARNING naming the work in progress, the "
-        "garbage collection and the CPU the loop got meanwhile; 0: never. `harness_agui_event_loop_lag_seconds` "
-        "measures every turn."
-    ))
     shutdown_timeout_ms: int = Field(
         20_000, ge=100, description="On SIGTERM, open transactions must commit within this time."
     )

@@ -447,7 +447,7 @@ class StandInInternals:
 
 
 async def phase_after(txn: Any) -> str:
-    """Where a transaction (`worker.kafka.transaction.Transaction`) that is not open stands, as its next `begin`
+    """Where a transaction (`worker.live.transaction.Transaction`) that is not open stands, as its next `begin`
     shows it: "broken" when the begin is refused (a broken transaction never opens again), else "idle" (a new one
     began, so ask last)."""
     assert not txn.is_open, "an open transaction"

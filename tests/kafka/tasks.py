@@ -13,13 +13,13 @@ from aiokafka import TopicPartition
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC
 from worker.client import Names
-from worker.kafka.ownership import Ownership
-from worker.kafka.publishing import KeyRouter, Routes
-from worker.kafka.rebuild import Parked, Rebuilt
-from worker.kafka.replay import ReplayWindow
-from worker.kafka.task import Deadlines, PartitionTask, TaskContext
-from worker.kafka.topics import TopicLimits
+from worker.live.publishing import KeyRouter, Routes
+from worker.live.task import Deadlines, PartitionTask, TaskContext
+from worker.live.topics import TopicLimits
 from worker.ops import Health, Metrics
+from worker.recovery.ownership import Ownership
+from worker.recovery.rebuild import Parked, Rebuilt
+from worker.recovery.replay import ReplayWindow
 from worker.settings import Settings
 from worker.stream import PartitionState
 

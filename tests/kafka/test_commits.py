@@ -18,10 +18,9 @@ from tests.kafka.support import RecordBatch, StandInInternals
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, image, item
-from worker.kafka.pipeline import CommitPolicy
-from worker.kafka.source import to_source_record
+from worker.live.pipeline import CommitPolicy
 from worker.settings import Settings
-from worker.stream import PartitionState, decode_replay_metadata, read_checkpoint_header
+from worker.stream import PartitionState, decode_replay_metadata, read_checkpoint_header, to_source_record
 
 TP = TopicPartition(TOPIC, 0)
 

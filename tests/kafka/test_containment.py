@@ -17,12 +17,11 @@ from tests.kafka.support import RecordBatch, StandInInternals
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, golden_source, item
-from worker.kafka.membership import partition_state
-from worker.kafka.source import to_source_record
-from worker.kafka.topics import TopicLimits
+from worker.live.membership import partition_state
+from worker.live.topics import TopicLimits
 from worker.ops import Metrics
 from worker.settings import Settings
-from worker.stream import Destination, OutboundRecord, PartitionState, default_core, record_size
+from worker.stream import Destination, OutboundRecord, PartitionState, default_core, record_size, to_source_record
 
 TP = TopicPartition(TOPIC, 0)
 DLQ = Settings().dlq_topic
@@ -96,7 +95,7 @@ def test_internal_errors_are_dead_lettered_counted_and_logged_once_per_stream(
     recs = [_rec(0, "run-a", item("run-a", 0)), _rec(1, "run-a", item("run-a", 1, refuse="crash")),
             _rec(2, "run-b", item("run-b", 0)), _rec(3, "run-a", item("run-a", 2, refuse="crash")),
             _rec(4, "run-b", item("run-b", 1, refuse="crash")), _rec(5, "run-a", item("run-a", 3))]
-    with caplog.at_level(logging.ERROR, logger="worker.kafka.task"):
+    with caplog.at_level(logging.ERROR, logger="worker.live.task"):
         world, producer, halted = asyncio.run(_run(PartitionState(TOPIC, 0, core=FAKE_CORE), recs))
     metrics = world.metrics
     assert not halted and producer.committed[-1] == len(recs)
@@ -135,7 +134,7 @@ def test_a_partition_state_that_fails_holds_its_partition_after_committing_what_
     core = dataclasses.replace(FAKE_CORE, new_observer=new_observer)
     state = PartitionState(TOPIC, 0, core=core)
     recs = [_rec(0, "", item("run-a", 0)), _rec(1, "run-a", item("run-a", 0)), _rec(2, "run-b", item("run-b", 0))]
-    with caplog.at_level(logging.WARNING, logger="worker.kafka.task"):
+    with caplog.at_level(logging.WARNING, logger="worker.live.task"):
         world, producer, halted = asyncio.run(_run(state, recs))
     held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("partition held")]
     assert halted

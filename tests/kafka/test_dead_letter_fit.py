@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from worker.kafka.publishing import fit_dead_letter
-from worker.kafka.topics import SIZE_MARGIN_BYTES, TopicLimits, record_limit
+from worker.live.publishing import fit_dead_letter
+from worker.live.topics import SIZE_MARGIN_BYTES, TopicLimits, record_limit
 from worker.stream import Destination, OutboundRecord, record_size
 
 MiB = 1024 * 1024

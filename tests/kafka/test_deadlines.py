@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from worker.client import backoff_s, bounded
 from worker.errors import DeadlineError
-from worker.kafka.task import Deadlines
+from worker.live.task import Deadlines
 from worker.settings import Settings
 
 

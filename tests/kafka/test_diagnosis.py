@@ -26,8 +26,8 @@ from tests.kafka.support import phase_after
 from worker.client import Fault, Names, diagnose, force_close, member_id, observe_producer
 from worker.client._diagnosis import Step
 from worker.errors import DeadlineError
-from worker.kafka.ownership import Ownership, owner_in
-from worker.kafka.transaction import Transaction
+from worker.live.transaction import Transaction
+from worker.recovery.ownership import Ownership, owner_in
 
 NAMES = Names("harness-agui-worker:g:src:0", "g", "src")
 TP = TopicPartition("src", 0)

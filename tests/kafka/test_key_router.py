@@ -9,7 +9,7 @@ import tracemalloc
 from aiokafka import TopicPartition
 
 from worker.client import partition_for
-from worker.kafka.publishing import KeyRouter, Routes, Sent, put_outcome
+from worker.live.publishing import KeyRouter, Routes, Sent, put_outcome
 from worker.stream import Destination, OutboundRecord, Outcome, Verdict
 
 SOURCE = TopicPartition("source", 0)

@@ -27,7 +27,7 @@ from tests.kafka.support import (
     read_lines,
     rekey,
 )
-from worker.kafka.topics import record_limit
+from worker.live.topics import record_limit
 from worker.stream import EVENT_TOO_LARGE_CODE, Destination, OutboundRecord, record_size
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]

@@ -9,8 +9,8 @@ import asyncio
 from aiokafka import TopicPartition
 
 from worker.client import partition_for
-from worker.kafka.publishing import KeyRouter, Routes, Sent, put_outcome
-from worker.kafka.topics import TopicLimits
+from worker.live.publishing import KeyRouter, Routes, Sent, put_outcome
+from worker.live.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, Verdict, index_record
 
 

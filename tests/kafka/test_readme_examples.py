@@ -17,7 +17,7 @@ import pytest
 from tests.kafka.conftest import KafkaBroker, TopicFactory, UniqueNames
 from tests.kafka.support import WorkerProcess
 from tests.test_readme import _section, python_blocks
-from worker.kafka.topics import CHANGELOG_SEGMENT_BYTES
+from worker.live.topics import CHANGELOG_SEGMENT_BYTES
 from worker.settings import Settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]

@@ -12,9 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tests.kafka.support import produce
 from tests.stream._support import golden_source
 from worker.errors import GapError, ShardedReplayError
-from worker.kafka.replay import ReplayWindow, replay_into
-from worker.settings import GapPolicy
-from worker.stream import PartitionState, ReplayPool, SourceRecord
+from worker.recovery.replay import ReplayWindow, replay_into
+from worker.stream import GapPolicy, PartitionState, ReplayPool, SourceRecord
 from worker.stream._shards import shard_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]

@@ -15,7 +15,7 @@ from devtools.kafka_tools import run_tool
 from tests.kafka.secure_broker import SecureKafka
 from tests.kafka.support import assert_exactly_once, collect, corpus, expected_total, interleave, produce
 from tests.test_readme import _section
-from worker.kafka.topics import record_limit
+from worker.live.topics import record_limit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 

@@ -24,8 +24,8 @@ from tests.kafka.support import RecordBatch
 from tests.kafka.tasks import Rec, ScriptedRebuilder, TaskWorld, until
 from tests.stream._support import TOPIC, item
 from worker.errors import KafkaWorkerError
-from worker.kafka.ownership import Ownership
-from worker.kafka.task import PartitionTask, Stage
+from worker.live.task import PartitionTask, Stage
+from worker.recovery.ownership import Ownership
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -204,7 +204,7 @@ async def test_a_missing_acl_is_named_at_every_step_counted_and_never_taken_for_
     denied = [TransactionalIdAuthorizationFailed("txn:0") for _ in range(4)]
     rebuilder = _rebuilder(failures=denied)  # type: ignore[arg-type]
     world = TaskWorld(rebuilder)
-    with caplog.at_level(logging.ERROR, logger="worker.kafka.task"):
+    with caplog.at_level(logging.ERROR, logger="worker.live.task"):
         task = world.start(0)
         await until(lambda: rebuilder.rebuilds >= 4)
         assert not world.live(task) and world.health.ready()[0] is False
@@ -276,7 +276,7 @@ async def test_records_taken_for_conversion_count_toward_the_backlog_until_the_c
 ) -> None:
     """Fetching stays paused while a taken batch is still being converted: the records not yet converted are part
     of the backlog, though they left the inbox (else a partition could hold twice `max_pending_records`)."""
-    monkeypatch.setattr("worker.kafka.task._YIELD_EVERY_S", 0.0)  # the loop runs between any two chunks
+    monkeypatch.setattr("worker.live.task._YIELD_EVERY_S", 0.0)  # the loop runs between any two chunks
     rebuilder = _rebuilder()
     world = TaskWorld(rebuilder, max_pending_records=60, max_records_per_transaction=10)
     task = world.start(0)

@@ -11,7 +11,7 @@ from aiokafka.errors import KafkaError
 
 from tests.kafka.support import StandInInternals, phase_after
 from worker.errors import DeadlineError, KafkaWorkerError
-from worker.kafka.transaction import Transaction
+from worker.live.transaction import Transaction
 
 TP = TopicPartition("src", 3)
 

@@ -46,7 +46,7 @@ async def served() -> AsyncIterator[Served]:
     health = Health(liveness_timeout_s=10, clock=clock)
     metrics = Metrics(version="0.0.1")
     metrics.assigned_partitions.set(3)
-    server = HealthServer(metrics, health, "127.0.0.1", 0)
+    server = HealthServer(metrics.render, health, "127.0.0.1", 0)
     await server.start()
     try:
         yield server, health, clock
@@ -108,7 +108,7 @@ async def test_head_sends_headers_without_body(served: Served) -> None:
 
 
 async def test_stop_closes_the_port_and_port_needs_start() -> None:
-    server = HealthServer(Metrics(), Health(), "127.0.0.1", 0)
+    server = HealthServer(Metrics().render, Health(), "127.0.0.1", 0)
     with pytest.raises(RuntimeError, match="not started"):
         _ = server.port
     await server.start()
@@ -120,7 +120,7 @@ async def test_stop_closes_the_port_and_port_needs_start() -> None:
 
 
 async def test_stop_drops_an_idle_connection() -> None:
-    server = HealthServer(Metrics(), Health(), "127.0.0.1", 0)
+    server = HealthServer(Metrics().render, Health(), "127.0.0.1", 0)
     await server.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     await asyncio.sleep(0)  # let the server accept it
@@ -135,7 +135,7 @@ class BrokenMetrics(Metrics):
 
 
 async def test_a_failing_handler_answers_500_and_keeps_serving() -> None:
-    server = HealthServer(BrokenMetrics(), Health(), "127.0.0.1", 0)
+    server = HealthServer(BrokenMetrics().render, Health(), "127.0.0.1", 0)
     await server.start()
     try:
         status, _, body = await _get(server.port, "/metrics")

@@ -37,11 +37,11 @@ def _lines(buf: io.StringIO) -> list[dict[str, object]]:
 def test_json_lines_carry_fields_and_extras() -> None:
     buf = io.StringIO()
     configure_logging("json", "INFO", stream=buf)
-    logging.getLogger("worker.kafka.x").info(
+    logging.getLogger("worker.live.x").info(
         "rebuilt %d records", 42, extra={"topic": "src", "partition": 3, "run_id": "run-1", "offset": 99}
     )
     [entry] = _lines(buf)
-    assert entry["level"] == "INFO" and entry["logger"] == "worker.kafka.x"
+    assert entry["level"] == "INFO" and entry["logger"] == "worker.live.x"
     assert entry["msg"] == "rebuilt 42 records"
     assert (entry["topic"], entry["partition"], entry["run_id"], entry["offset"]) == ("src", 3, "run-1", 99)
     assert isinstance(entry["ts"], str) and entry["ts"].endswith("Z") and "T" in entry["ts"]
@@ -118,7 +118,7 @@ def test_repeated_client_lines_are_held_back_and_counted() -> None:
 
     passed = [flt.filter(record("aiokafka.conn", "Unable connect to node with id %s", 1)) for _ in range(100)]
     assert passed.count(True) == 1
-    assert all(flt.filter(record("worker.kafka", "partition halted")) for _ in range(3)), "only client lines"
+    assert all(flt.filter(record("worker.live", "partition halted")) for _ in range(3)), "only client lines"
     assert flt.filter(record("aiokafka.conn", "another template")), "each template has its own window"
     now[0] = 10.5
     later = record("aiokafka.conn", "Unable connect to node with id %s", 1)

@@ -13,8 +13,7 @@ from tests.stream._fakes import FAKE_CORE, fake_encode
 from tests.stream._support import TOPIC, golden_names, golden_source, item, records
 from tests.stream.test_display import displayed, interleaved, run_id
 from worker.errors import GapError
-from worker.settings import GapPolicy
-from worker.stream import Outcome, PartitionState, SourceRecord
+from worker.stream import GapPolicy, Outcome, PartitionState, SourceRecord
 
 
 def _one_by_one(recs: list[SourceRecord], **options: Any) -> tuple[list[Outcome], list[Any]]:

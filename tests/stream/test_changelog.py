@@ -15,10 +15,11 @@ from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE, FakeObserver
 from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, image, item, records
 from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
-from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream import (
     CHECKPOINT_FORMAT_VERSION,
     CheckpointHeader,
+    GapPolicy,
+    OpenStreamPolicy,
     Outcome,
     PartitionState,
     SourceRecord,

@@ -17,8 +17,7 @@ import pytest
 from tests.golden_bytes import Digest, changelog_value, check
 from tests.kafka.adversarial import adversarial_source
 from tests.stream._support import BASE_MS, TOPIC
-from worker.settings import GapPolicy
-from worker.stream import Outcome, PartitionState, SourceRecord
+from worker.stream import GapPolicy, Outcome, PartitionState, SourceRecord
 
 SEED = 20261201
 PARTITIONS = 3

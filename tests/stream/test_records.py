@@ -90,11 +90,11 @@ def test_dead_letter_messages_are_at_most_1000_characters() -> None:
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(worker.stream.__all__) == sorted([
         "CHECKPOINT_FORMAT_VERSION", "EVENT_TOO_LARGE_CODE", "MIN_RECORD_BYTES", "SOURCE_GAP_CODE",
-        "CheckpointHeader", "DeadLetterReason", "Destination", "OutboundRecord",
+        "CheckpointHeader", "DeadLetterReason", "Destination", "GapPolicy", "OpenStreamPolicy", "OutboundRecord",
         "Outcome", "PartitionState",
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
         "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
-        "load_processor", "read_checkpoint_header", "record_size", "reference_core",
+        "load_processor", "read_checkpoint_header", "record_size", "reference_core", "to_source_record",
         # the thread index's records, written by `worker index` with the worker's own builder
         "index_record",
         # the changelog's keys and values, read back by `worker inspect` through the same code

@@ -10,8 +10,16 @@ import pytest
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC, header, item, records
 from worker.errors import GapError, WorkerError
-from worker.settings import GapPolicy, OpenStreamPolicy
-from worker.stream import DeadLetterReason, Destination, Outcome, PartitionState, SourceRecord, Verdict
+from worker.stream import (
+    DeadLetterReason,
+    Destination,
+    GapPolicy,
+    OpenStreamPolicy,
+    Outcome,
+    PartitionState,
+    SourceRecord,
+    Verdict,
+)
 
 A, B = "run-a", "run-b"
 CHILD = "run-child"

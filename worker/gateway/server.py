@@ -13,7 +13,7 @@ import time
 from aiohttp import web
 
 from worker._heap import freeze_heap
-from worker.app import add_check_flags, build_parser, print_checks, quiet_client_logs, settings_from_args
+from worker.cli import quiet_client_logs, readable_settings, settings_from_args, settings_parser
 from worker.client import reach_brokers
 from worker.errors import ConfigError
 from worker.gateway.api import GatewayApi
@@ -26,6 +26,7 @@ from worker.gateway.routing import Owners, PeerKey, Router
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
 from worker.gateway.tokens import TokenCheck, mint_jwt
+from worker.ops.health import HealthServer
 from worker.ops.loop import LoopMonitor
 
 __all__ = ["main_gateway"]
@@ -35,31 +36,27 @@ _LIVENESS_S = 60.0
 _SWEEP_S = 1.0
 
 
-def _probes(metrics: GatewayMetrics, tail: TopicTail, api: GatewayApi, listening: asyncio.Event) -> web.Application:
-    """/readyz answers 200 only while the API listens, the display topic was read and no drain has begun."""
+class _Probes:
+    """The gateway's probes: live while the tail's loop beats; ready only while the API listens, the display topic
+    was read and no drain has begun."""
 
-    async def metrics_page(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"})
+    def __init__(self, tail: TopicTail, api: GatewayApi, listening: asyncio.Event) -> None:
+        self._tail = tail
+        self._api = api
+        self._listening = listening
 
-    async def livez(request: web.Request) -> web.Response:
-        alive = time.monotonic() - tail.last_beat < _LIVENESS_S
-        return web.Response(status=200 if alive else 503, text="live\n" if alive else "tail loop stalled\n")
+    def live(self) -> tuple[bool, str]:
+        alive = time.monotonic() - self._tail.last_beat < _LIVENESS_S
+        return alive, "live" if alive else "tail loop stalled"
 
-    async def readyz(request: web.Request) -> web.Response:
-        if api.draining:
-            return web.Response(status=503, text="draining\n")
-        if not tail.ready:
-            return web.Response(status=503, text="waiting for the gateway group's assignment, or reading its "
-                                                 "display partitions\n")
-        if not listening.is_set():
-            return web.Response(status=503, text="not listening yet\n")
-        return web.Response(text="ready\n")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_page)
-    app.router.add_get("/livez", livez)
-    app.router.add_get("/readyz", readyz)
-    return app
+    def ready(self) -> tuple[bool, str]:
+        if self._api.draining:
+            return False, "draining"
+        if not self._tail.ready:
+            return False, "waiting for the gateway group's assignment, or reading its display partitions"
+        if not self._listening.is_set():
+            return False, "not listening yet"
+        return True, "ready"
 
 
 async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -116,8 +113,10 @@ async def _serve(settings: GatewaySettings) -> int:
     probes = None
     listening = asyncio.Event()
     if settings.metrics_port:
-        probes, port = await _site(_probes(metrics, tail, api, listening), settings.metrics_host, settings.metrics_port)
-        _log.info("metrics and probes on port %d", port)
+        probes = HealthServer(metrics.render, _Probes(tail, api, listening), settings.metrics_host,
+                              settings.metrics_port)  # fmt: skip
+        await probes.start()
+        _log.info("metrics and probes on port %d", probes.port)
     try:
         refused = metrics.authentication_failures
         if await reach_brokers(settings, stop, tail.beat, on_refusal=lambda cause: refused.labels(cause).inc()) \
@@ -127,7 +126,7 @@ async def _serve(settings: GatewaySettings) -> int:
         await router.start()
     except BaseException:
         if probes is not None:
-            await probes.cleanup()
+            await probes.stop()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
              asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, router=router, tail=tail)),
@@ -157,7 +156,7 @@ async def _serve(settings: GatewaySettings) -> int:
         if tokens is not None:
             await tokens.close()
         if probes is not None:
-            await probes.cleanup()
+            await probes.stop()
     _log.info("gateway stopped cleanly")
     return 0
 
@@ -188,19 +187,17 @@ def _mint(argv: list[str]) -> int:
 def _check(argv: list[str]) -> int:
     """`python -m worker gateway check`: exit status 0 when every check passed, 1 when one failed, 2 for settings
     that cannot work."""
-    parser = build_parser(argparse.ArgumentParser(
-        prog="python -m worker gateway check", allow_abbrev=False,
+    from worker.tools.check import Check, add_check_flags, check_gateway, print_checks  # noqa: PLC0415
+
+    parser = settings_parser(GatewaySettings, argparse.ArgumentParser(
+        prog="python -m worker gateway check",
         description="Check, changing nothing, that the gateway may read its topics and that they fit together.",
-    ), GatewaySettings)  # fmt: skip
+    ))  # fmt: skip
     add_check_flags(parser)
     args = parser.parse_args(argv)
-    try:
-        settings = settings_from_args(args, GatewaySettings)
-        settings.check_files()
-    except ConfigError as exc:
-        print(f"worker gateway check: {exc}", file=sys.stderr)
+    settings = readable_settings(args, GatewaySettings, "gateway check")
+    if settings is None:
         return 2
-    from worker.kafka.preflight import Check, check_gateway  # noqa: PLC0415
 
     quiet_client_logs()
     rows = asyncio.run(check_gateway(settings, settings.output_topic, settings.display_topic, settings.group,
@@ -219,7 +216,7 @@ def main_gateway(argv: list[str] | None = None) -> int:
         return _mint(args_list[1:])
     if args_list and args_list[0] == "check":
         return _check(args_list[1:])
-    parser = build_parser(argparse.ArgumentParser(prog="python -m worker gateway"), GatewaySettings)
+    parser = settings_parser(GatewaySettings, argparse.ArgumentParser(prog="python -m worker gateway"))
     args = parser.parse_args(args_list)
     try:
         settings = settings_from_args(args, GatewaySettings)

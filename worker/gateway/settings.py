@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import socket
 import urllib.parse
-from typing import Literal, Self
+from typing import Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from worker.client import ConnectionSettings
 from worker.errors import ConfigError
 from worker.gateway.directory import BYTES_PER_INDEXED_RUN
+from worker.ops import ProcessSettings
 
 __all__ = ["GatewaySettings"]
 
 
-class GatewaySettings(ConnectionSettings):
+class GatewaySettings(ProcessSettings):
     """Gateway configuration; the broker connection, the topic names and logging share the worker's variables, so
     one ConfigMap and Secret serve both commands."""
 
@@ -33,10 +33,6 @@ class GatewaySettings(ConnectionSettings):
     ))
     http_host: str = Field("0.0.0.0", description="Address the HTTP API (runs, viewer) listens on.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API; 0 picks a free one.")
-    metrics_host: str = Field("0.0.0.0", description="Address of the metrics and probe server.")
-    metrics_port: int = Field(
-        9464, ge=0, le=65535, description="Port of `/metrics`, `/livez`, `/readyz`; 0 turns the server off."
-    )
     auth_key_file: str | None = Field(None, description=(
         "File holding the HMAC key (at least 32 bytes) that signs access tokens naming no `kid` (HS256 JWTs, and "
         "v1 tokens until 0.5.0); one of auth_key_file, auth_keys_dir and auth_jwks_url is required unless "
@@ -113,15 +109,6 @@ class GatewaySettings(ConnectionSettings):
         "Gateway group session timeout: how long a replica that stopped without leaving keeps its partitions."
     ))
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Gateway group heartbeat interval.")
-    log_format: Literal["auto", "json", "text"] = Field(
-        "auto", description="`json` lines, readable `text`, or `auto` (text on a terminal, else json)."
-    )
-    log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
-    stall_warning_ms: int = Field(100, ge=0, le=60_000, description=(
-        "A turn of the event loop that holds it this long logs a WARNING naming the work in progress, the "
-        "garbage collection and the CPU the loop got meanwhile; 0: never. "
-        "`harness_agui_gateway_event_loop_lag_seconds` measures every turn."
-    ))
     auth_keys_dir: str | None = Field(None, description=(
         "Directory of HMAC keys (at least 32 bytes each) for HS256 JWTs, one file per key named by the `kid` of "
         "the tokens it signs (a mounted Kubernetes Secret works as it is); names starting with a dot are left out."

@@ -1,4 +1,5 @@
-"""Liveness and readiness of one worker, and the small HTTP server that exposes them with the metrics."""
+"""Liveness and readiness of one worker, and the one probe server of every process: the small HTTP server that
+exposes a process's probes with its metrics."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Final, Literal, get_args
+from typing import Final, Literal, Protocol, get_args
 
-from worker.ops.metrics import CONTENT_TYPE, Metrics
+from worker.ops.metrics import CONTENT_TYPE
 
-__all__ = ["Health", "HealthServer", "Readiness"]
+__all__ = ["Health", "HealthServer", "Probes", "Readiness"]
 
 Readiness = Literal["rebuilding", "ready", "failed"]
 _STATES: Final = frozenset(get_args(Readiness))
@@ -21,6 +22,14 @@ _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method
                    408: "Request Timeout", 431: "Request Header Fields Too Large",
                    500: "Internal Server Error", 503: "Service Unavailable"}
 _log = logging.getLogger(__name__)
+
+
+class Probes(Protocol):
+    """What a process answers `/livez` and `/readyz` with: whether it is live (ready), and in a few words why."""
+
+    def live(self) -> tuple[bool, str]: ...
+
+    def ready(self) -> tuple[bool, str]: ...
 
 
 class Health:
@@ -92,11 +101,12 @@ class Health:
 
 
 class HealthServer:
-    """HTTP/1.1 on asyncio streams: GET /metrics, /livez, /readyz; one request per connection."""
+    """HTTP/1.1 on asyncio streams: GET /metrics (what `metrics` renders), /livez and /readyz (what `probes` say);
+    one request per connection. The worker's and the gateway's probes alike."""
 
-    def __init__(self, metrics: Metrics, health: Health, host: str, port: int) -> None:
+    def __init__(self, metrics: Callable[[], bytes], probes: Probes, host: str, port: int) -> None:
         self.metrics = metrics
-        self.health = health
+        self.probes = probes
         self.host = host
         self._requested_port = port
         self._server: asyncio.Server | None = None
@@ -173,9 +183,9 @@ class HealthServer:
         head_only = method == "HEAD"
         try:
             if target == "/metrics":
-                return 200, CONTENT_TYPE, self.metrics.render(), head_only
+                return 200, CONTENT_TYPE, self.metrics(), head_only
             if target in ("/livez", "/readyz"):
-                ok, why = self.health.live() if target == "/livez" else self.health.ready()
+                ok, why = self.probes.live() if target == "/livez" else self.probes.ready()
                 return (200 if ok else 503), text, f"{why}\n".encode(), head_only
         except Exception:
             _log.exception("health server failed to answer %s %s", method, target)

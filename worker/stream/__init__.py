@@ -24,6 +24,7 @@ from worker.stream._partition import (
     PartitionState,
     StateOptions,
 )
+from worker.stream._policies import GapPolicy, OpenStreamPolicy
 from worker.stream._pool import ReplayPool, ReplaySession
 from worker.stream._records import (
     DeadLetterReason,
@@ -33,6 +34,7 @@ from worker.stream._records import (
     SourceRecord,
     Verdict,
 )
+from worker.stream._source import to_source_record
 
 __all__ = [
     "CHECKPOINT_FORMAT_VERSION",
@@ -43,6 +45,8 @@ __all__ = [
     "CheckpointHeader",
     "DeadLetterReason",
     "Destination",
+    "GapPolicy",
+    "OpenStreamPolicy",
     "OutboundRecord",
     "Outcome",
     "PartitionState",
@@ -68,4 +72,5 @@ __all__ = [
     "reference_core",
     "split_key",
     "stream_key",
+    "to_source_record",
 ]

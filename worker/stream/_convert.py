@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._core import StreamCore
 from worker.stream._partition import PartitionState
+from worker.stream._policies import GapPolicy, OpenStreamPolicy
 from worker.stream._records import OutboundRecord, SourceRecord
 
 __all__ = ["convert_partition"]

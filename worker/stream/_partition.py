@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from worker.contract import TERMINAL_TYPES
 from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
-from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._build import dead_letter_record, index_record, output_record, record_size
 from worker.stream._changelog import Changelog, ChangeTracker, read_state
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._display_batch import DisplayBatch
+from worker.stream._policies import GapPolicy, OpenStreamPolicy
 from worker.stream._records import DeadLetterReason, OutboundRecord, Outcome, SourceRecord, Verdict
 from worker.stream._table import EVENT_TOO_LARGE_CODE, SOURCE_GAP_CODE, EndedStreams, OpenStream
 

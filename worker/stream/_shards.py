@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES
 from worker.errors import GapError, ShardedReplayError
-from worker.settings import GapPolicy, OpenStreamPolicy
 from worker.stream._core import StreamCore
 from worker.stream._partition import PartitionState
+from worker.stream._policies import GapPolicy, OpenStreamPolicy
 from worker.stream._records import SourceRecord
 from worker.stream._table import EndedStreams, OpenStream
 

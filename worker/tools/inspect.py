@@ -14,7 +14,10 @@ every stop, so K equals C for a stopped group and trails it by at most one inter
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import sys
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -24,12 +27,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
-from worker.client import make_admin, partition_for, principal, read_to_end, topic_partitions
+from worker.cli import quiet_client_logs, readable_settings, settings_parser
+from worker.client import make_admin, partition_for, principal, reach_once, read_to_end, topic_partitions
 from worker.contract import THREAD_ID, ThreadRuns, read_index_record
 from worker.display import DisplayReader
-from worker.errors import CheckpointError, CheckpointVersionError, ConfigError
-from worker.kafka.replay import replay_consumer
-from worker.kafka.restore import read_changelog
+from worker.errors import CheckpointError, CheckpointVersionError, ConfigError, KafkaWorkerError
+from worker.recovery import read_changelog, replay_consumer
 from worker.settings import Settings
 from worker.stream import (
     PARTITION_KEY,
@@ -42,8 +45,9 @@ from worker.stream import (
     split_key,
     stream_key,
 )
+from worker.tools.inspect_text import describe_group, describe_run, describe_thread
 
-__all__ = ["inspect_group", "inspect_run", "inspect_thread"]
+__all__ = ["inspect_group", "inspect_run", "inspect_thread", "main_inspect"]
 
 _T = TypeVar("_T")
 _STEP = 2_000  # offsets read at a time when looking backward for a run's latest record
@@ -382,3 +386,48 @@ async def _display(
     return {"offset": record.offset, "timestamp_ms": record.timestamp, "agui_seq": agui_seq,
             "bytes": len(record.value), "items": len(reader.items),
             "evicted": reader.evicted.count if reader.evicted is not None else 0}, searched  # fmt: skip
+
+
+def main_inspect(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker inspect`: what the group holds, as text or JSON; exit status 0 when it was
+    read, 1 when the brokers could not answer it in time, 2 for settings that cannot work."""
+    parser = settings_parser(Settings, argparse.ArgumentParser(
+        prog="python -m worker inspect",
+        description="Show, changing nothing, what a group of workers holds: offsets, lag, checkpoints, open runs; "
+        "or where one run stands, or one thread's runs.",
+    ))  # fmt: skip
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run", default=None, metavar="ID", help="show where the run with this root run id stands")
+    which.add_argument("--thread", default=None, metavar="ID",
+                       help="list this thread's runs in start order, as the thread index topic holds them")
+    parser.add_argument("--max-runs", type=int, default=20, metavar="N",
+                        help="open runs listed per partition, oldest first (default 20)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (docs/inspect.schema.json)")
+    parser.add_argument("--timeout-ms", type=int, default=60_000, metavar="MS",
+                        help="longest the whole inspection may take (default 60000)")
+    args = parser.parse_args(argv)
+    settings = readable_settings(args, Settings, "inspect")
+    if settings is None:
+        return 2
+    quiet_client_logs()
+    timeout_s = args.timeout_ms / 1000
+
+    async def inspect() -> dict[str, Any]:
+        await reach_once(settings, timeout_s=timeout_s)
+        if args.run is not None:
+            return await inspect_run(settings, args.run, timeout_s=timeout_s)
+        if args.thread is not None:
+            return await inspect_thread(settings, args.thread, timeout_s=timeout_s)
+        return await inspect_group(settings, max_runs=args.max_runs, timeout_s=timeout_s)
+
+    try:
+        found = asyncio.run(inspect())
+    except (ConfigError, KafkaWorkerError, TimeoutError) as exc:
+        print(f"worker inspect: {exc}", file=sys.stderr)
+        return 1
+    text = json.dumps(found, ensure_ascii=False, indent=2) if args.json else \
+        describe_run(found) if args.run is not None else \
+        describe_thread(found) if args.thread is not None else describe_group(found)  # fmt: skip
+    sys.stdout.buffer.write(text.encode() + b"\n")
+    sys.stdout.flush()
+    return 0

@@ -19,8 +19,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from worker.client import ProducerView, observe_producer
-from worker.kafka.publishing import Routes, Sent, put_outcome, put_record
-from worker.kafka.transaction import Transaction
+from worker.live.publishing import Routes, Sent, put_outcome, put_record
+from worker.live.transaction import Transaction
 from worker.ops import Metrics
 from worker.settings import Settings
 from worker.stream import Outcome, encode_replay_metadata

@@ -19,10 +19,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from worker.client import make_consumer, read_to_end
 from worker.errors import GapError, RebuildError, ShardedReplayError, WorkerError
-from worker.kafka.source import to_source_record
 from worker.ops import working_on
 from worker.settings import Settings
-from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_replay_metadata
+from worker.stream import PartitionState, ReplayPool, ReplaySession, decode_replay_metadata, to_source_record
 
 __all__ = ["Progress", "ReplayWindow", "plan_replay", "replay_consumer", "replay_into", "window_after_checkpoint"]
 

@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 
 from worker.client import partition_for
 from worker.contract import TERMINAL_TYPES, THREAD_ID
-from worker.kafka.topics import TopicLimits
+from worker.live.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
 __all__ = ["KeyRouter", "Routes", "Sent", "fit_dead_letter", "put_outcome", "put_record"]

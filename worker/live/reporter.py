@@ -1,6 +1,6 @@
 """What a partition task tells operators: its readiness, metrics and log lines, in one place per partition.
 
-The lines keep the logger name `worker.kafka.task`, the task's, which operators filter on.
+The lines keep the logger name `worker.live.task`, the task's, which operators filter on.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from typing import Any
 
 from worker.client import Diagnosis, Fault
 from worker.errors import DeadlineError
-from worker.kafka.ownership import Ownership
-from worker.kafka.rebuild import Rebuilt
 from worker.ops import Health, Metrics, Readiness
+from worker.recovery import Ownership, Rebuilt
 from worker.stream import Outcome, Verdict
 
 __all__ = ["TaskReporter"]
 
-_log = logging.getLogger("worker.kafka.task")
+_log = logging.getLogger("worker.live.task")
 _LOGGED_STREAMS = 10_000  # streams whose internal error was logged with its traceback, remembered per partition
 
 

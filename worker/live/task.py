@@ -27,17 +27,14 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from worker.client import GRANT_HEALS_WITHIN_S, Diagnosis, Fault, Names, backoff_s, diagnose
 from worker.errors import CheckpointVersionError, DeadlineError, KafkaWorkerError, WorkerError
-from worker.kafka.ownership import Ownership
-from worker.kafka.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
-from worker.kafka.publishing import Routes
-from worker.kafka.rebuild import Parked, Rebuilt
-from worker.kafka.replay import Progress
-from worker.kafka.reporter import TaskReporter
-from worker.kafka.source import to_source_record
-from worker.kafka.transaction import Transaction
+from worker.live.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
+from worker.live.publishing import Routes
+from worker.live.reporter import TaskReporter
+from worker.live.transaction import Transaction
 from worker.ops import Health, Metrics, Readiness, working_on
+from worker.recovery import Ownership, Parked, Progress, Rebuilt
 from worker.settings import Settings
-from worker.stream import PartitionState, Verdict
+from worker.stream import PartitionState, Verdict, to_source_record
 
 __all__ = ["BackPressure", "Deadlines", "Fetcher", "PartitionTask", "Rebuilding", "Stage", "TaskContext"]
 

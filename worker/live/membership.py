@@ -35,11 +35,11 @@ from worker.client import (
     wait_beating,
 )
 from worker.errors import AuthorizationError, ConfigError
-from worker.kafka.publishing import KeyRouter, Routes
-from worker.kafka.rebuild import Parked, Rebuilder
-from worker.kafka.task import Deadlines, PartitionTask, TaskContext
-from worker.kafka.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
+from worker.live.publishing import KeyRouter, Routes
+from worker.live.task import Deadlines, PartitionTask, TaskContext
+from worker.live.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
+from worker.recovery import Parked, Rebuilder
 from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool, StreamCore, default_core
 

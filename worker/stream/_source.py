@@ -1,10 +1,11 @@
-"""Copies aiokafka's consumer records into the Kafka-free `SourceRecord` the stream layer understands."""
+"""A consumed record copied out of the client into the Kafka-free `SourceRecord` the stream layer understands; read
+by its attributes (those of aiokafka's consumer record), so nothing of the client is imported."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.stream import SourceRecord
+from worker.stream._records import SourceRecord
 
 __all__ = ["to_source_record"]
 

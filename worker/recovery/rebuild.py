@@ -27,8 +27,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from worker.client import Names, bounded, force_close, make_transactional_producer, member_id, principal
-from worker.kafka.ownership import Ownership, confirm_owner
-from worker.kafka.replay import (
+from worker.ops import Metrics
+from worker.recovery.ownership import Ownership, confirm_owner
+from worker.recovery.replay import (
     Progress,
     ReplayWindow,
     plan_replay,
@@ -36,8 +37,7 @@ from worker.kafka.replay import (
     replay_into,
     window_after_checkpoint,
 )
-from worker.kafka.restore import Restored, read_changelog, restore_or_fall_back
-from worker.ops import Metrics
+from worker.recovery.restore import Restored, read_changelog, restore_or_fall_back
 from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool
 

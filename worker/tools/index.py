@@ -12,7 +12,11 @@ transactional id prefix, so a run of the command is written whole or not at all 
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,14 +25,22 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import UnknownTopicOrPartitionError
 
-from worker.client import make_transactional_producer, partition_for, principal, read_to_end, topic_partitions
+from worker.cli import quiet_client_logs, readable_settings, settings_parser
+from worker.client import (
+    make_transactional_producer,
+    partition_for,
+    principal,
+    reach_once,
+    read_to_end,
+    topic_partitions,
+)
 from worker.contract import EVENT_ID, INDEX_END, INDEX_START, SEQ, TERMINAL_TYPES, THREAD_ID, TYPE, index_key
-from worker.errors import ConfigError
-from worker.kafka.replay import replay_consumer
+from worker.errors import ConfigError, KafkaWorkerError
+from worker.recovery import replay_consumer
 from worker.settings import Settings
 from worker.stream import OutboundRecord, index_record
 
-__all__ = ["IndexBackfill", "backfill_index"]
+__all__ = ["IndexBackfill", "backfill_index", "main_index"]
 
 _log = logging.getLogger(__name__)
 _TRANSACTION_RECORDS = 10_000
@@ -167,3 +179,42 @@ async def _write(settings: Settings, records: list[OutboundRecord], partitions: 
             _log.info("thread index: %d records written", min(first + _TRANSACTION_RECORDS, len(records)))
     finally:
         await producer.stop()
+
+
+def main_index(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker index`: the thread index records missing for the runs the output topic holds,
+    written; exit status 0 when done, 1 when the brokers failed it, 2 for settings that cannot work."""
+    parser = settings_parser(Settings, argparse.ArgumentParser(
+        prog="python -m worker index",
+        description="Write the thread index from the output topic: a start record for every run whose first event "
+        "it holds and an end record for every run whose terminal event it holds, where the index lacks them "
+        "(runs published before --thread-index-topic was on). A second run writes nothing.",
+    ))  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="count what would be written, write nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    settings = readable_settings(args, Settings, "index")
+    if settings is None:
+        return 2
+    quiet_client_logs()
+
+    async def index() -> dict[str, Any]:
+        await reach_once(settings, timeout_s=30.0)
+        return (await backfill_index(settings, dry_run=args.dry_run)).as_json()
+
+    try:
+        done = asyncio.run(index())
+    except ConfigError as exc:
+        print(f"worker index: {exc}", file=sys.stderr)
+        return 2
+    except (KafkaWorkerError, TimeoutError) as exc:
+        print(f"worker index: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(done))
+    else:
+        verb = "would write" if args.dry_run else "wrote"
+        print(f"{done['runs']} runs on the output topic: {verb} {done['starts_written']} start and "
+              f"{done['ends_written']} end records; {done['already_indexed']} were in the index already; "
+              f"{done['without_event_0']} runs have no event 0 left (not indexed)")
+    return 0

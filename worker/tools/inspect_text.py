@@ -1,4 +1,4 @@
-"""`worker inspect` as text: the JSON `worker/kafka/inspection.py` reads, one line per partition or fact."""
+"""`worker inspect` as text: the JSON `worker/tools/inspect.py` reads, one line per partition or fact."""
 
 from __future__ import annotations
 

@@ -10,16 +10,19 @@ coordinator answers INVALID_PRODUCER_ID_MAPPING after the authorizer passed the 
 written. No group is joined and no record written. (Finding a coordinator makes the broker create its internal
 `__consumer_offsets` or `__transaction_state` topic if the cluster has none yet, as any first client would.)
 
-The layout is checked with the rules the worker applies at start (`worker/kafka/topics.py`), and the memory the
+The layout is checked with the rules the worker applies at start (`worker/live/topics.py`), and the memory the
 settings need (`worker/ops/capacity.py`) against the cgroup's limit.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,6 +44,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.group import HeartbeatRequest
 from aiokafka.protocol.transaction import AddOffsetsToTxnRequest, AddPartitionsToTxnRequest
 
+from worker.cli import quiet_client_logs, readable_settings, settings_parser
 from worker.client import (
     ConnectionSettings,
     Denied,
@@ -54,7 +58,7 @@ from worker.client import (
     topic_metadata,
 )
 from worker.errors import ConfigError, KafkaWorkerError
-from worker.kafka.topics import (
+from worker.live.topics import (
     BROKER_TIMEOUTS,
     CHANGELOG_CONFIGS,
     CHANGELOG_WHY,
@@ -76,7 +80,7 @@ from worker.kafka.topics import (
 from worker.ops.capacity import WorstCase, memory_limit
 from worker.settings import Settings
 
-__all__ = ["Check", "Status", "check_gateway", "check_worker"]
+__all__ = ["Check", "Status", "add_check_flags", "check_gateway", "check_worker", "main_check", "print_checks"]
 
 Status = Literal["pass", "fail", "skip"]
 """A check's outcome: `skip` when it could not be asked (a right it needs is missing, or it does not apply)."""
@@ -404,7 +408,7 @@ async def _create(
 
 
 def _layout(report: _Report, settings: Settings, topics: dict[str, _Topic]) -> None:
-    """The worker's layout rules (`worker/kafka/topics.py`) on what was read."""
+    """The worker's layout rules (`worker/live/topics.py`) on what was read."""
     output, dlq = topics["output_topic"], topics["dlq_topic"]
     changelog, display = topics.get("changelog_topic"), topics.get("display_topic")
     index = topics.get("thread_index_topic")
@@ -609,3 +613,54 @@ async def _gateway_policy(
         report.add(what, "fail", str(exc))
         return
     report.add(what, "pass", f"{_CLEANUP}={policy}")
+
+
+_MARKS = {"pass": "✓", "fail": "✗", "skip": "-"}
+
+
+def add_check_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags `check` and `gateway check` take beside the settings."""
+    parser.add_argument("--json", action="store_true", help="print the checks as one JSON object")
+    parser.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
+                        help="longest wait for the brokers' answers to one check (default 30000)")
+
+
+def print_checks(rows: Sequence[Check], as_json: bool) -> int:
+    """Print the checks, one row each (what, ✓, ✗ or - for not asked, what was found or the problem and its fix),
+    or as JSON; returns the exit status: 0 when none failed, else 1."""
+    ok = all(row.status != "fail" for row in rows)
+    if as_json:
+        text = json.dumps({"ok": ok, "checks": [row.as_json() for row in rows]}, ensure_ascii=False, indent=2)
+    else:
+        width = min(max((len(row.what) for row in rows), default=0), 64)
+        lines = [f"{_MARKS[row.status]} {row.what:<{width}}  {row.detail}" for row in rows]
+        failed = sum(row.status == "fail" for row in rows)
+        lines.append(f"{len(rows)} checks: " + ("all passed" if ok else f"{failed} failed"))
+        text = "\n".join(lines)
+    sys.stdout.buffer.write(text.encode() + b"\n")
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+def main_check(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m worker check`: the checks above for `run`'s settings; exit status 0 when every
+    check passed, 1 when one failed, 2 for settings that cannot work."""
+    parser = settings_parser(Settings, argparse.ArgumentParser(
+        prog="python -m worker check",
+        description="Check, changing nothing, that the cluster is ready for these settings of `run`.",
+    ))  # fmt: skip
+    add_check_flags(parser)
+    parser.add_argument("--cgroup-root", default="/sys/fs/cgroup", metavar="DIR",
+                        help="where the cgroup file system is mounted: the memory limit is read there "
+                        "(default /sys/fs/cgroup)")  # fmt: skip
+    args = parser.parse_args(argv)
+    settings = readable_settings(args, Settings, "check")
+    if settings is None:
+        return 2
+    quiet_client_logs()
+    try:
+        rows = asyncio.run(check_worker(settings, cgroup_root=Path(args.cgroup_root), timeout_s=args.timeout_ms / 1000))
+    except ConfigError as exc:
+        print(f"worker check: {exc}", file=sys.stderr)
+        return 2
+    return print_checks(rows, args.json)
