@@ -78,10 +78,12 @@ def partition_of(key: str, partitions: int = PARTITIONS) -> int:
     return int((murmur2(key.encode()) & 0x7FFFFFFF) % partitions)
 
 
-async def wait_converted(bootstrap: str, topics: Topics, keys: list[str], timeout_s: float = 90) -> None:
-    """Until the worker committed every source record produced so far of the partitions of `keys`."""
+async def wait_converted(bootstrap: str, topics: Topics, keys: list[str], timeout_s: float = 90,
+                         partitions: int = PARTITIONS) -> None:  # fmt: skip
+    """Until the worker committed every source record produced so far of the partitions of `keys` (among the source
+    topic's `partitions`)."""
     await wait_caught_up(bootstrap, f"group-{topics.source}", topics.source, timeout_s,
-                         partitions={partition_of(key) for key in keys})
+                         partitions={partition_of(key, partitions) for key in keys})
 
 
 @dataclass
@@ -278,6 +280,36 @@ def node_modules() -> Path:
     found = cache / f"gateway-node-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}" / "node_modules"
     assert (found / "@ag-ui" / "client").is_dir(), f"{found} is missing: run scripts/install-tools.sh"
     return found
+
+
+THREAD_AGENT_MARK = "<!-- the thread agent: compiled and run by tests/gateway/test_thread_agent.py -->\n```ts\n"
+
+
+def compile_thread_agent(work: Path) -> Path:
+    """The TypeScript thread agent of docs/gateway.md, type-checked (strict) and compiled by the pinned TypeScript
+    against the pinned `@ag-ui/client`: the path of its JavaScript module, in `work`."""
+    code = (ROOT / "docs" / "gateway.md").read_text().split(THREAD_AGENT_MARK, 1)[1].split("```", 1)[0]
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "node_modules").exists():
+        (work / "node_modules").symlink_to(node_modules())
+    (work / "thread-agent.mts").write_text(code)
+    done = subprocess.run(["node", str(node_modules() / "typescript" / "bin" / "tsc"), "--strict", "--target", "es2022",
+                           "--lib", "es2022,dom", "--module", "nodenext", "--moduleResolution", "nodenext",
+                           "--skipLibCheck", "--noEmitOnError", "thread-agent.mts"],
+                          cwd=work, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, f"the thread agent of docs/gateway.md does not compile: {done.stdout}{done.stderr}"
+    return work / "thread-agent.mjs"
+
+
+async def reference_messages(work: Path, label: str, runs: list[Run], thread_id: str) -> dict[str, Any]:
+    """What the official HttpAgent makes of these runs' reference events fed to it as one stream, in this order:
+    whether `verifyEvents` accepted it and the messages it ended with."""
+    path = work / f"{label}.reference.jsonl"
+    path.write_bytes(b"\n".join(event for run in runs for event in run.events) + b"\n")
+    jobs = work / f"{label}.reference.json"
+    jobs.write_text(json.dumps([{"label": label, "reference": str(path), "threadId": thread_id, "runId": "reference"}]))
+    (result,) = await node_results(await start_node("agent.mjs", str(jobs)), 120)
+    return result
 
 
 async def start_node(script: str, *args: str) -> asyncio.subprocess.Process:

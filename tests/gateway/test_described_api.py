@@ -1,10 +1,11 @@
 """The described API against live gateways on the real broker: two replicas of a secured gateway, each owning one of
 the two partitions (so about half of all requests are forwarded to the other), and a worker that converted a few
-finished runs. `GET /openapi.json` is the document docs/openapi.json holds; schemathesis generates requests from it
-(valid and invalid, for every operation, with a token for the path's run, none, or a malformed one, through either
-replica), and every answer must match the document: a documented status, content type, body and headers, and no
-5xx but a documented 503. The runs' own requests (their events from cursors, display records, an `HttpAgent` POST,
-the viewer) are checked the same way."""
+finished runs, writing the thread index. `GET /openapi.json` is the document docs/openapi.json holds; schemathesis
+generates requests from it (valid and invalid, for every operation, with a token for the path's run or thread,
+none, or a malformed one, through either replica), and every answer must match the document: a documented status,
+content type, body and headers, and no 5xx but a documented 503. The runs' own requests (their events from cursors,
+display records, an `HttpAgent` POST, the viewer) and their threads' (the list, the stream from cursors, a
+`connect()`) are checked the same way."""
 
 from __future__ import annotations
 
@@ -86,6 +87,31 @@ class _Answers:
         return response
 
 
+def _check_thread(answers: _Answers, schema: schemathesis.BaseSchema, url: str, run: Run) -> None:
+    """The thread of a run (a thread of one run): its list, its stream whole and from cursors, a `connect()`."""
+    thread, last = thread_of(run), len(run.events) - 1
+    bearer = _bearer(thread, "thread")
+    listed = answers.check(schema["/threads/{thread_id}"]["GET"].Case(path_parameters={"thread_id": thread}), url,
+                           bearer)  # fmt: skip
+    assert listed.status_code == 200 and listed.json()["runs"][0]["runId"] == run.key
+    events = schema["/threads/{thread_id}/events"]["GET"]
+    for query, headers, status in [({"follow": "false"}, {}, 200),
+                                   ({"follow": "false", "after": f"{run.key}:0"}, {}, 200),
+                                   ({"follow": "false"}, {"Last-Event-ID": f"{run.key}:{last // 2}"}, 200),
+                                   ({"follow": "false"}, {"Last-Event-ID": "another-run:3"}, 400),
+                                   ({"follow": "maybe"}, {}, 400)]:  # fmt: skip
+        answer = answers.check(events.Case(path_parameters={"thread_id": thread}, query=query, headers=headers), url,
+                               bearer)  # fmt: skip
+        assert answer.status_code == status, (query, headers, answer.text[:300])
+    refused = answers.check(events.Case(path_parameters={"thread_id": thread}), url, _bearer(run.key))
+    assert refused.status_code == 403  # a run's token opens no thread
+    body = {"threadId": thread, "runId": "any", "messages": [], "tools": [], "context": []}
+    connect = schema["/threads/{thread_id}/connect"]["POST"].Case(
+        path_parameters={"thread_id": thread}, query={"follow": "false"}, body=body, media_type="application/json")
+    answer = answers.check(connect, url, bearer)
+    assert answer.status_code == 200 and json.loads(run.events[-1])["type"] in answer.text
+
+
 def test_every_answer_of_two_live_replicas_matches_the_document(
     kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
@@ -93,8 +119,10 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
     key_file = tmp_path / "gateway.key"
     key_file.write_bytes(KEY + b"\n")
     runs = _finished_runs()
-    worker = start_worker(tmp_path, kafka_bootstrap, topics)
-    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--auth-key-file", str(key_file), *FLAGS),
+    index = topic_factory("index", 2, {"cleanup.policy": "compact"})
+    worker = start_worker(tmp_path, kafka_bootstrap, topics, "--thread-index-topic", index)
+    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--auth-key-file", str(key_file), *FLAGS,
+                                                                   "--thread-index-topic", index),
                                name=f"g{i}") for i in range(2)]  # fmt: skip
     try:
         asyncio.run(produce(kafka_bootstrap, topics.source, interleave(runs)))
@@ -111,8 +139,11 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
 
         def token_for(case: schemathesis.Case, which: str) -> dict[str, str]:
             run_id = (case.path_parameters or {}).get("run_id")
+            thread_id = (case.path_parameters or {}).get("thread_id")
             if which == "own" and isinstance(run_id, str):
                 return _bearer(run_id)
+            if which == "own" and isinstance(thread_id, str):
+                return _bearer(thread_id, "thread")
             if which == "other":
                 return _bearer(runs[0].key)
             return {"Authorization": "Bearer v1.run.x.1.y"} if which == "malformed" else {}
@@ -154,6 +185,7 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
                 posted = agent.Case(path_parameters={"run_id": run.key}, body=body, media_type="application/json")
                 answer = answers.check(posted, url, _bearer(thread_of(run), "thread"))
                 assert answer.status_code == 200 and json.loads(run.events[-1])["type"] in answer.text
+                _check_thread(answers, schema, url, run)
         by_status: Counter[int] = Counter()
         for (_, _, status, _), count in answers.seen.items():
             by_status[status] += count
@@ -162,7 +194,8 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
         assert every == {(method.upper(), path) for path, item in served["paths"].items() for method in item
                          if method != "parameters"}, "an operation was never asked"  # fmt: skip
         codes = {code for *_, code in answers.seen}
-        assert {"no-token", "bad-token", "forbidden", "unknown-run", "bad-cursor", "bad-body"} <= codes, answers.seen
+        assert {"no-token", "bad-token", "forbidden", "unknown-run", "bad-cursor", "bad-body", "unknown-thread",
+                "bad-query"} <= codes, answers.seen
         assert sum(g.metric("harness_agui_gateway_forwarded_requests_total", outcome="ok") for g in gateways) > 50
     except BaseException:
         for gateway in gateways:

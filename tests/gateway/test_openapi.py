@@ -69,8 +69,8 @@ def test_a_route_added_to_the_router_alone_is_found() -> None:
     async def stray(request: web.Request) -> web.Response:
         return web.Response()
 
-    app.router.add_route("GET", "/threads/{thread_id}", stray)
-    assert _apart(app, document()) == {("GET", "/threads/{thread_id}")}
+    app.router.add_route("GET", "/runs/{run_id}/stray", stray)
+    assert _apart(app, document()) == {("GET", "/runs/{run_id}/stray")}
 
 
 def _raised(sources: dict[str, str]) -> set[tuple[int, str]]:

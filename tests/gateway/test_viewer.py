@@ -1,5 +1,6 @@
 """The viewer page in a real headless Chromium, following a run the worker is producing, while the gateway is
-killed (-9) and started again: the page reconnects on its own and ends showing exactly the reference's texts."""
+killed (-9) and started again: the page reconnects on its own and ends showing exactly the reference's texts; and
+following a thread, run after run, one of them started while the page looks: the whole conversation, once."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from tests.gateway.support import (
     start_worker,
     wait_converted,
 )
+from tests.gateway.test_threads import start_order
 from tests.kafka.conftest import TopicFactory
-from tests.kafka.support import Run, corpus, produce
+from tests.kafka.support import Run, corpus, in_thread, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -139,3 +141,38 @@ def test_the_viewer_page_on_a_non_owner_replica_survives_the_owner_kill_and_show
     assert state["reconnects"] >= 1, "the page never lost its stream"
     assert state["lastSeq"] == len(run.events) - 1
     assert _shown(state) == _reference(run)
+
+
+def test_the_thread_view_page_shows_the_whole_conversation_once(
+    kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    thread = "thread-viewed"
+    runs = [in_thread(run, thread) for run in corpus(names=["s01_hello", "s02_tool_roundtrip", "r0097"])]
+    topics = Topics.create(topic_factory)
+    index = topic_factory("index", 2, {"cleanup.policy": "compact"})
+    worker = start_worker(tmp_path, kafka_bootstrap, topics, "--thread-index-topic", index)
+    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--thread-index-topic", index))
+
+    async def scenario() -> tuple[dict, list[str]]:
+        for run in runs[:2]:
+            await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines])
+            await wait_converted(kafka_bootstrap, topics, [run.key])
+        gateway.start()
+        page = await start_node("viewer.mjs", f"{gateway.url}/view/threads/{thread}", "180", str(len(runs)))
+        assert page.stdout is not None
+        assert json.loads(await asyncio.wait_for(page.stdout.readline(), 60)) == {"ready": True}
+        await asyncio.sleep(2.0)  # the page shows the first two runs; the third starts while it looks
+        await produce(kafka_bootstrap, topics.source, [(runs[2].key.encode(), line) for line in runs[2].lines],
+                      pace_s=0.01)  # fmt: skip
+        state = json.loads(await asyncio.wait_for(page.stdout.readline(), 200))
+        await asyncio.wait_for(page.wait(), 30)
+        return state, await start_order(kafka_bootstrap, index, thread)
+
+    state, order = run_scenario(scenario(), gateway, worker)
+    by_key = {run.key: run for run in runs}
+    assert order[2] == runs[2].key, order
+    assert state["runsEnded"] == len(runs) and state["status"] == "finished", state["status"]
+    assert state["lastId"] == f"{runs[2].key}:{len(runs[2].events) - 1}"
+    assert state["events"] == sum(len(run.events) for run in runs), "an event was shown twice, or missed"
+    assert _shown(state) == [item for key in order for item in _reference(by_key[key])]
+    assert state["rendered"] > 0

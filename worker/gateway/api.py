@@ -1,5 +1,5 @@
-"""The HTTP API on aiohttp: run streams for `EventSource` (GET) and `HttpAgent` (POST), display snapshots, the
-viewer page; access tokens, CORS, the connection limit and the drain on shutdown.
+"""The HTTP API on aiohttp: run and thread streams for `EventSource` (GET) and AG-UI agents (POST), display snapshots,
+a thread's runs, the viewer page; access tokens, CORS, the connection limit and the drain on shutdown.
 
 Each stream is written by its own handler task from its bounded queue; the tail loop never writes to a socket. A
 client that overflows its queue is cut off without a clean end (`HttpAgent` sees an error, never a silent success;
@@ -15,18 +15,20 @@ import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
 from worker.gateway.endpoints import ENDPOINTS, ERRORS
-from worker.gateway.frames import comment_frame, parse_after, parse_cursor, synthetic_frame
+from worker.gateway.frames import comment_frame, parse_after, parse_cursor, parse_thread_cursor, synthetic_frame
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.openapi import document
-from worker.gateway.routing import Route, Router, Target, Unavailable, UpstreamLost, Where
+from worker.gateway.routing import Ask, Route, Router, Target, Unavailable, UpstreamLost, Where
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import PartitionMoved, RunStream, RunStreams, StreamRequest
+from worker.gateway.thread_streams import MAX_PAGE, ThreadMoved, ThreadRequest, ThreadStreams
 from worker.gateway.tokens import Grant, TokenCheck
 from worker.gateway.viewer import VIEWER_PAGE
 
@@ -73,9 +75,11 @@ class GatewayApi:
     """The aiohttp application of the gateway's API."""
 
     def __init__(self, settings: GatewaySettings, streams: RunStreams, metrics: GatewayMetrics,
-                 tokens: TokenCheck | None, router: Router) -> None:  # fmt: skip
+                 tokens: TokenCheck | None, router: Router, *,
+                 threads: ThreadStreams | None = None) -> None:  # fmt: skip
         self._settings = settings
         self._streams = streams
+        self._threads = threads
         self._router = router
         self._metrics = metrics
         self._tokens = tokens
@@ -88,7 +92,9 @@ class GatewayApi:
         """The routes of `ENDPOINTS`, each answered by the handler of its name, and a CORS preflight for any path."""
         app = web.Application(client_max_size=self._settings.max_body_bytes, middlewares=[self._middleware])
         handlers: dict[str, Handler] = {"events": self.events, "agent": self.agent, "display": self.display,
-                                        "view": self.view, "openapi": self.openapi}  # fmt: skip
+                                        "view": self.view, "openapi": self.openapi, "thread": self.thread,
+                                        "thread_events": self.thread_events, "thread_connect": self.thread_connect,
+                                        "thread_view": self.view}  # fmt: skip
         for endpoint in ENDPOINTS:
             app.router.add_route(endpoint.method, _route_path(endpoint.path), handlers[endpoint.name])
         app.router.add_route("OPTIONS", r"/{tail:[\s\S]*}", self.preflight)  # any path, line breaks too
@@ -253,6 +259,105 @@ class GatewayApi:
         if pointer is not None and pointer.thread_id and thread != pointer.thread_id:
             raise GatewayError(400, "bad-body", f"run {run_id!r} belongs to another thread than {thread!r}")
 
+    async def _thread_route(self, request: web.Request) -> tuple[str, Route, Grant | None]:
+        """A thread request's thread, where it is served, and its grant: the token is checked before anything is
+        looked up, and only a token of this thread opens it (a run's is 403); 404 without a thread index."""
+        thread_id = request.match_info["thread_id"]
+        grant = await self._grant(request)
+        if grant is not None and not (grant.scope == "thread" and grant.subject == thread_id):
+            raise GatewayError(403, "forbidden", f"the access token grants {grant.scope} {grant.subject!r}, not "
+                                                 f"thread {thread_id!r}")  # fmt: skip
+        if self._threads is None:
+            raise GatewayError(404, "no-thread-index", "this gateway serves no threads: start it with "
+                                                       "--thread-index-topic, the worker's thread index")  # fmt: skip
+        return thread_id, self._router.route(request, Target("thread", thread_id)), grant
+
+    async def thread(self, request: web.Request) -> web.StreamResponse:
+        """`GET /threads/{id}`: the thread's runs newest first, `?limit=` (50) at a time, `?before=` a page's `next`."""
+        thread_id, route, _ = await self._thread_route(request)
+        limit, before = request.query.get("limit", "50"), request.query.get("before")
+        if not limit.isdigit() or not 1 <= int(limit) <= MAX_PAGE:
+            raise GatewayError(400, "bad-query", f"limit={limit[:40]!r} is not a number from 1 to {MAX_PAGE}")
+        if before is not None and (not before.isdigit() or len(before) > 18):
+            raise GatewayError(400, "bad-query", f"before={before[:40]!r} is not a page's `next`")
+        if route.where is not Where.HERE:
+            answer = await self._router.fetch(request, Target("thread", thread_id), route)
+            if answer is not None:
+                return answer
+        assert self._threads is not None
+        page = self._threads.page(thread_id, limit=int(limit), before=int(before) if before is not None else None)
+        return web.Response(body=orjson.dumps(page), content_type="application/json")
+
+    async def thread_events(self, request: web.Request) -> web.StreamResponse:
+        """`GET /threads/{id}/events`: the thread's runs for `EventSource`, resumed by `Last-Event-ID` (or `?after=`,
+        `<run>:<n>` alike); `?follow=false` ends after the runs known when it attached."""
+        thread_id, route, grant = await self._thread_route(request)
+        cursor = request.headers.get("Last-Event-ID") or request.query.get("after")
+        after = parse_thread_cursor(cursor) if cursor is not None and cursor.strip() else None
+        asked = ThreadRequest(thread_id, after, "sse", follow=self._follow(request))
+        if route.where is not Where.HERE:
+            target = Target("thread", thread_id)
+            relayed = await self._from_owner(request, asked, lambda _: self._router.forward(request, target, route,
+                                                                                            b""))  # fmt: skip
+            if relayed is not None:
+                return relayed
+        return await self._thread_stream(request, asked, grant)
+
+    async def thread_connect(self, request: web.Request) -> web.StreamResponse:
+        """`POST /threads/{id}/connect`: what an AG-UI agent's `connect()` sends (a `RunAgentInput` of the thread):
+        the thread's runs as one verifiable stream, then its later runs (`?follow=false`: the runs known now)."""
+        thread_id, route, grant = await self._thread_route(request)
+        body = await request.read()
+        asked = ThreadRequest(thread_id, None, "agent", follow=self._follow(request))
+        if route.where is not Where.HERE:
+            target = Target("thread", thread_id)
+            relayed = await self._from_owner(request, asked, lambda _: self._router.forward(request, target, route,
+                                                                                            body))  # fmt: skip
+            if relayed is not None:
+                return relayed
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise GatewayError(400, "bad-body", "the body is not JSON: send a RunAgentInput") from None
+        if not isinstance(payload, dict) or payload.get("threadId") != thread_id:
+            raise GatewayError(400, "bad-body", f"a RunAgentInput of thread {thread_id!r} is needed (its threadId)")
+        return await self._thread_stream(request, asked, grant)
+
+    @staticmethod
+    def _follow(request: web.Request) -> bool:
+        follow = request.query.get("follow", "true")
+        if follow not in ("true", "false"):
+            raise GatewayError(400, "bad-query", f"follow={follow[:40]!r} is not true or false")
+        return follow == "true"
+
+    async def _thread_stream(self, request: web.Request, asked: ThreadRequest,
+                             grant: Grant | None) -> web.StreamResponse:  # fmt: skip
+        """A thread stream served here: its runs' streams opened here or relayed from their owners, on the client's
+        token (the thread's, which every run of the thread allows)."""
+        assert self._threads is not None
+        header = request.headers.get("Authorization")
+        token = request.query.get("token")
+        on_behalf = {"Authorization": header} if header else {"Authorization": f"Bearer {token}"} if token else {}
+        with self._admitted(request) as connection:
+
+            async def open_run(run_id: str, after: int | None) -> AsyncGenerator[bytes, None]:
+                run = Target("run", run_id)
+                ask = Ask("GET", f"/runs/{quote(run_id, safe='')}/events" +
+                          (f"?after={after}" if after is not None else ""), on_behalf)  # fmt: skip
+                route = self._router.route(ask, run)
+                if route.where is not Where.HERE:
+                    chunks = await self._router.follow(ask, run, route, after + 1 if after is not None else 0, grant,
+                                                       on_drop=lambda: self._drop(connection),
+                                                       blocked=connection.blocked)  # fmt: skip
+                    if chunks is not None:
+                        return chunks
+                stream = self._streams.start(StreamRequest(run_id, after, "sse"), connection.drop,
+                                             connection.blocked)  # fmt: skip
+                return self._streams.chunks(stream)
+
+            return await self._write(request, asked, connection, self._threads.chunks(asked, open_run), stream=None,
+                                     label=asked.reader)  # fmt: skip
+
     def _shutting_down(self) -> Unavailable:
         """The answer to a stream refused or ended before its first chunk by the drain."""
         return Unavailable("the gateway is shutting down: retry, another replica answers", self._settings.retry_after_s)
@@ -275,7 +380,7 @@ class GatewayApi:
         finally:
             self._open.discard(connection)
 
-    async def _from_owner(self, request: web.Request, asked: StreamRequest,
+    async def _from_owner(self, request: web.Request, asked: StreamRequest | ThreadRequest,
                           opened: Callable[[_Connection], Awaitable[AsyncGenerator[bytes, None] | None]],
                           ) -> web.StreamResponse | None:  # fmt: skip
         """The stream the router brings from the key's owner (`opened` with this request's connection, admitted
@@ -292,7 +397,7 @@ class GatewayApi:
             return await self._write(request, asked, connection, self._streams.chunks(stream), stream=stream,
                                      label=asked.reader)
 
-    async def _write(self, request: web.Request, asked: StreamRequest, connection: _Connection,
+    async def _write(self, request: web.Request, asked: StreamRequest | ThreadRequest, connection: _Connection,
                      chunks: AsyncGenerator[bytes, None], *, stream: RunStream | None,
                      label: str) -> web.StreamResponse:  # fmt: skip
         """Write `chunks` to the client as one event stream; errors before the first chunk are plain JSON answers,
@@ -330,20 +435,19 @@ class GatewayApi:
                 raise
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away
-        except (PartitionMoved, UpstreamLost) as exc:  # ended early, not failed: the client attaches again
-            _log.info("stream of run %s ended early: %s", asked.run_id, exc)
+        except (PartitionMoved, UpstreamLost, ThreadMoved) as exc:  # ended early, not failed: the client attaches again
+            _log.info("stream of %s ended early: %s", asked.what, exc)
             await self._end_early(response, asked, _MOVED_EVENT, "run moved: reconnect")
         except (GatewayError, KafkaWorkerError) as exc:  # after the first frame: never a clean end
-            _log.warning("stream of run %s failed: %s", asked.run_id, exc)
+            _log.warning("stream of %s failed: %s", asked.what, exc)
             self._abort(request)
         finally:
             await chunks.aclose()
             gauge.dec()
         return response
 
-    async def _interrupted(
-        self, request: web.Request, response: web.StreamResponse, connection: _Connection, asked: StreamRequest
-    ) -> None:
+    async def _interrupted(self, request: web.Request, response: web.StreamResponse, connection: _Connection,
+                           asked: StreamRequest | ThreadRequest) -> None:  # fmt: skip
         if connection.dropped:
             self._abort(request)
             return
@@ -351,7 +455,7 @@ class GatewayApi:
             await self._end_early(response, asked, _DRAIN_EVENT, "gateway draining: reconnect")
 
     @staticmethod
-    async def _end_early(response: web.StreamResponse, asked: StreamRequest, event: dict[str, str],
+    async def _end_early(response: web.StreamResponse, asked: StreamRequest | ThreadRequest, event: dict[str, str],
                          comment: str) -> None:  # fmt: skip
         """End a stream before its run's end: `HttpAgent` gets RUN_ERROR (an error, never a silent success), an
         `EventSource` a comment and a clean end, after which it attaches again with its `Last-Event-ID`."""

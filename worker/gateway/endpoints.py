@@ -21,9 +21,12 @@ class ErrorCode(NamedTuple):
 
 
 ERRORS: dict[str, ErrorCode] = {
-    "bad-cursor": ErrorCode(400, "a `Last-Event-ID` that is not `<run id>:<n>`, or an `after` that is not an event "
-                                 "number"),
-    "bad-body": ErrorCode(400, "a POST body that is not a JSON `RunAgentInput` of the path's run and its thread"),
+    "bad-cursor": ErrorCode(400, "a `Last-Event-ID` that is not `<run id>:<n>`, an `after` that is not an event "
+                                 "number (a thread's: not `<run id>:<n>`), or a thread's cursor of a run not of the "
+                                 "thread"),
+    "bad-query": ErrorCode(400, "a query parameter out of its range (`limit`, `before`, `follow`)"),
+    "bad-body": ErrorCode(400, "a POST body that is not a JSON `RunAgentInput` of the path's run and its thread (or "
+                               "of the path's thread)"),
     "no-token": ErrorCode(401, "no access token: send `Authorization: Bearer <token>` or `?token=`"),
     "bad-token": ErrorCode(401, "a token that is malformed, badly signed, or grants not exactly one run or thread"),
     "expired-token": ErrorCode(401, "a token past its `exp` (or its v1 expiry)"),
@@ -38,6 +41,9 @@ ERRORS: dict[str, ErrorCode] = {
     "forbidden": ErrorCode(403, "a valid token for another run or thread"),
     "unknown-run": ErrorCode(404, "neither topic has shown the gateway the run"),
     "no-display": ErrorCode(404, "the run has no display record yet"),
+    "unknown-thread": ErrorCode(404, "the thread index names no run of the thread (its owner, the only replica that "
+                                     "would know it, answers)"),
+    "no-thread-index": ErrorCode(404, "the gateway runs without `--thread-index-topic`: it serves no threads"),
     "no-route": ErrorCode(404, "no endpoint has this path"),
     "method-not-allowed": ErrorCode(405, "the path's endpoints take other methods (the `Allow` header names them)"),
     "not-held": ErrorCode(410, "the topics no longer hold the run"),
@@ -45,10 +51,10 @@ ERRORS: dict[str, ErrorCode] = {
     "busy": ErrorCode(503, "the connection limit (`max_connections`), or a draining replica", retry_after=True),
     "keys-unavailable": ErrorCode(503, "the identity provider's keys could not be fetched", retry_after=True),
     "kafka-unavailable": ErrorCode(503, "a read of older events failed", retry_after=True),
-    "no-owner": ErrorCode(503, "no replica served the run's partition within `forward_wait_ms` (a rebalance, a "
-                               "replica killed)", retry_after=True),
-    "partition-moved": ErrorCode(503, "the run moved to another replica before the stream's first frame: attach "
-                                      "again"),
+    "no-owner": ErrorCode(503, "no replica served the partition of the run (or thread) within `forward_wait_ms` "
+                               "(a rebalance, a replica killed)", retry_after=True),
+    "partition-moved": ErrorCode(503, "the run (or thread) moved to another replica before the stream's first frame: "
+                                      "attach again"),
     "owner-lost": ErrorCode(503, "the replica serving the run went away before the stream's first frame: attach "
                                  "again"),
     "not-owner": ErrorCode(503, "between replicas only: a forwarded request reached a replica that does not serve "
@@ -60,6 +66,9 @@ _TOKEN = ("no-token", "bad-token", "expired-token", "premature-token", "wrong-au
           "wrong-algorithm", "unsigned-token", "unknown-key", "keys-unavailable", "forbidden")  # fmt: skip
 _ROUTED = ("bad-peer", "not-owner", "no-owner", "unknown-run", "kafka-unavailable")
 _STREAM = ("busy", "not-held", "partition-moved", "owner-lost")
+# A thread's: its token (a thread's only), its way to the owner, the thread and, for its streams, its runs'.
+_THREAD = (*_TOKEN, "bad-peer", "not-owner", "no-owner", "no-thread-index", "unknown-thread")
+_THREAD_STREAM = (*_THREAD, "bad-query", "unknown-run", "kafka-unavailable", "busy", "partition-moved", "owner-lost")
 
 
 class Success(NamedTuple):
@@ -95,6 +104,18 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/runs/{run_id}/display", "display", "A run's latest display record",
              Success(200, "application/json", "Display"), ("no-display", *_TOKEN, *_ROUTED), token=True),
     Endpoint("GET", "/view/{run_id}", "view", "The viewer page of a run",
+             Success(200, "text/html", "Page"), parameters=("token",)),
+    Endpoint("GET", "/threads/{thread_id}", "thread", "A thread's runs, newest first, a page at a time",
+             Success(200, "application/json", "ThreadRuns"), ("bad-query", *_THREAD), token=True,
+             parameters=("limit", "before")),
+    Endpoint("GET", "/threads/{thread_id}/events", "thread_events", "A thread's runs as one stream for EventSource",
+             Success(200, "text/event-stream", "EventStream"), ("bad-cursor", *_THREAD_STREAM), token=True,
+             parameters=("thread-after", "Last-Event-ID", "follow")),
+    Endpoint("POST", "/threads/{thread_id}/connect", "thread_connect",
+             "A thread's runs as one verifiable stream, for an AG-UI agent's connect()",
+             Success(200, "text/event-stream", "EventStream"), ("bad-body", "body-too-large", *_THREAD_STREAM),
+             token=True, parameters=("RunAgentInput", "follow")),
+    Endpoint("GET", "/view/threads/{thread_id}", "thread_view", "The viewer page of a thread",
              Success(200, "text/html", "Page"), parameters=("token",)),
     Endpoint("GET", "/openapi.json", "openapi", "This document", Success(200, "application/json", "OpenApi")),
 )  # fmt: skip

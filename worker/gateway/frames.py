@@ -10,7 +10,8 @@ import orjson
 
 from worker.errors import GatewayError
 
-__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_after", "parse_cursor", "synthetic_frame"]
+__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_after", "parse_cursor", "parse_thread_cursor",
+           "synthetic_frame"]
 
 # A comment: EventSource and the AG-UI client both ignore it; proxies see traffic.
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -57,3 +58,12 @@ def parse_after(text: str) -> int:
     if _AFTER.fullmatch(text) is None:
         raise GatewayError(400, "bad-cursor", f"after={text[:40]!r} is not an event number")
     return int(text)
+
+
+def parse_thread_cursor(text: str) -> tuple[str, int]:
+    """The run and `n` of a thread stream's cursor `<run id>:<n>` (an id its frames carry); GatewayError 400
+    (`bad-cursor`) when malformed."""
+    match = _CURSOR.fullmatch(text.strip())
+    if match is None:
+        raise GatewayError(400, "bad-cursor", f"cursor {text[:200]!r} is not <run id>:<n>, as the `id:` lines are")
+    return match["run"], int(match["seq"])

@@ -76,7 +76,8 @@ class GatewayMetrics:
             "Connection attempts the brokers refused in the TLS or SASL handshake, by cause.", ["cause"],
             registry=registry)  # fmt: skip
         self.records = Counter("harness_agui_gateway_records_read_total",
-                               "Records read from the tail of the output and display topics.", registry=registry)
+                               "Records read from the tail of the output, display and thread index topics.",
+                               registry=registry)  # fmt: skip
         self.forwarded = Counter("harness_agui_gateway_forwarded_requests_total", (
             "Requests for runs another replica owns, by outcome: `ok` (the owner answered), `retried` (it answered "
             "503), `unreachable` (no connection), `no-owner` (answered 503 after forward_wait_ms)."),
@@ -95,6 +96,21 @@ class GatewayMetrics:
             "records still being read) or `serving`."), ["state"], registry=registry)  # fmt: skip
         self.topic_partitions = Gauge("harness_agui_gateway_topic_partitions",
                                       "Partitions of the output topic the gateway group divides.", registry=registry)
+        self.thread_streams = Gauge("harness_agui_gateway_thread_streams", (
+            "Thread streams this replica serves (it owns the thread's index partition), by reader: `sse` (GET "
+            "/threads/{id}/events) or `agent` (POST /threads/{id}/connect)."), ["reader"],
+            registry=registry)  # fmt: skip
+        self.thread_lookups = Counter("harness_agui_gateway_thread_lookups_total", (
+            "Requests for a thread this replica owns, by outcome: `found`, or `unknown` (404: the thread index names "
+            "no run of it)."), ["outcome"], registry=registry)  # fmt: skip
+        self.thread_notice = DeliveryLatency("harness_agui_gateway_thread_notice_delay_seconds", (
+            "From the timestamp of a run's start record (when the worker's producer appended it, before its "
+            "transaction's commit) to the moment this replica read it and woke the thread's streams."),
+            _LATENCY_BUCKETS)  # fmt: skip
+        registry.register(self.thread_notice)
+        self.thread_index_runs = Gauge("harness_agui_gateway_thread_index_runs",
+                                       "Runs of the threads of this replica's index partitions held in memory.",
+                                       registry=registry)  # fmt: skip
         self.loop = LoopMetrics(registry, "harness_agui_gateway_")
         register_process_collectors(registry)
 

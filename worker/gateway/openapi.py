@@ -55,17 +55,42 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "RunAgentInput": {
         "type": "object",
-        "description": "AG-UI's RunAgentInput, as `HttpAgent` sends it; the gateway reads `threadId` and `runId`.",
+        "description": "AG-UI's RunAgentInput, as `HttpAgent` sends it; the gateway reads `threadId` and `runId` (for "
+                       "a thread's connect, `threadId`, the path's thread).",
         "required": ["threadId", "runId"],
         "properties": {
-            "threadId": {"type": "string", "description": "The run's thread."},
-            "runId": {"type": "string", "description": "The path's run."},
+            "threadId": {"type": "string", "description": "The run's thread (or the path's thread)."},
+            "runId": {"type": "string", "description": "The path's run (for a thread's connect, any)."},
             "messages": {"type": "array"},
             "tools": {"type": "array"},
             "context": {"type": "array"},
             "state": {},
             "forwardedProps": {},
         },
+    },
+    "ThreadRuns": {
+        "type": "object",
+        "description": "A page of a thread's runs, newest first (the reverse of their start order).",
+        "required": ["threadId", "runs", "next"],
+        "properties": {
+            "threadId": {"type": "string"},
+            "runs": {"type": "array", "items": {
+                "type": "object",
+                "required": ["runId", "state", "firstEventAt", "lastEventAt", "aguiSeq"],
+                "properties": {
+                    "runId": {"type": "string"},
+                    "state": {"enum": ["running", "finished", "error"]},
+                    "firstEventAt": {"type": ["integer", "null"], "description": "Its first event's time, Unix ms."},
+                    "lastEventAt": {"type": ["integer", "null"], "description": "Its terminal event's time; null "
+                                                                                "while it runs."},
+                    "aguiSeq": {"type": ["integer", "null"], "description": "Its terminal event's number; null "
+                                                                            "while it runs."},
+                },
+                "additionalProperties": False,
+            }},
+            "next": {"type": ["string", "null"], "description": "`before` of the next page; null on the last."},
+        },
+        "additionalProperties": False,
     },
     "Page": {"type": "string", "description": "A self-contained HTML page (no build step, no CDN)."},
     "OpenApi": {"type": "object", "description": "An OpenAPI 3.1 document."},
@@ -82,6 +107,27 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
                        "`n + 1`; a cursor of another run gets the late-join prelude.",
         "schema": {"type": "string"},
     },
+    "thread-after": {
+        "name": "after", "in": "query", "required": False,
+        "description": "Resume a thread stream after this event, `<run id>:<n>` (as `Last-Event-ID` does): the rest "
+                       "of that run, then the later runs.",
+        "schema": {"type": "string"},
+    },
+    "follow": {
+        "name": "follow", "in": "query", "required": False,
+        "description": "`false`: end the stream after the runs the thread has when it attached; `true` (the "
+                       "default): stay for every later run.",
+        "schema": {"enum": ["true", "false"]},
+    },
+    "limit": {
+        "name": "limit", "in": "query", "required": False, "description": "Runs in a page (50 by default).",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+    },
+    "before": {
+        "name": "before", "in": "query", "required": False,
+        "description": "A page's `next`: the runs that started before it.",
+        "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+    },
     "token": {
         "name": "token", "in": "query", "required": False,
         "description": "An access token the page passes on to the stream it opens.",
@@ -92,6 +138,7 @@ _PATH_PARAMETER = {
     "in": "path", "required": True, "description": "The root run's id (the records' key).",
     "schema": {"type": "string", "minLength": 1},
 }  # fmt: skip
+_PATH_DESCRIPTIONS = {"thread_id": "The thread's id (every run of it carries it)."}
 _RETRY_AFTER = {
     "description": "Seconds to wait before sending the request again; with the codes "
                    + ", ".join(f"`{code}`" for code, error in ERRORS.items() if error.retry_after) + ".",
@@ -153,7 +200,8 @@ def document() -> dict[str, Any]:
         path = paths.setdefault(endpoint.path, {})
         names = [part[1:-1] for part in endpoint.path.split("/") if part.startswith("{")]
         if names:
-            path["parameters"] = [{"name": name, **_PATH_PARAMETER} for name in names]
+            path["parameters"] = [{"name": name, **_PATH_PARAMETER} | (
+                {"description": _PATH_DESCRIPTIONS[name]} if name in _PATH_DESCRIPTIONS else {}) for name in names]
         path[endpoint.method.lower()] = _operation(endpoint)
     for name, path in paths.items():
         path["options"] = _preflight(name)
@@ -162,9 +210,10 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "harness-agui-worker gateway",
             "version": _package_version(),
-            "description": "AG-UI event streams of the worker's output topic over HTTP: runs for EventSource and "
-                           "HttpAgent, display records, the viewer page. Errors are JSON `{\"error\", \"message\"}`. "
-                           "Probes and metrics are on the metrics port, not here.",
+            "description": "AG-UI event streams of the worker's output topic over HTTP: runs and threads for "
+                           "EventSource and AG-UI agents, display records, a thread's runs, the viewer page. Errors "
+                           "are JSON `{\"error\", \"message\"}`. Probes and metrics are on the metrics port, not "
+                           "here.",
         },
         "paths": paths,
         "components": {

@@ -25,6 +25,8 @@ from worker.gateway.reader import HistoryReader, TopicTail
 from worker.gateway.routing import Owners, PeerKey, Router
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
+from worker.gateway.thread_streams import ThreadStreams
+from worker.gateway.threads import ThreadIndex
 from worker.gateway.tokens import TokenCheck, mint_jwt
 from worker.ops.health import HealthServer
 from worker.ops.loop import LoopMonitor
@@ -68,8 +70,10 @@ async def _site(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
 
 
 async def _sweep(hub: Hub, directory: RunDirectory, metrics: GatewayMetrics, stop: asyncio.Event, *,
-                 owners: Owners, router: Router, tail: TopicTail) -> None:  # fmt: skip
+                 owners: Owners, router: Router, tail: TopicTail, threads: ThreadIndex | None) -> None:  # fmt: skip
     while not stop.is_set():
+        if threads is not None:
+            metrics.thread_index_runs.set(threads.runs)
         hub.sweep()
         metrics.behind.set(await tail.behind())
         metrics.relays.set(router.relays_open)
@@ -102,14 +106,17 @@ async def _serve(settings: GatewaySettings) -> int:
     hub = Hub(max_runs=settings.max_tracked_runs, max_recent=settings.recent_events_per_run,
               window_s=settings.recent_window_ms / 1000, queue_events=settings.connection_queue_events)
     owners = Owners(settings.peer_url)
-    tail = TopicTail(settings, hub, directory, owners, on_batch=metrics.records.inc)
+    index = ThreadIndex(settings.max_thread_runs, on_notice=metrics.thread_notice.observe) \
+        if settings.thread_index_topic else None  # fmt: skip
+    tail = TopicTail(settings, hub, directory, owners, threads=index, on_batch=metrics.records.inc)
     history = HistoryReader(settings, settings.history_readers)
     streams = RunStreams(owners, hub, directory, history, metrics, keepalive_s=settings.keepalive_ms / 1000,
                          backfill_events=settings.recent_events_per_run)  # fmt: skip
     router = Router(owners, peers, metrics, wait_s=settings.forward_wait_ms / 1000,
                     retry_after_s=settings.retry_after_s, relay_bound=settings.recent_events_per_run,
                     queue_events=settings.connection_queue_events)  # fmt: skip
-    api = GatewayApi(settings, streams, metrics, tokens, router)
+    threads = ThreadStreams(index, metrics, keepalive_s=settings.keepalive_ms / 1000) if index is not None else None
+    api = GatewayApi(settings, streams, metrics, tokens, router, threads=threads)
     probes = None
     listening = asyncio.Event()
     if settings.metrics_port:
@@ -129,7 +136,8 @@ async def _serve(settings: GatewaySettings) -> int:
             await probes.stop()
         raise
     tasks = [asyncio.create_task(tail.run(stop)),
-             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, router=router, tail=tail)),
+             asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, router=router, tail=tail,
+                                        threads=index)),
              asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)

@@ -68,6 +68,10 @@ class GatewaySettings(ProcessSettings):
         f"Runs of the display topic the gateway can find (about {BYTES_PER_INDEXED_RUN} bytes each, docs/sizing.md); "
         "beyond, the least recently updated are forgotten and answered 404."
     ))
+    max_thread_runs: int = Field(1_000_000, ge=1, description=(
+        "Runs of the threads of this replica's thread index partitions held in memory (about 400 bytes each); "
+        "beyond, the least recently changed threads no stream follows are forgotten and answered 404."
+    ))
     display_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
         "Display records kept in memory for late joins, most recently updated first; others are read back."
     ))

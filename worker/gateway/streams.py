@@ -49,6 +49,11 @@ class StreamRequest:
     reader: Literal["sse", "agent"]
     foreign: bool = False  # the client's cursor named another run: it cannot be served exactly
 
+    @property
+    def what(self) -> str:
+        """What the stream is of, for log lines."""
+        return f"run {self.run_id}"
+
 
 @dataclass
 class RunStream:

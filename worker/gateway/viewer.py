@@ -1,5 +1,6 @@
-"""The viewer page: one self-contained HTML document (no build step, no CDN) that follows a run with EventSource
-and shows its messages, reasoning and tool calls as they grow; `window.viewerState()` reports what it shows."""
+"""The viewer page: one self-contained HTML document (no build step, no CDN) that follows a run (`/view/{run}`) or a
+whole thread, run after run (`/view/threads/{thread}`), with EventSource and shows its messages, reasoning and tool
+calls as they grow; `window.viewerState()` reports what it shows."""
 
 from __future__ import annotations
 
@@ -27,16 +28,19 @@ VIEWER_PAGE = """<!doctype html>
 </style>
 </head>
 <body>
-<header><span>run <code id="run"></code></span><span id="status">connecting</span></header>
+<header><span><span id="kind">run</span> <code id="run"></code></span><span id="status">connecting</span></header>
 <main id="blocks"></main>
 <script>
 "use strict";
 const runId = decodeURIComponent(location.pathname.split("/").pop());
+const threadMode = location.pathname.includes("/view/threads/");  // the thread's runs, one after another
 const token = new URLSearchParams(location.search).get("token");
 document.getElementById("run").textContent = runId;
+if (threadMode) document.getElementById("kind").textContent = "thread";
 const blocksEl = document.getElementById("blocks");
 const statusEl = document.getElementById("status");
-let state = { status: "connecting", order: [], items: {}, lastSeq: null, reconnects: 0, events: 0 };
+let state = { status: "connecting", order: [], items: {}, lastSeq: null, lastId: null, reconnects: 0, events: 0,
+              runsEnded: 0 };
 let source = null;
 
 function item(id, kind, role) {
@@ -88,8 +92,8 @@ function apply(ev) {
       const c = item(ev.toolCallId, "tool", "tool");
       c.result = typeof ev.content === "string" ? ev.content : JSON.stringify(ev.content); c.open = false; break;
     }
-    case "RUN_FINISHED": state.status = "finished"; break;
-    case "RUN_ERROR": state.status = "error: " + (ev.message || ev.code || ""); break;
+    case "RUN_FINISHED": state.status = "finished"; state.runsEnded++; break;
+    case "RUN_ERROR": state.status = "error: " + (ev.message || ev.code || ""); state.runsEnded++; break;
   }
 }
 
@@ -121,14 +125,24 @@ function schedule() { if (!pending) { pending = true; requestAnimationFrame(() =
 function connect() {
   const query = new URLSearchParams();
   if (token) query.set("token", token);
-  if (state.lastSeq !== null) query.set("after", String(state.lastSeq));
+  if (threadMode ? state.lastId !== null : state.lastSeq !== null) {
+    query.set("after", threadMode ? state.lastId : String(state.lastSeq));
+  }
   const qs = query.toString();
-  source = new EventSource("../runs/" + encodeURIComponent(runId) + "/events" + (qs ? "?" + qs : ""));
+  const path = threadMode ? "../../threads/" : "../runs/";
+  source = new EventSource(path + encodeURIComponent(runId) + "/events" + (qs ? "?" + qs : ""));
   source.onopen = () => {
     if (state.status === "connecting" || state.status === "reconnecting") state.status = "running";
     schedule();
   };
   source.onmessage = (msg) => {
+    if (threadMode) {  // the gateway sends each event of the thread once, under its run's own id
+      if (msg.lastEventId) state.lastId = msg.lastEventId;
+      state.events++;
+      apply(JSON.parse(msg.data));
+      schedule();
+      return;
+    }
     if (msg.lastEventId) {
       const seq = Number(msg.lastEventId.slice(msg.lastEventId.lastIndexOf(":") + 1));
       if (state.lastSeq !== null && seq <= state.lastSeq && msg.data.indexOf('"MESSAGES_SNAPSHOT"') < 0) return;
@@ -141,7 +155,7 @@ function connect() {
     schedule();
   };
   source.onerror = () => {
-    if (state.status === "finished" || state.status.startsWith("error")) return;
+    if (!threadMode && (state.status === "finished" || state.status.startsWith("error"))) return;
     state.status = "reconnecting"; state.reconnects++;
     if (source.readyState === EventSource.CLOSED) setTimeout(connect, 3000);  // refused: try again by ourselves
     schedule();
@@ -150,6 +164,7 @@ function connect() {
 
 window.viewerState = () => ({
   status: state.status, reconnects: state.reconnects, lastSeq: state.lastSeq, events: state.events,
+  lastId: state.lastId, runsEnded: state.runsEnded,
   items: state.order.map((id) => { const it = state.items[id]; return { id, kind: it.kind, role: it.role,
     text: it.text, name: it.name, args: it.args, result: it.result }; }),
 });

@@ -1,11 +1,12 @@
-"""The live read of this replica's share of the output and display topics.
+"""The live read of this replica's share of the output, display and thread index topics.
 
 The output topic is read by a member of the gateway group (`OwnersAssignor`: replicas divide the partitions and
 learn who owns which; nothing is committed), each gained partition from its end; the display topic by a consumer
 of no group, assigned the same-numbered partitions and reading each gained one from its beginning (the run
-directory), a partition being loaded once read to the end offsets taken when it was gained. A partition kept
-through a rebalance goes on from where it was, and one lost ends its streams and is forgotten. Records go to the
-directory or the hub synchronously; the tail never writes to a socket.
+directory), and the thread index topic, when given, alike by a consumer of its own (the threads), a partition being
+loaded once read to the end offsets taken when it was gained in both. A partition kept through a rebalance goes on
+from where it was, and one lost ends its streams and is forgotten. Records go to the directory, the hub or the
+thread index synchronously; the tail never writes to a socket.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from worker.gateway.reader._records import (
 )
 from worker.gateway.routing import Owners, OwnersAssignor
 from worker.gateway.settings import GatewaySettings
+from worker.gateway.threads import ThreadIndex
 
 __all__ = ["TopicTail"]
 
@@ -68,21 +70,26 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class TopicTail:
-    """This replica's share of both topics, each read by a consumer of its own (a large fetch of display records
-    never holds up an event); `read` is set once the first assignment's partitions are loaded, `ready` while every
-    partition of the latest one is."""
+    """This replica's share of the topics, each read by a consumer of its own (a large fetch of display records
+    never holds up an event, nor a thread's new run); `read` is set once the first assignment's partitions are
+    loaded, `ready` while every partition of the latest one is. `threads` is None without a thread index topic."""
 
     def __init__(self, settings: GatewaySettings, hub: Hub, directory: RunDirectory, owners: Owners, *,
+                 threads: ThreadIndex | None = None,
                  on_batch: Callable[[int], None] | None = None) -> None:  # fmt: skip
         self._settings = settings
         self._hub = hub
         self._directory = directory
         self._owners = owners
+        self._threads = threads
         self._on_batch = on_batch
-        self._consumers: list[AIOKafkaConsumer] = []  # the output topic's, then the display topic's
+        self._consumers: list[AIOKafkaConsumer] = []  # the output topic's, the display topic's, the index topic's
         self._offered: dict[int, str] = {}  # the map of the assignment being taken
-        self._loading = EndWatch()  # gained display partitions being read up to the end offsets taken when gained
+        # gained display (and index) partitions being read up to the end offsets taken when they were gained
+        self._loading = EndWatch()
+        self._index_loading = EndWatch()
         self._display_next: dict[int, int] = {}  # per own display partition, the next offset to read
+        self._index_next: dict[int, int] = {}  # likewise, per own index partition
         self._who = principal(settings)
         self.read = asyncio.Event()  # set once the first assignment's partitions were loaded
         self.last_beat = time.monotonic()
@@ -109,25 +116,31 @@ class TopicTail:
                                session_timeout_ms=settings.session_timeout_ms,
                                heartbeat_interval_ms=settings.heartbeat_interval_ms, **options)  # fmt: skip
         displays = gateway_consumer(settings, "display", **options)
+        beside = [(displays, settings.display_topic, "display_topic")]
+        if self._threads is not None:
+            beside.append((gateway_consumer(settings, "index", **options), settings.thread_index_topic,
+                           "thread_index_topic"))  # fmt: skip
         started: list[AIOKafkaConsumer] = []
         try:
-            for consumer in (events, displays):
+            for consumer in (events, *(consumer for consumer, _, _ in beside)):
                 await consumer.start()
                 started.append(consumer)
             output = await topic_partitions(events, settings.output_topic, "output_topic", self._who)
-            display = await topic_partitions(displays, settings.display_topic, "display_topic", self._who)
-            if len(output) != len(display):
-                raise ConfigError(
-                    f"display topic {settings.display_topic!r} has {len(display)} partitions and output topic "
-                    f"{settings.output_topic!r} {len(output)}: the worker writes them co-partitioned, they must match"
-                )
+            for consumer, topic, role in beside:
+                found = await topic_partitions(consumer, topic, role, self._who)
+                if len(output) != len(found):
+                    raise ConfigError(
+                        f"{role.removesuffix('_topic').replace('_', ' ')} topic {topic!r} has {len(found)} partitions "
+                        f"and output topic {settings.output_topic!r} {len(output)}: the worker writes them "
+                        "co-partitioned, they must match"
+                    )
             self._owners.partitions = len(output)
             events.subscribe([settings.output_topic], listener=_Rebalance(self))
         except BaseException:
             for consumer in started:
                 await consumer.stop()
             raise
-        self._consumers = [events, displays]
+        self._consumers = started
         return True
 
     @property
@@ -155,8 +168,8 @@ class TopicTail:
 
     async def assigned(self, mine: set[int]) -> None:
         """Take the group's new assignment: lost partitions end their streams and are forgotten, gained ones are read
-        from the output topic's end and the display topic's beginning, kept ones go on where they were."""
-        events, displays = self._consumers
+        from the output topic's end and the display and index topics' beginning, kept ones go on where they were."""
+        events, displays = self._consumers[:2]
         settings, hub = self._settings, self._hub
         gained, lost = self._owners.assign(self._offered, mine)
         if lost:
@@ -165,6 +178,11 @@ class TopicTail:
             self._loading.drop(TopicPartition(settings.display_topic, partition) for partition in lost)
             for partition in lost:
                 self._display_next.pop(partition, None)
+            if self._threads is not None:
+                self._threads.release(lost)
+                self._index_loading.drop(TopicPartition(settings.thread_index_topic, p) for p in lost)
+                for partition in lost:
+                    self._index_next.pop(partition, None)
         if gained:
             tps = [TopicPartition(settings.output_topic, p) for p in sorted(gained)]
             for tp, end in (await end_offsets(events, tps)).items():
@@ -178,18 +196,44 @@ class TopicTail:
         if gained:
             ends = await end_offsets(displays, [tp for tp in display if tp.partition in gained])
             self._loading.add({tp: end for tp, end in ends.items() if end > 0})
-        self._owners.loaded(tp.partition for tp in display if tp not in self._loading.ends)
+        if self._threads is not None:
+            await self._assign_index(mine, gained)
+        self._owners.loaded(self._loaded(mine))
         _log.info("gateway group assignment: partitions %s here (%d gained, %d lost)", sorted(mine), len(gained),
                   len(lost), extra={"partitions": sorted(mine), "owners": self._owners.generation})  # fmt: skip
         self._check_loaded()
+
+    async def _assign_index(self, mine: set[int], gained: frozenset[int]) -> None:
+        """The index consumer takes the same partitions: gained ones from their beginning, loaded once read to the
+        end offsets taken now."""
+        assert self._threads is not None
+        indexes = self._consumers[2]
+        index = [TopicPartition(self._settings.thread_index_topic, p) for p in sorted(mine)]
+        indexes.assign(index)
+        for tp in index:
+            indexes.seek(tp, self._index_next.setdefault(tp.partition, 0))
+        if gained:
+            self._threads.gained(gained)
+            ends = await end_offsets(indexes, [tp for tp in index if tp.partition in gained])
+            self._index_loading.add({tp: end for tp, end in ends.items() if end > 0})
+            self._threads.loaded([p for p in gained if TopicPartition(self._settings.thread_index_topic, p)
+                                  not in self._index_loading.ends])  # fmt: skip
+
+    def _loaded(self, partitions: Collection[int]) -> list[int]:
+        """Those of `partitions` whose display (and index) partition was read up to its end offset."""
+        display, index = self._settings.display_topic, self._settings.thread_index_topic
+        return [p for p in partitions if TopicPartition(display, p) not in self._loading.ends
+                and TopicPartition(index, p) not in self._index_loading.ends]  # fmt: skip
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read until `stop`; a client error is logged and retried, the consumers keep their positions."""
         if not self._consumers:
             raise KafkaWorkerError("the topic tail was not started")
-        events, displays = self._consumers
-        await asyncio.gather(self._loop(stop, events, "output_topic", self._output),
-                             self._loop(stop, displays, "display_topic", self._display))  # fmt: skip
+        events, displays, *indexes = self._consumers
+        loops = [self._loop(stop, events, "output_topic", self._output),
+                 self._loop(stop, displays, "display_topic", self._display)]  # fmt: skip
+        loops.extend(self._loop(stop, consumer, "thread_index_topic", self._index) for consumer in indexes)
+        await asyncio.gather(*loops)
 
     async def _loop(
         self, stop: asyncio.Event, consumer: AIOKafkaConsumer, role: str, handle: Callable[[int, list[object]], None]
@@ -198,7 +242,7 @@ class TopicTail:
         topic = getattr(self._settings, role)
         while not stop.is_set():
             self.beat()
-            if role == "display_topic" and not consumer.assignment():
+            if role != "output_topic" and not consumer.assignment():
                 await wait_beating(stop, self.beat, 0.1)  # no partition here yet
                 continue
             try:
@@ -226,7 +270,9 @@ class TopicTail:
                     count += len(records)
                     handle(tp.partition, records)
             if role == "display_topic" and self._loading:
-                await self._display_positions(consumer)
+                await self._positions(consumer, self._loading, "the run directory")
+            elif role == "thread_index_topic" and self._index_loading:
+                await self._positions(consumer, self._index_loading, "the thread index")
             if self._on_batch is not None and count:
                 self._on_batch(count)
             await asyncio.sleep(0)  # the writers of what was just queued go before the next batch
@@ -258,15 +304,29 @@ class TopicTail:
             if seq is not None:
                 hub.displayed(run_id, pointer.seq)
 
-    async def _display_positions(self, consumer: AIOKafkaConsumer) -> None:
-        """Mark the gained display partitions read up to their end offsets loaded; a loading stall is told (and
-        the partitions are read on)."""
+    def _index(self, partition: int, records: list[object]) -> None:
+        threads = self._threads
+        assert threads is not None
+        for record in records:
+            key, value, headers = record.key, record.value, record.headers  # type: ignore[attr-defined]
+            offset = record.offset  # type: ignore[attr-defined]
+            self._index_next[partition] = offset + 1
+            thread = header(headers, THREAD_ID)
+            if thread is not None:
+                threads.update(partition, offset, key, value, thread_id=thread.decode("utf-8", "replace"),
+                               timestamp_ms=record.timestamp)  # type: ignore[attr-defined]  # fmt: skip
+
+    async def _positions(self, consumer: AIOKafkaConsumer, loading: EndWatch, what: str) -> None:
+        """Mark the gained partitions read up to their end offsets (of `loading`, the display's or the index's)
+        loaded once both are; a loading stall is told (and the partitions are read on)."""
         try:
-            done = await self._loading.reached(consumer)
+            done = await loading.reached(consumer)
         except StalledReadError as exc:
-            _log.warning("loading the run directory: %s; still reading", exc)
+            _log.warning("loading %s: %s; still reading", what, exc)
             return
-        self._owners.loaded(tp.partition for tp in done)
+        if loading is self._index_loading and self._threads is not None:
+            self._threads.loaded([tp.partition for tp in done])
+        self._owners.loaded(self._loaded([tp.partition for tp in done]))
         self._check_loaded()
 
     def _check_loaded(self) -> None:

@@ -4,9 +4,10 @@ entry point requests take: here, loading, a peer, or nobody, and a peer's answer
 header, as a whole answer, a stream, or a relay shared by this replica's connections. Only this package talks to
 peers."""
 
-from worker.gateway.routing.forwarding import PeerKey, Unavailable, UpstreamLost
+from worker.gateway.routing.forwarding import Ask, PeerKey, Unavailable, UpstreamLost
 from worker.gateway.routing.group import OwnersAssignor
 from worker.gateway.routing.owners import Owners, Route, Target, Where
 from worker.gateway.routing.router import Router
 
-__all__ = ["Owners", "OwnersAssignor", "PeerKey", "Route", "Router", "Target", "Unavailable", "UpstreamLost", "Where"]
+__all__ = ["Ask", "Owners", "OwnersAssignor", "PeerKey", "Route", "Router", "Target", "Unavailable", "UpstreamLost",
+           "Where"]

@@ -16,8 +16,8 @@ import hashlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncGenerator
-from typing import NamedTuple
+from collections.abc import AsyncGenerator, Mapping
+from typing import NamedTuple, Protocol
 
 import aiohttp
 import orjson
@@ -28,7 +28,8 @@ from worker.errors import GatewayError
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing.owners import Owners, Route, Target, Where
 
-__all__ = ["PEER_HEADER", "THREAD_HEADER", "Forwarder", "PeerKey", "Unavailable", "Upstream", "UpstreamLost"]
+__all__ = ["PEER_HEADER", "THREAD_HEADER", "Ask", "Asked", "Forwarder", "PeerKey", "Unavailable", "Upstream",
+           "UpstreamLost"]
 
 _log = logging.getLogger(__name__)
 PEER_HEADER = "X-Harness-Gateway-Peer"
@@ -38,6 +39,29 @@ _PEER_TTL_S = 60
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
 _CONNECT_S = 2.0
+
+
+class Asked(Protocol):
+    """What of a request goes to a key's owner: its method, its target as sent (path and query, escaped), and headers
+    (a client's aiohttp request, or an `Ask` this replica makes on a client's behalf)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def raw_path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class Ask(NamedTuple):
+    """A request this replica makes of a key's owner on a client's behalf (a thread's run), with the client's token
+    among its headers: routed and forwarded as a client's own."""
+
+    method: str
+    raw_path: str
+    headers: Mapping[str, str]
 
 
 class Unavailable(GatewayError):
@@ -128,7 +152,7 @@ class Forwarder:
             await self._session.close()
             self._session = None
 
-    async def _answer(self, request: web.Request, target: Target, route: Route,
+    async def _answer(self, request: Asked, target: Target, route: Route,
                       body: bytes | None) -> aiohttp.ClientResponse | None:  # fmt: skip
         """The owner's answer (status 200, or an error that waiting would not change), or None when the key turned
         out to be served here. Waits, re-reading the map, while no owner answers; Unavailable once the wait is over."""
@@ -166,7 +190,7 @@ class Forwarder:
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
             route = self._owners.route(target.key)
 
-    async def fetch(self, request: web.Request, target: Target, route: Route,
+    async def fetch(self, request: Asked, target: Target, route: Route,
                     body: bytes | None = None) -> web.Response | None:  # fmt: skip
         """The owner's whole answer to `request` as this replica's, or None when the key is served here."""
         answer = await self._answer(request, target, route, body)
@@ -178,7 +202,7 @@ class Forwarder:
             return web.Response(status=answer.status, body=payload, headers=headers,
                                 content_type=answer.content_type)  # fmt: skip
 
-    async def forward(self, request: web.Request, target: Target, route: Route,
+    async def forward(self, request: Asked, target: Target, route: Route,
                       body: bytes | None = None) -> Upstream | None:  # fmt: skip
         """The owner's stream for `request`, whole frames at a time, or None when the key is served here.
         GatewayError (the owner's own, with its status and code) before the first chunk when the owner refused;

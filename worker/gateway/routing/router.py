@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable
 from aiohttp import web
 
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.routing.forwarding import PEER_HEADER, THREAD_HEADER, Forwarder, PeerKey, Unavailable
+from worker.gateway.routing.forwarding import PEER_HEADER, THREAD_HEADER, Asked, Forwarder, PeerKey, Unavailable
 from worker.gateway.routing.owners import Owners, Route, Target, Where
 from worker.gateway.routing.relay import Relays
 from worker.gateway.tokens import Grant
@@ -50,7 +50,7 @@ class Router:
         """Requests waiting for an owner are answered 503 at once (this replica is shutting down)."""
         self._forwarder.drain()
 
-    def route(self, request: web.Request, target: Target) -> Route:
+    def route(self, request: Asked, target: Target) -> Route:
         """Where `request` for `target` is answered now. A request a peer forwarded (its header checked: 401
         `bad-peer` unless signed with the peer key) is served here or refused 503 `not-owner`."""
         route = self.owners.route(target.key)
@@ -69,17 +69,17 @@ class Router:
         if PEER_HEADER in request.headers:
             response.headers[THREAD_HEADER] = thread_id
 
-    async def fetch(self, request: web.Request, target: Target, route: Route) -> web.Response | None:
+    async def fetch(self, request: Asked, target: Target, route: Route) -> web.Response | None:
         """The owner's whole answer to `request`, or None when `target` is served here."""
         return await self._forwarder.fetch(request, target, route)
 
-    async def forward(self, request: web.Request, target: Target, route: Route,
+    async def forward(self, request: Asked, target: Target, route: Route,
                       body: bytes) -> AsyncGenerator[bytes, None] | None:  # fmt: skip
         """The owner's stream for this request alone, whole frames at a time, or None when `target` is served here."""
         upstream = await self._forwarder.forward(request, target, route, body)
         return None if upstream is None else upstream.chunks
 
-    async def follow(self, request: web.Request, target: Target, route: Route, want: int | None, grant: Grant | None,
+    async def follow(self, request: Asked, target: Target, route: Route, want: int | None, grant: Grant | None,
                      *, on_drop: Callable[[], None],
                      blocked: Callable[[], bool]) -> AsyncGenerator[bytes, None] | None:  # fmt: skip
         """A run's `EventSource` stream from its owner, from event `want` on (None: a cursor of another run, the
