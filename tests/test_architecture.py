@@ -363,9 +363,16 @@ def test_a_private_attribute_planted_across_modules_is_found() -> None:
     assert [hit.split(" ")[1] for hit in _private_reaches(sources)] == ["._waiting"]
 
 
-def _stage_moves_outside_the_table(source: str) -> list[str]:
-    """Assignments to a task's `_stage` other than the first one in `__init__` and `_move`'s, which must go through
-    `Stage.to` (the table)."""
+# Every lifecycle a table: (module, the attribute holding where an object stands, its first value, the table).
+LIFECYCLES = {
+    "a partition task's stage": ("worker/live/task.py", "_stage", "REBUILDING", "_MOVES[self]"),
+    "a transaction's phase": ("worker/live/transaction.py", "_phase", "IDLE", "_NEXT[self]"),
+}
+
+
+def _moves_outside_the_table(source: str, attribute: str, first: str) -> list[str]:
+    """Assignments to `attribute` other than the first one in `__init__` (to `first`) and `_move`'s, which must go
+    through the enum's `to` (the table)."""
     found = []
     for func in ast.walk(ast.parse(source)):
         if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -374,26 +381,34 @@ def _stage_moves_outside_the_table(source: str) -> list[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
                 node, ast.AugAssign | ast.AnnAssign) else []  # fmt: skip
             for target in targets:
-                if not (isinstance(target, ast.Attribute) and target.attr == "_stage"):
+                if not (isinstance(target, ast.Attribute) and target.attr == attribute):
                     continue
                 value = node.value
                 through_table = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
                                  and value.func.attr == "to")  # fmt: skip
                 if func.name == "_move" and through_table:
                     continue
-                if func.name == "__init__" and isinstance(value, ast.Attribute) and value.attr == "REBUILDING":
+                if func.name == "__init__" and isinstance(value, ast.Attribute) and value.attr == first:
                     continue
                 found.append(f"{func.name}:{node.lineno}")
     return found
 
 
-def test_every_task_stage_change_goes_through_the_table() -> None:
-    source = (ROOT / "worker" / "live" / "task.py").read_text()
-    assert "def _move" in source and "_MOVES[self]" in source, "the task's stage table or its one mover is gone"
-    assert not _stage_moves_outside_the_table(source), _stage_moves_outside_the_table(source)
+@pytest.mark.parametrize("lifecycle", sorted(LIFECYCLES))
+def test_every_move_of_a_lifecycle_goes_through_its_table(lifecycle: str) -> None:
+    path, attribute, first, table = LIFECYCLES[lifecycle]
+    source = (ROOT / path).read_text()
+    assert "def _move" in source and table in source, f"{lifecycle}: its table or its one mover is gone"
+    assert not _moves_outside_the_table(source, attribute, first), _moves_outside_the_table(source, attribute, first)
 
 
-def test_a_stage_change_planted_beside_the_table_is_found() -> None:
-    source = (ROOT / "worker" / "live" / "task.py").read_text()
-    planted = source + "\n\ndef _planted(task):\n    task._stage = Stage.LIVE\n"
-    assert [hit.split(":")[0] for hit in _stage_moves_outside_the_table(planted)] == ["_planted"]
+@pytest.mark.parametrize(("lifecycle", "planted"), [
+    ("a partition task's stage", "def _planted(task):\n    task._stage = Stage.LIVE\n"),
+    ("a partition task's stage", "def _take(task):\n    task._stage = Stage.STOPPED  # parked, taken back\n"),
+    ("a transaction's phase", "def _planted(txn):\n    txn._phase = TxnPhase.BROKEN\n"),
+])  # fmt: skip
+def test_a_move_planted_beside_the_table_is_found(lifecycle: str, planted: str) -> None:
+    path, attribute, first, _ = LIFECYCLES[lifecycle]
+    source = (ROOT / path).read_text() + "\n\n" + planted
+    assert [hit.split(":")[0] for hit in _moves_outside_the_table(source, attribute, first)] == [
+        planted.split("(", maxsplit=1)[0].removeprefix("def ")]

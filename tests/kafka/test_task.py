@@ -141,7 +141,7 @@ async def test_a_partition_fenced_while_another_member_owns_it_never_starts_a_pr
     assert world.value("transaction_failures_total", topic=TOPIC, partition="0", cause="fenced") == 1
     assert world.health.ready()[0] is False and world.value("partition_ready", topic=TOPIC, partition="0") == 0
     assert rebuilder.closed == rebuilder.producers, "the fenced producer is closed"
-    assert await task.stop(1.0) is None, "a fenced partition is never parked"
+    assert not await task.stop(1.0), "a fenced partition is never parked"
 
 
 async def test_a_partition_that_waited_for_the_group_before_its_rebuild_goes_live_once_it_owns_it() -> None:
@@ -308,22 +308,25 @@ async def test_a_revocation_commit_that_cannot_finish_in_budget_drops_the_partit
     await until(lambda: world.processed(task) == 3)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    assert await task.stop(0.2) is None, "a partition whose commit did not finish must not be parked"
+    assert not await task.stop(0.2), "a partition whose commit did not finish must not be parked"
     assert loop.time() - started < 0.6
     assert rebuilder.producers[0] in rebuilder.closed
     assert world.value("deadline_expirations_total", call="revoke") == 1
 
 
-async def test_a_revoked_live_partition_commits_and_is_handed_back_for_parking() -> None:
+async def test_a_revoked_live_partition_commits_and_is_parked_until_taken_back() -> None:
     rebuilder = _rebuilder()
     world = TaskWorld(rebuilder, commit_interval_ms=30_000)
     task = world.start(0)
     await until(lambda: world.live(task))
     _feed(world, task, 4)
     await until(lambda: world.processed(task) == 4)
-    parked = await task.stop(1.0)
-    assert parked is not None and parked.committed == 4 and parked.producer is rebuilder.producers[0]
+    assert await task.stop(1.0)
+    parked = task.take_back()  # parked -> stopped: a move only a parked task makes
+    assert parked.committed == 4 and parked.producer is rebuilder.producers[0]
     assert rebuilder.producers[0].committed == [4] and rebuilder.closed == []
+    with pytest.raises(KafkaWorkerError, match="illegal partition stage move stopped -> stopped"):
+        task.take_back()  # a parked partition is taken back once
 
 
 async def test_a_partition_whose_revoke_commit_fails_is_not_parked() -> None:
@@ -334,7 +337,7 @@ async def test_a_partition_whose_revoke_commit_fails_is_not_parked() -> None:
     await until(lambda: world.live(task))
     _feed(world, task, 3)
     await until(lambda: world.processed(task) == 3)
-    assert await task.stop(1.0) is None
+    assert not await task.stop(1.0)
     assert rebuilder.producers[0] in rebuilder.closed
 
 
@@ -359,9 +362,12 @@ def test_a_stage_moves_only_as_the_lifecycle_allows() -> None:
     assert Stage.REBUILDING.to(Stage.LIVE) is Stage.LIVE
     assert Stage.LIVE.to(Stage.STOPPING) is Stage.STOPPING
     assert Stage.FAILED.to(Stage.REBUILDING) is Stage.REBUILDING
+    assert Stage.STOPPING.to(Stage.PARKED).to(Stage.STOPPED) is Stage.STOPPED
     illegal = [(Stage.STOPPED, stage) for stage in Stage] + [
         (Stage.LIVE, Stage.REBUILDING), (Stage.LIVE, Stage.LIVE), (Stage.STOPPING, Stage.LIVE),
         (Stage.HALTED, Stage.REBUILDING), (Stage.HALTED, Stage.LIVE), (Stage.FAILED, Stage.LIVE),
+        (Stage.LIVE, Stage.PARKED), (Stage.FAILED, Stage.PARKED), (Stage.PARKED, Stage.LIVE),
+        (Stage.PARKED, Stage.REBUILDING), (Stage.PARKED, Stage.PARKED),
     ]  # fmt: skip
     for start, to in illegal:
         with pytest.raises(KafkaWorkerError, match=f"illegal partition stage move {start.value} -> {to.value}"):
@@ -391,12 +397,13 @@ async def test_a_checkpoint_of_many_open_runs_lets_the_loop_run_between_its_part
     await asyncio.sleep(0)
     gc.disable()  # a collection of the test process's whole heap is not the cut's to bound
     try:
-        parked = await task.stop(30.0)
+        assert await task.stop(30.0)
     finally:
         gc.enable()
     stopping = False
     await beside
-    assert parked is not None and parked.state.checkpointed == runs
+    parked = task.take_back()
+    assert parked.state.checkpointed == runs
     # the first transaction's checkpoint wrote the runs it held, the final one every run opened since
     assert world.value("checkpoints_total", topic=TOPIC, partition="0") == 2
     assert world.value("changelog_records_total", topic=TOPIC, partition="0") == runs + 2

@@ -11,7 +11,7 @@ from aiokafka.errors import KafkaError
 
 from tests.kafka.support import StandInInternals, phase_after
 from worker.errors import DeadlineError, KafkaWorkerError
-from worker.live.transaction import Transaction
+from worker.live.transaction import Transaction, TxnPhase
 
 TP = TopicPartition("src", 3)
 
@@ -101,6 +101,35 @@ async def test_a_failed_delivery_fails_the_commit_and_breaks_the_transaction() -
     assert await phase_after(txn) == "broken"
     with pytest.raises(KafkaWorkerError, match="illegal transaction move broken -> open"):
         await txn.begin()
+
+
+def test_a_phase_moves_only_as_the_table_allows() -> None:
+    """Any phase may break (a failed call, a discarded transaction); a broken one only aborts; a commit or an abort
+    under way ends idle or broken, never aborting."""
+    for phase in TxnPhase:
+        assert phase.to(TxnPhase.BROKEN, "src[3]") is TxnPhase.BROKEN
+    illegal = [(TxnPhase.BROKEN, TxnPhase.OPEN), (TxnPhase.BROKEN, TxnPhase.IDLE), (TxnPhase.IDLE, TxnPhase.IDLE),
+               (TxnPhase.COMMITTING, TxnPhase.ABORTING), (TxnPhase.ABORTING, TxnPhase.COMMITTING),
+               (TxnPhase.IDLE, TxnPhase.COMMITTING)]  # fmt: skip
+    for start, to in illegal:
+        with pytest.raises(KafkaWorkerError, match=f"src\\[3\\]: illegal transaction move {start.value} -> {to.value}"):
+            start.to(to, "src[3]")
+
+
+async def test_an_abort_while_the_commit_runs_gives_the_commit_up_and_aborts() -> None:
+    producer = _Producer()
+    producer.offsets_gate = asyncio.Event()  # the commit waits for the broker's answer to its offsets
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+    await txn.begin()
+    await txn.send("out", None, b"v", [])
+    commit = asyncio.create_task(txn.commit(1, ""))
+    await asyncio.sleep(0.01)
+    await txn.abort()  # committing -> broken -> aborting -> idle, the commit still waiting
+    assert [c[0] for c in producer.calls] == ["begin", "send", "offsets", "abort"]
+    commit.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await commit
+    assert await phase_after(txn) == "broken", "the commit given up leaves the transaction broken"
 
 
 async def test_abort_returns_to_idle_and_forgets_the_batch() -> None:

@@ -39,7 +39,7 @@ from worker.live.publishing import KeyRouter, Routes
 from worker.live.task import Deadlines, PartitionTask, TaskContext
 from worker.live.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
-from worker.recovery import Parked, Rebuilder
+from worker.recovery import Rebuilder
 from worker.settings import Settings
 from worker.stream import PartitionState, ReplayPool, StreamCore, default_core
 
@@ -126,7 +126,7 @@ class GroupMember:
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(_admin_client(settings), _group_consumer(settings))
         self._tasks: dict[TopicPartition, PartitionTask] = {}
-        self._parked: dict[TopicPartition, Parked] = {}
+        self._parked: dict[TopicPartition, PartitionTask] = {}  # revoked tasks in their parked stage
         self._membership = asyncio.Lock()  # rebalance callbacks and shutdown one at a time; no partition takes it
         self._closing = False
 
@@ -303,8 +303,9 @@ class GroupMember:
             tasks = list(self._tasks.values())
             self._tasks.clear()
             stopped = await asyncio.gather(*(task.stop(self._deadlines.shutdown_s) for task in tasks))
-            kept = [parked for parked in stopped if parked is not None] + list(self._parked.values())
+            parked = [task for task, kept in zip(tasks, stopped, strict=True) if kept] + list(self._parked.values())
             self._parked.clear()
+            kept = [task.take_back() for task in parked]
             await asyncio.gather(*(force_close(parked.producer, self._deadlines.call_s) for parked in kept))
             await self._rebuilder.await_closes(self._deadlines.call_s)
 
@@ -322,8 +323,8 @@ class GroupMember:
             stopped = await asyncio.gather(*(task.stop(self._deadlines.revoke_s) for task in tasks))
             for task, parked in zip(tasks, stopped, strict=True):
                 self._health.drop_partition(task.tp.topic, task.tp.partition)
-                if parked is not None:
-                    self._parked[task.tp] = parked
+                if parked:
+                    self._parked[task.tp] = task
                 else:
                     self._metrics.forget_partition(*task.tp)
             self._metrics.assigned_partitions.set(len(self._tasks))
@@ -335,10 +336,11 @@ class GroupMember:
                 return
             assigned = set(assigned)
             for tp in [tp for tp in self._parked if tp not in assigned]:
-                self._rebuilder.close_later(self._parked.pop(tp).producer)
+                self._rebuilder.close_later(self._parked.pop(tp).take_back().producer)
                 self._metrics.forget_partition(*tp)
             for tp in sorted(assigned - set(self._tasks)):
-                self._tasks[tp] = PartitionTask(self._context, tp, self._parked.pop(tp, None))
+                parked = self._parked.pop(tp, None)
+                self._tasks[tp] = PartitionTask(self._context, tp, parked.take_back() if parked is not None else None)
             self._metrics.assigned_partitions.set(len(self._tasks))
             self._health.set_assigned(True)  # each partition is recorded rebuilding by now: ready once all are live
 

@@ -49,10 +49,11 @@ class Stage(Enum):
 
     REBUILDING = "rebuilding"  # rebuilding its state, not ready
     LIVE = "live"  # processing and committing, ready
-    STOPPING = "stopping"  # live, asked to stop: commits what it processed, then is handed back for parking
+    STOPPING = "stopping"  # live, asked to stop: commits what it processed, then is parked
     FAILED = "failed"  # a transaction or a rebuild failed, or it waits for the group: not ready, rebuilds after
     HALTED = "halted"  # a policy, an unreadable checkpoint or a bug stopped it: held, not ready, until moved
-    STOPPED = "stopped"  # the task has ended: the partition handed back, or dropped
+    PARKED = "parked"  # revoked after its last commit: its state and producer kept until they are taken back
+    STOPPED = "stopped"  # the task has ended: its partition taken back by the next task, closed, or dropped
 
     def to(self, stage: Stage) -> Stage:
         """`stage`, when `_MOVES` lists the move from this one; any other move is a bug and raises."""
@@ -64,14 +65,15 @@ class Stage(Enum):
 _MOVES: dict[Stage, frozenset[Stage]] = {
     Stage.REBUILDING: frozenset({Stage.REBUILDING, Stage.LIVE, Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
     Stage.LIVE: frozenset({Stage.STOPPING, Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
-    Stage.STOPPING: frozenset({Stage.FAILED, Stage.HALTED, Stage.STOPPED}),
+    Stage.STOPPING: frozenset({Stage.FAILED, Stage.HALTED, Stage.PARKED, Stage.STOPPED}),
     Stage.FAILED: frozenset({Stage.FAILED, Stage.REBUILDING, Stage.HALTED, Stage.STOPPED}),
     Stage.HALTED: frozenset({Stage.STOPPED}),
+    Stage.PARKED: frozenset({Stage.STOPPED}),
     Stage.STOPPED: frozenset(),
 }
 _READINESS: dict[Stage, Readiness | None] = {  # what /readyz says on entering a stage; None: unchanged
     Stage.REBUILDING: "rebuilding", Stage.LIVE: "ready", Stage.STOPPING: None, Stage.FAILED: "failed",
-    Stage.HALTED: "failed", Stage.STOPPED: None,
+    Stage.HALTED: "failed", Stage.PARKED: None, Stage.STOPPED: None,
 }  # fmt: skip
 _PROCESSING = frozenset({Stage.LIVE, Stage.STOPPING})  # the stages whose fetched records are processed and committed
 
@@ -202,6 +204,7 @@ class PartitionTask:
         self._pipeline: CommitPipeline | None = None  # while live
         self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint cut
         self._parked = parked  # kept through the rebalance: taken back when the committed offset did not move
+        self._kept: Parked | None = None  # while parked: this partition's state and producer, until taken back
         self._inbox: list[list[Any]] = []
         self._wake = asyncio.Event()
         self._fault: BaseException | None = None
@@ -242,11 +245,11 @@ class PartitionTask:
         if self._stage is Stage.LIVE and pipeline is not None and end is not None:
             self._report.lag(max(0, end - pipeline.next_offset))
 
-    async def stop(self, budget_s: float) -> Parked | None:
-        """End the task. A live partition commits what it has open, within `budget_s`, and is handed back for
-        parking with its producer; any other partition, or one whose commit does not finish in time, is dropped
-        (its producer closed in the background, its open transaction left for the next owner's producer to
-        abort)."""
+    async def stop(self, budget_s: float) -> bool:
+        """End the task; True when the partition is parked. A live partition commits what it has open, within
+        `budget_s`, and is parked with its state and producer (`take_back` hands them on); any other partition, or
+        one whose commit does not finish in time, is dropped (its producer closed in the background, its open
+        transaction left for the next owner's producer to abort)."""
         if not self._task.done():
             if self._stage is Stage.LIVE:
                 self._move(Stage.STOPPING)
@@ -257,11 +260,19 @@ class PartitionTask:
             if not self._task.done():
                 self._task.cancel()
                 await asyncio.wait([self._task], timeout=budget_s)
-        if self._task.done() and not self._task.cancelled() and self._task.exception() is None:
-            return self._task.result()
-        return None
+        return self._task.done() and not self._task.cancelled() and self._task.exception() is None \
+            and self._task.result()  # fmt: skip
 
-    def _ended(self, task: asyncio.Task[Parked | None]) -> None:
+    def take_back(self) -> Parked:
+        """The parked partition's state at its committed offset and its producer, handed to whoever comes next (the
+        partition's next task, or the member closing the producer); the task is stopped from then."""
+        kept, self._kept = self._kept, None
+        self._move(Stage.STOPPED)
+        if kept is None:
+            raise KafkaWorkerError(f"{self._where}: taken back, but nothing was parked")
+        return kept
+
+    def _ended(self, task: asyncio.Task[bool]) -> None:
         if not task.cancelled() and task.exception() is not None:  # a bug: held, not ready, until the group moves it
             if self._stage is not Stage.HALTED:
                 self._move(Stage.HALTED)
@@ -269,7 +280,7 @@ class PartitionTask:
 
     # ---- the partition's task ------------------------------------------------------------------------------
 
-    async def _main(self) -> Parked | None:
+    async def _main(self) -> bool:
         try:
             failures = 0  # since the partition last committed
             while True:
@@ -277,9 +288,9 @@ class PartitionTask:
                 went_live_at = self._committed or 0
                 await self._live()
                 if self._stage is Stage.STOPPING:
-                    parked = await self._final_commit()
-                    self._move(Stage.STOPPED)
-                    return parked
+                    self._kept = await self._final_commit()
+                    self._move(Stage.STOPPED if self._kept is None else Stage.PARKED)
+                    return self._kept is not None
                 if self._stage is Stage.HALTED:
                     await asyncio.Event().wait()  # held until the group moves the partition (stop cancels this)
                 progressed = (self._committed or 0) > went_live_at
@@ -452,7 +463,7 @@ class PartitionTask:
             self._wake.set()
 
     async def _final_commit(self) -> Parked | None:
-        """On stop: commit what is open and hand the partition back for parking, or drop it if that fails."""
+        """On stop: commit what is open and keep the partition for parking, or drop it if that fails."""
         pipeline = self._pipeline
         if pipeline is not None and await pipeline.close() and self._stage is Stage.STOPPING:
             self._pipeline = None

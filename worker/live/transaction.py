@@ -46,13 +46,19 @@ _T = TypeVar("_T")
 
 
 class TxnPhase(Enum):
-    """Transaction phases; `_NEXT` lists the only legal moves, anything else is a bug."""
+    """Where a transaction stands; `_NEXT` lists the only legal moves, anything else is a bug."""
 
-    IDLE = "idle"
-    OPEN = "open"
-    COMMITTING = "committing"
-    ABORTING = "aborting"
-    BROKEN = "broken"
+    IDLE = "idle"  # none open: the next record begins one
+    OPEN = "open"  # begun: records go in
+    COMMITTING = "committing"  # its commit runs
+    ABORTING = "aborting"  # its abort runs at the broker
+    BROKEN = "broken"  # a call failed, or it was discarded: only an abort leaves it
+
+    def to(self, phase: TxnPhase, where: str) -> TxnPhase:
+        """`phase`, when `_NEXT` lists the move from this one; any other move is a bug and raises."""
+        if phase not in _NEXT[self]:
+            raise KafkaWorkerError(f"{where}: illegal transaction move {self.value} -> {phase.value}")
+        return phase
 
 
 _NEXT: dict[TxnPhase, frozenset[TxnPhase]] = {
@@ -60,7 +66,7 @@ _NEXT: dict[TxnPhase, frozenset[TxnPhase]] = {
     TxnPhase.OPEN: frozenset({TxnPhase.COMMITTING, TxnPhase.ABORTING, TxnPhase.BROKEN}),
     TxnPhase.COMMITTING: frozenset({TxnPhase.IDLE, TxnPhase.BROKEN}),
     TxnPhase.ABORTING: frozenset({TxnPhase.IDLE, TxnPhase.BROKEN}),
-    TxnPhase.BROKEN: frozenset({TxnPhase.ABORTING}),
+    TxnPhase.BROKEN: frozenset({TxnPhase.ABORTING, TxnPhase.BROKEN}),
 }
 
 
@@ -132,9 +138,8 @@ class Transaction:
         return await bounded(aw, self._deadline, call, self._where)
 
     def _move(self, to: TxnPhase) -> None:
-        if to not in _NEXT[self._phase]:
-            raise KafkaWorkerError(f"{self._tp}: illegal transaction move {self._phase.value} -> {to.value}")
-        self._phase = to
+        """The one way to change phase: a move `_NEXT` does not list raises."""
+        self._phase = self._phase.to(to, self._where)
 
     async def begin(self) -> None:
         """Open a transaction if none is open."""
@@ -144,7 +149,7 @@ class Transaction:
         try:
             await self._bounded(self._producer.begin_transaction(), "begin")
         except BaseException:
-            self._phase = TxnPhase.BROKEN
+            self._move(TxnPhase.BROKEN)
             raise
         self._opened_at = self._begun_at = time.monotonic()
 
@@ -265,7 +270,7 @@ class Transaction:
                 if not offsets.done():  # answered before anyone aborts this transaction (a deadline cancelled it)
                     await asyncio.wait([offsets], timeout=self._deadline)
         except BaseException:
-            self._phase = TxnPhase.BROKEN
+            self._move(TxnPhase.BROKEN)
             raise
         stamps = self._timestamps
         self._reset()
@@ -292,14 +297,16 @@ class Transaction:
         if self._early is not None and not self._early_queued:
             self._early.cancel()  # waiting for its batches could take a timeout; queued offsets precede the abort
         self._reset()
+        if self._phase in (TxnPhase.COMMITTING, TxnPhase.ABORTING):
+            self._move(TxnPhase.BROKEN)  # a commit or an abort still under way is given up
         if not observe_producer(self._producer).can_abort:
-            self._phase = TxnPhase.BROKEN
+            self._move(TxnPhase.BROKEN)
             return
-        self._phase = TxnPhase.ABORTING
+        self._move(TxnPhase.ABORTING)
         try:
             await self._bounded(self._producer.abort_transaction(), "abort")
         except Exception:
-            self._phase = TxnPhase.BROKEN
+            self._move(TxnPhase.BROKEN)
             return
         self._move(TxnPhase.IDLE)
 
@@ -308,7 +315,7 @@ class Transaction:
         the transactional id aborts it); delivery failures that come later are marked seen."""
         if self._early is not None and not self._early_queued:
             self._early.cancel()
-        self._phase = TxnPhase.BROKEN
+        self._move(TxnPhase.BROKEN)
         self._reset()
 
     def _reset(self) -> None:
