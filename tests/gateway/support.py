@@ -32,6 +32,8 @@ from worker.gateway.reader import HistoryReader
 from worker.gateway.routing import Owners, PeerKey, Router
 from worker.gateway.settings import GatewaySettings
 from worker.gateway.streams import RunStreams
+from worker.gateway.thread_streams import ThreadStreams
+from worker.gateway.threads import ThreadIndex
 from worker.gateway.tokens import TokenCheck
 
 PARTITIONS = 2
@@ -187,7 +189,8 @@ def in_process_api(*, owner: str = "", **settings: Any) -> tuple[GatewayApi, Rou
     router = Router(owners, peers, metrics, wait_s=0.1, retry_after_s=config.retry_after_s, relay_bound=10,
                     queue_events=16)  # fmt: skip
     tokens = None if config.insecure_no_auth else TokenCheck.from_settings(config)
-    return GatewayApi(config, streams, metrics, tokens, router), router
+    threads = ThreadStreams(ThreadIndex(10), metrics)  # an index with no thread in it
+    return GatewayApi(config, streams, metrics, tokens, router, threads=threads), router
 
 
 def until_one_partition_each(gateways: list[GatewayProcess], timeout_s: float = 60) -> None:

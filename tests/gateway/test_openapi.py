@@ -137,6 +137,16 @@ async def test_an_after_that_is_not_an_event_number_is_a_bad_cursor(client: Test
         assert (answer.status, (await answer.json())["error"]) == (400, "bad-cursor")
 
 
+@pytest.mark.parametrize("query", [{"limit": "²"}, {"limit": "٣"}, {"limit": "0"}, {"limit": "501"}, {"before": "²"},
+                                   {"before": "1" * 19}, {"before": ""}])  # fmt: skip
+async def test_a_page_query_that_is_not_a_number_is_a_bad_query(client: TestClient[Any, Any],
+                                                                query: dict[str, str]) -> None:  # fmt: skip
+    async with client.get("/threads/t-1", params=query) as answer:
+        assert (answer.status, (await answer.json())["error"]) == (400, "bad-query")
+    async with client.get("/threads/t-1", params={"limit": "5"}) as answer:  # and a good page of an unknown thread
+        assert (answer.status, (await answer.json())["error"]) == (404, "unknown-thread")
+
+
 async def test_a_503_whose_code_carries_retry_after_has_it() -> None:
     async with JwksServer([SigningKey("k1", "RS256")], down=True) as idp:
         api, _ = in_process_api(insecure_no_auth=False, auth_jwks_url=idp.url, auth_audience=AUDIENCE,

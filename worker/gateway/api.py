@@ -42,6 +42,7 @@ _DRAIN_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_DRAINING",
                 "message": "the gateway is shutting down: attach to the run again"}  # fmt: skip
 _MOVED_EVENT = {"type": "RUN_ERROR", "code": "GATEWAY_REBALANCED",
                 "message": "the run is served by another gateway replica now: attach to the run again"}  # fmt: skip
+_NUMBER = re.compile(r"[0-9]{1,18}")  # a query's number: ASCII digits only (str.isdigit takes ones int() refuses)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -276,9 +277,9 @@ class GatewayApi:
         """`GET /threads/{id}`: the thread's runs newest first, `?limit=` (50) at a time, `?before=` a page's `next`."""
         thread_id, route, _ = await self._thread_route(request)
         limit, before = request.query.get("limit", "50"), request.query.get("before")
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_PAGE:
+        if not _NUMBER.fullmatch(limit) or not 1 <= int(limit) <= MAX_PAGE:
             raise GatewayError(400, "bad-query", f"limit={limit[:40]!r} is not a number from 1 to {MAX_PAGE}")
-        if before is not None and (not before.isdigit() or len(before) > 18):
+        if before is not None and not _NUMBER.fullmatch(before):
             raise GatewayError(400, "bad-query", f"before={before[:40]!r} is not a page's `next`")
         if route.where is not Where.HERE:
             answer = await self._router.fetch(request, Target("thread", thread_id), route)
