@@ -56,6 +56,19 @@ echo "== mypy --strict worker"
 .venv/bin/mypy --no-incremental worker
 echo "== cargo fmt, clippy, test (native/)"
 (cd native && cargo fmt --check && cargo clippy --locked --all-targets -- -D warnings && cargo test --locked -q)
+if [ "$HARNESS_AGUI_NATIVE" = "1" ]; then
+  FUZZ_SECONDS="${HARNESS_AGUI_FUZZ_SECONDS:-30}"
+  echo "== fuzz: the native decoder and observers against the reference, $FUZZ_SECONDS s (tests/fuzz_native.py)"
+  fuzz_dir="$(mktemp -d)"
+  if ! .venv/bin/python -P tests/fuzz_native.py --seconds "$FUZZ_SECONDS" -artifact_prefix="$fuzz_dir/" \
+      >"$fuzz_dir/log" 2>&1; then
+    tail -40 "$fuzz_dir/log"
+    echo "fuzz: a difference; the input is in $fuzz_dir (run: .venv/bin/python -P tests/fuzz_native.py <file>)"
+    exit 1
+  fi
+  grep -h "stat::number_of_executed_units" "$fuzz_dir/log" || true
+  rm -rf "$fuzz_dir"
+fi
 echo "== pytest"
 # pytest's own script, not `python -m pytest`: that would put the checkout's worker/ ahead of the installed one.
 # The tests run side by side in pytest-xdist workers (tests/conftest.py: one session broker for all of them, the

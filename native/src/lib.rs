@@ -26,6 +26,8 @@ mod native_core {
     use pyo3::prelude::*;
     use pyo3::types::PyBytes;
 
+    use crate::py::errors::guarded;
+
     #[pymodule_export]
     const SOURCE_DIGEST: &str = super::SOURCE_DIGEST;
 
@@ -44,21 +46,20 @@ mod native_core {
     /// The item one wire record holds, or None when the reference decoder must read it (a malformed record among
     /// them: only the reference names the fault).
     #[pyfunction]
-    fn decode(record: &[u8]) -> Option<Item> {
-        crate::wire::decode(record).ok().map(|item| Item { item })
+    fn decode(py: Python<'_>, record: &[u8]) -> PyResult<Option<Item>> {
+        guarded(py, "decoder", || Ok(crate::wire::decode(record).ok().map(|item| Item { item })))
     }
 
     /// A reference decoder's item (`worker.wire.decode_item`'s) with its `timestamp_ms`, as an `Item`.
     #[pyfunction]
-    fn import_item(item: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<Item> {
-        Ok(Item { item: crate::py::item::item_from_python(item, timestamp_ms)? })
+    fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<Item> {
+        guarded(py, "decoder", || Ok(Item { item: crate::py::item::item_from_python(item, timestamp_ms)? }))
     }
 
     /// The output record bytes of an ag-ui event object, as `worker.observe.encode_event` writes them; TypeError
     /// for an event these types do not hold (extra fields, values that are not JSON data).
     #[pyfunction]
     fn encode_event<'py>(py: Python<'py>, event: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-        let event = crate::py::event::event_from_python(event)?;
-        Ok(PyBytes::new(py, &event.encode()))
+        guarded(py, "encoder", || Ok(PyBytes::new(py, &crate::py::event::event_from_python(event)?.encode())))
     }
 }

@@ -70,3 +70,27 @@ def test_generated_runs_with_children_convert_identically(run: list[dict[str, An
     records = [json.dumps(line).encode() for line in run]
     compare(records, stream=True)
     compare(records, stream=False)
+
+
+def _terminal_line(result: dict[str, Any]) -> bytes:
+    return json.dumps({"thread_id": "thread_a", "run_id": "run-a", "sequence": 1,
+                       "occurred_at": "2025-06-01T12:00:00Z", "result": result}).encode()
+
+
+@pytest.mark.parametrize("result", [
+    {"status": "suspended", "suspend_reason": "deferred", "usage": {}, "deferred": {"calls": [], "approvals": []}},
+    {"status": "completed", "usage": {"input_tokens": -1, "output_tokens": 2}},
+    {"status": "cancelled", "usage": {"input_tokens": 2**53, "output_tokens": 0}},
+    {"status": "failed", "usage": {"input_tokens": 1, "details": {"reasoning_tokens": -3}},
+     "failure": {"code": "x", "message": "y"}},
+], ids=["no-interrupts", "negative-count", "count-beyond-2**53", "negative-reasoning"])
+def test_terminals_the_agui_models_refuse_are_refused_alike(result: dict[str, Any]) -> None:
+    """Found by tests/fuzz_native.py: a suspended run without interrupts, and usage counts outside 0..2^53, are
+    refused by the reference's AG-UI models (pydantic's ValidationError, its message), natively too."""
+    started = json.dumps({"thread_id": "thread_a", "run_id": "run-a", "sequence": 0,
+                          "occurred_at": "2025-06-01T12:00:00Z",
+                          "event": {"schema_version": "1", "kind": "lifecycle", "payload": {"type": "run_started"}}})
+    assert compare([started.encode(), _terminal_line(result)], stream=True) == 2
+    core = native_core()
+    with pytest.raises(ValueError, match="validation error"):
+        core.Observer(True).observe(core.decode(_terminal_line(result)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import Any
 
 import orjson
 import pytest
@@ -239,3 +240,30 @@ def test_a_panic_of_the_native_display_fold_dead_letters_its_record_and_the_batc
     assert Destination.DISPLAY in {r.destination for r in outcomes[3].records}
     more, error = state.process_batch(recs[5:])
     assert error is None and all(o.verdict is Verdict.PROCESSED for o in more)
+
+
+def test_a_panic_of_the_native_observer_dead_letters_its_record_and_the_stream_goes_on() -> None:
+    """The native observer's panic, caught at its boundary (NativePanicError, an Exception), dead-letters its record
+    as internal-error, the stream unchanged: the next items of the run convert as if it had not come."""
+    native_core()
+    core = default_core()
+    assert core.observe_encoded is not None
+    observe = core.observe_encoded
+    calls = [0]
+
+    def panicking(observer: Any, item: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise NativePanicError("the native observer panicked: index out of bounds")
+        return observe(observer, item)
+
+    lines = golden_source("s01_hello")
+    key = orjson.loads(lines[0])["run_id"]
+    recs = records((key, line) for line in lines)
+    state = PartitionState(TOPIC, 0, core=dataclasses.replace(core, observe_encoded=panicking))
+    outcomes = [state.process(rec) for rec in recs]
+    headers, error = _internal(outcomes[2])
+    assert isinstance(error, NativePanicError)
+    assert headers["dlq-exception-type"] == "worker.errors.NativePanicError"
+    assert headers["dlq-message"].endswith("NativePanicError: the native observer panicked: index out of bounds")
+    assert [o.verdict for o in outcomes[3:]] == [Verdict.PROCESSED] * (len(outcomes) - 3)

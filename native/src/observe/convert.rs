@@ -227,8 +227,9 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
 pub fn convert_run_item(item: &Item, ts: i64, draft: &mut Draft) -> Result<Vec<Event>, Refusal> {
     match &item.body {
         ItemBody::Result(result) => {
+            let terminal = terminal_event(item, result, ts)?;
             let mut events = close_parts(ts, draft);
-            events.push(terminal_event(item, result, ts));
+            events.push(terminal);
             Ok(events)
         }
         ItemBody::Event(inner) => convert_event(item, ts, inner, draft),

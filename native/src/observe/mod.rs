@@ -32,6 +32,9 @@ pub enum Refusal {
     /// The inline delegation payload does not validate: the reference's model names the fault (a pydantic
     /// `ValidationError`).
     Delegation(Value),
+    /// An AG-UI model refuses the values the event would hold (a usage count outside 0..2^53, a suspended run
+    /// without interrupts): `module.class.model_validate(data)` raises the reference's `ValidationError`.
+    Model { module: &'static str, class: &'static str, data: Value },
 }
 
 impl Refusal {

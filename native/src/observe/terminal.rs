@@ -1,5 +1,6 @@
 //! The terminal item of a run to RUN_FINISHED or RUN_ERROR (conversion-spec §1b.6).
 
+use super::Refusal;
 use crate::agui::{Body, Event, Interrupt, RunOutcome, TokenUsage};
 use crate::json::{Map, Value};
 use crate::wire::{Item, RunResult};
@@ -90,6 +91,34 @@ fn is_zero(value: &Value) -> bool {
     matches!(value, Value::Int(0))
 }
 
+/// The largest integer an AG-UI count or timestamp holds (2^53 - 1).
+const SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+fn counts_ok(usage: &TokenUsage) -> bool {
+    let fields = [
+        &usage.input_tokens,
+        &usage.output_tokens,
+        &usage.total_tokens,
+        &usage.reasoning_tokens,
+        &usage.cached_input_tokens,
+        &usage.cache_write_input_tokens,
+    ];
+    fields.into_iter().flatten().all(|n| matches!(n, Value::Int(i) if (0..=SAFE_INTEGER).contains(i)))
+}
+
+/// The TokenUsage model's fields, as the reference constructs it (for its refusal).
+fn usage_data(usage: &TokenUsage) -> Value {
+    let mut out = Map::with_capacity(6);
+    let mut put = |name: &str, value: &Option<Value>| out.push(name, value.clone().unwrap_or(Value::Null));
+    put("input_tokens", &usage.input_tokens);
+    put("output_tokens", &usage.output_tokens);
+    put("total_tokens", &usage.total_tokens);
+    put("reasoning_tokens", &usage.reasoning_tokens);
+    put("cached_input_tokens", &usage.cached_input_tokens);
+    put("cache_write_input_tokens", &usage.cache_write_input_tokens);
+    Value::Object(out)
+}
+
 fn usage(usage: &Map) -> Option<Vec<TokenUsage>> {
     let zero = Value::Int(0);
     let get = |key: &str| usage.get(key).unwrap_or(&zero);
@@ -154,9 +183,13 @@ fn interrupts(deferred: &Map) -> Vec<Interrupt> {
     out
 }
 
-/// RUN_FINISHED (success, interrupt, cancelled) or RUN_ERROR, with rawEvent naming the source item.
-pub fn terminal_event(item: &Item, result: &RunResult, ts: i64) -> Event {
+/// RUN_FINISHED (success, interrupt, cancelled) or RUN_ERROR, with rawEvent naming the source item; refused as
+/// the reference's models refuse what they cannot hold.
+pub fn terminal_event(item: &Item, result: &RunResult, ts: i64) -> Result<Event, Refusal> {
     let usage = usage(&result.usage);
+    if let Some(refused) = usage.iter().flatten().find(|u| !counts_ok(u)) {
+        return Err(Refusal::Model { module: "ag_ui.core", class: "TokenUsage", data: usage_data(refused) });
+    }
     let mut raw = Map::with_capacity(6);
     raw.push("thread_id", Value::str(item.thread_id.clone()));
     raw.push("run_id", Value::str(item.run_id.clone()));
@@ -177,15 +210,21 @@ pub fn terminal_event(item: &Item, result: &RunResult, ts: i64) -> Event {
         event.raw_event = Some(Value::Object(raw));
         event
     };
-    match result.status.as_str() {
+    Ok(match result.status.as_str() {
         "completed" => {
             let output = Some(result.output.clone()).filter(|o| !o.is_null());
             finished(RunOutcome::Success { pending_tool_call_ids: None }, output, raw)
         }
         "suspended" => {
             let empty = Map::new();
-            let outcome = RunOutcome::Interrupt { interrupts: interrupts(result.deferred.as_ref().unwrap_or(&empty)) };
-            finished(outcome, None, raw)
+            let interrupts = interrupts(result.deferred.as_ref().unwrap_or(&empty));
+            if interrupts.is_empty() {
+                let mut data = Map::new();
+                data.push("interrupts", Value::Array(vec![]));
+                let data = Value::Object(data);
+                return Err(Refusal::Model { module: "ag_ui.core.events", class: "RunFinishedInterruptOutcome", data });
+            }
+            finished(RunOutcome::Interrupt { interrupts }, None, raw)
         }
         "failed" => {
             let failure = result.failure.clone().unwrap_or_default();
@@ -197,7 +236,7 @@ pub fn terminal_event(item: &Item, result: &RunResult, ts: i64) -> Event {
             event
         }
         _ => finished(RunOutcome::Cancelled, None, raw),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -2,13 +2,12 @@
 //! `worker/display`'s classes of the same names. Their faults are raised as the reference raises them; a panic is
 //! caught here and raised as `worker.errors.NativePanicError`, never unwinding into Python.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 
+use super::errors::{error_of, guarded};
 use super::value::{from_value, to_value};
 use crate::display::fold::{NotHeld, FRESH_OBSERVER};
 use crate::display::ledger::Entry;
@@ -19,14 +18,6 @@ use crate::json::{Map, Value};
 static OBSERVATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CONFIG_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static WORKER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static PANIC_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-
-fn error_of(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &str, message: String) -> PyErr {
-    match cell.import(py, "worker.errors", name) {
-        Ok(cls) => PyErr::from_type(cls.clone(), message),
-        Err(err) => err,
-    }
-}
 
 /// The exception the reference raises for a fault.
 fn raise(py: Python<'_>, fault: Fault) -> PyErr {
@@ -37,21 +28,6 @@ fn raise(py: Python<'_>, fault: Fault) -> PyErr {
         Fault::Python { kind: "OverflowError", message } => PyOverflowError::new_err(message),
         Fault::Python { kind: "TypeError", message } => PyTypeError::new_err(message),
         Fault::Python { kind, message } => PyRuntimeError::new_err(format!("{kind}: {message}")),
-    }
-}
-
-/// Run `work`, a panic in it becoming a `NativePanicError` that names where and why.
-fn guarded<T>(py: Python<'_>, what: &str, work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
-    match catch_unwind(AssertUnwindSafe(work)) {
-        Ok(result) => result,
-        Err(payload) => {
-            let reason = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".to_owned());
-            Err(error_of(py, &PANIC_ERROR, "NativePanicError", format!("the native {what} panicked: {reason}")))
-        }
     }
 }
 

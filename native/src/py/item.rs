@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
+use super::errors::guarded;
 use super::value::{from_map, from_value, to_value};
 use crate::json::{Map, Value};
 use crate::wire::{self, Body, Inner, RunResult};
@@ -147,8 +148,8 @@ impl Item {
     /// (tool call id, failure message, run id) of a tool result the observer does not present, else None (the
     /// display's `failed_tool_call`).
     #[getter]
-    fn failed_tool_call(&self) -> Option<(String, String, String)> {
-        crate::observe::content::failed_tool_call(&self.item)
+    fn failed_tool_call(&self, py: Python<'_>) -> PyResult<Option<(String, String, String)>> {
+        guarded(py, "observer", || Ok(crate::observe::content::failed_tool_call(&self.item)))
     }
 
     /// The item's whole content as JSON data, for comparing it with a reference item.

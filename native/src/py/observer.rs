@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
+use super::errors::{error_of, guarded};
 use super::item::Item;
 use super::value::{from_value, to_value};
 use crate::json::Value;
@@ -21,10 +22,7 @@ static DELEGATION_MODEL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// The exception the reference raises for a refusal.
 pub fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyErr {
     match refusal {
-        Refusal::Observation(message) => match OBSERVATION_ERROR.import(py, "worker.errors", "AguiObservationError") {
-            Ok(cls) => PyErr::from_type(cls.clone(), message),
-            Err(err) => err,
-        },
+        Refusal::Observation(message) => error_of(py, &OBSERVATION_ERROR, "AguiObservationError", message),
         Refusal::Delegation(payload) => {
             let model = DELEGATION_MODEL.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
                 Ok(py.import("worker.observe._delegation")?.getattr("InlineDelegation")?.unbind())
@@ -36,6 +34,18 @@ pub fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyErr {
                 Err(err) => err,
                 Ok(_) => {
                     PyRuntimeError::new_err("the native observer refused an inline delegation the reference accepts")
+                }
+            }
+        }
+        Refusal::Model { module, class, data } => {
+            let validated = py
+                .import(module)
+                .and_then(|m| m.getattr(class))
+                .and_then(|model| from_value(py, &data).and_then(|d| model.call_method1("model_validate", (d,))));
+            match validated {
+                Err(err) => err,
+                Ok(_) => {
+                    PyRuntimeError::new_err(format!("the native observer refused a {class} the reference accepts"))
                 }
             }
         }
@@ -66,6 +76,47 @@ pub struct Observer {
 impl Observer {
     pub fn new_core(core: Core) -> Observer {
         Observer { core, pending: None }
+    }
+
+    fn from_export_data(stream: bool, data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let data = to_value(data)?;
+        let text = |key: &str| data.as_object().and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_owned);
+        let state = state_from_json(data.as_object().and_then(|m| m.get("state")).unwrap_or(&Value::Null))?;
+        Ok(Observer::new_core(Core { stream, thread_id: text("thread_id"), run_id: text("run_id"), state }))
+    }
+
+    fn restore_dump(stream: bool, continuation: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let text = |key: &str| -> PyResult<Option<String>> { continuation.get_item(key)?.extract() };
+        let core = Core {
+            stream,
+            thread_id: text("thread_id")?,
+            run_id: text("run_id")?,
+            state: state_from(&continuation.get_item("state")?)?,
+        };
+        Ok(Observer::new_core(core))
+    }
+
+    fn observe_guarded<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
+        FRAMES.with(|cell| {
+            // Held by an observe further up this thread's stack (Python code run while it made objects): a buffer
+            // of this call's own.
+            let mut own = Vec::new();
+            let mut shared = cell.try_borrow_mut();
+            let buffer = match shared.as_deref_mut() {
+                Ok(buffer) => buffer,
+                Err(_) => &mut own,
+            };
+            buffer.clear();
+            let spans = self.core.observe(&item.item, buffer);
+            let out = match spans {
+                Ok(spans) => encoded(py, buffer, &spans),
+                Err(refusal) => Err(refusal_error(py, refusal)),
+            };
+            if buffer.capacity() > FRAMES_KEPT {
+                *buffer = Vec::with_capacity(1 << 16);
+            }
+            out
+        })
     }
 }
 
@@ -144,57 +195,39 @@ impl Observer {
     /// Convert, fragment and commit one item: its frames as `(types, values)`. A refusal raises and changes
     /// nothing.
     fn observe<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
-        FRAMES.with(|cell| {
-            // Held by an observe further up this thread's stack (Python code run while it made objects): a buffer
-            // of this call's own.
-            let mut own = Vec::new();
-            let mut shared = cell.try_borrow_mut();
-            let buffer = match shared.as_deref_mut() {
-                Ok(buffer) => buffer,
-                Err(_) => &mut own,
-            };
-            buffer.clear();
-            let spans = self.core.observe(&item.item, buffer);
-            let out = match spans {
-                Ok(spans) => encoded(py, buffer, &spans),
-                Err(refusal) => Err(refusal_error(py, refusal)),
-            };
-            if buffer.capacity() > FRAMES_KEPT {
-                *buffer = Vec::with_capacity(1 << 16);
-            }
-            out
-        })
+        guarded(py, "observer", || self.observe_guarded(py, item))
     }
 
     /// Convert one item without committing it: its events' values, for a processor to see (`commit` makes the
     /// changes, `observe` or `prepare` again discards them).
     fn prepare<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyList>> {
-        self.pending = None;
-        let prepared = self.core.prepare(&item.item).map_err(|r| refusal_error(py, r))?;
-        let values = PyList::new(py, prepared.events.iter().map(|e| PyBytes::new(py, &e.encode())))?;
-        self.pending = Some(prepared);
-        Ok(values)
+        guarded(py, "observer", || {
+            self.pending = None;
+            let prepared = self.core.prepare(&item.item).map_err(|r| refusal_error(py, r))?;
+            let values = PyList::new(py, prepared.events.iter().map(|e| PyBytes::new(py, &e.encode())))?;
+            self.pending = Some(prepared);
+            Ok(values)
+        })
     }
 
     /// Make the changes of the item `prepare` converted last.
-    fn commit(&mut self) -> PyResult<()> {
-        let prepared = self.pending.take().ok_or_else(|| PyRuntimeError::new_err("nothing prepared to commit"))?;
-        self.core.commit(prepared);
-        Ok(())
+    fn commit(&mut self, py: Python<'_>) -> PyResult<()> {
+        guarded(py, "observer", || {
+            let prepared = self.pending.take().ok_or_else(|| PyRuntimeError::new_err("nothing prepared to commit"))?;
+            self.core.commit(prepared);
+            Ok(())
+        })
     }
 
     /// The continuation as JSON data (`export().model_dump(mode="json")` of the reference).
     fn export_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        from_value(py, &self.core.export())
+        guarded(py, "observer", || from_value(py, &self.core.export()))
     }
 
     /// An observer continuing from its own `export_data()` (as pickling carries it).
     #[staticmethod]
     fn from_export(stream: bool, data: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let data = to_value(data)?;
-        let text = |key: &str| data.as_object().and_then(|m| m.get(key)).and_then(Value::as_str).map(str::to_owned);
-        let state = state_from_json(data.as_object().and_then(|m| m.get("state")).unwrap_or(&Value::Null))?;
-        Ok(Observer::new_core(Core { stream, thread_id: text("thread_id"), run_id: text("run_id"), state }))
+        guarded(data.py(), "observer", || Self::from_export_data(stream, data))
     }
 
     /// Pickled as its export: `from_export(stream, export_data())`.
@@ -212,13 +245,6 @@ impl Observer {
     /// An observer continuing from `continuation`, the Python-mode dump of a validated `ObserverContinuation`.
     #[staticmethod]
     fn restore(stream: bool, continuation: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let text = |key: &str| -> PyResult<Option<String>> { continuation.get_item(key)?.extract() };
-        let core = Core {
-            stream,
-            thread_id: text("thread_id")?,
-            run_id: text("run_id")?,
-            state: state_from(&continuation.get_item("state")?)?,
-        };
-        Ok(Observer::new_core(core))
+        guarded(continuation.py(), "observer", || Self::restore_dump(stream, continuation))
     }
 }
