@@ -33,6 +33,9 @@ first chunk when the run cannot be served now."""
 
 _RUN_WAIT_S: Final = 10.0  # a run the index lists may not be known to its owner for as long as its tail lags
 _RETRY_S: Final = 0.1
+# a new run's first events reach its owner's tail about when its start record reached the index (one
+# transaction): the first retry comes soon, each next one twice as late, up to _RETRY_S
+_FIRST_RETRY_S: Final = 0.01
 _END_RECORD_WAIT_S: Final = 2.0  # a cursor's run: how long to wait for its end record before opening it after it
 _TERMINAL_MARKS: Final = (b"RUN_FINISHED", b"RUN_ERROR")
 MAX_PAGE: Final = 500
@@ -159,12 +162,14 @@ class ThreadStreams:
             return  # the cursor is the run's terminal event
         prefix = f"id: {run.run_id}:".encode()
         deadline = time.monotonic() + _RUN_WAIT_S
+        wait = _FIRST_RETRY_S
         while True:
             try:
                 chunks = await open_run(run.run_id, first - 1 if first else None)
             except GatewayError as exc:
                 if exc.status in (403, 404) and time.monotonic() < deadline:
-                    await asyncio.sleep(_RETRY_S)  # its owner has not read the run's first records yet
+                    await asyncio.sleep(wait)  # its owner has not read the run's first records yet
+                    wait = min(2 * wait, _RETRY_S)
                     continue
                 if exc.status == 410:  # the topics no longer hold it: nothing of it can be sent
                     yield comment_frame(f"run {run.run_id} is no longer held")
