@@ -1,19 +1,22 @@
 """Instructions per source item of the partition state (`PartitionState.process_batch` and `checkpoint`, no Kafka)
-with the display on against off, counted by valgrind's callgrind: a figure that does not move with the host's load,
-for comparing two builds of the display fold side by side.
+with the display on against off, and the native display fold's own instructions per event, counted by valgrind's
+callgrind: figures that do not move with the host's load, for comparing two builds of the display side by side.
 
 Usage: .venv/bin/python bench/display_instructions.py [--items N] [--checkpoint-every N] [--batch N]
                                                       [--pythonpath DIR] [--cpu ROUNDS [--cpu-batches N,N]]
                                                       [--cpu-only]
 
 The records are bench/e2e.py's mix (sample runs, 200 open at once, 3 partitions), stamped as a topic filled at
-3,750 items/s, `--batch` records of a partition at a time (32, as the worker's partition task takes them); each
-side runs in a process of its own under callgrind, which counts only the instructions inside `process_batch` and
-`checkpoint` (the records' generation and the interpreter's start are left out). `--pythonpath` puts another build
-of the worker first on the path, to count it instead of the installed one (a build with `process_batch`). `--cpu`
-also times the same records without valgrind, in one process, at each batch size of `--cpu-batches`, ROUNDS rounds
-alternating the order: CPU per item of each side (best rounds), the ratio that instructions alone do not show when
-the display's instructions run at a lower rate than the conversion's (`--cpu-only` skips the count).
+3,750 items/s, `--batch` records of a partition at a time (32, as the worker's partition task takes them). Each side
+runs in a process of its own under callgrind, which counts the whole process; a third process that makes the same
+records and states but feeds none is subtracted from both, leaving the feeding alone (`process_batch` and
+`checkpoint`). With the native build, the display side is counted once more with collection only inside the
+native projection's calls (`accept`, where the events are folded and a record due is written, and `complete`):
+the fold's own instructions per event the partition published. `--pythonpath` puts another build of the worker
+first on the path, to count it instead of the installed one. `--cpu` also times the same records without valgrind,
+in one process, at each batch size of `--cpu-batches`, ROUNDS rounds alternating the order: CPU per item of each
+side (best rounds), the ratio that instructions alone do not show when the display's instructions run at a lower
+rate than the conversion's (`--cpu-only` skips the count).
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 
 from devtools.sample_runs import interleave, load_samples  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
-from worker.stream import PartitionState, SourceRecord  # noqa: E402
+from worker._native import describe, native  # noqa: E402
+from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E402
 
-_COUNTED = ("CPyDef__partition___PartitionState___process_batch", "CPyDef__partition___PartitionState___checkpoint")
+# The native projection's entry points: collection toggles on entering and off leaving each.
+_FOLD = ("*DisplayProjection*__pymethod_accept__*", "*DisplayProjection*__pymethod_complete__*")
 _REFS = re.compile(rb"I\s+refs:\s+([\d,]+)")
+_EVENTS = re.compile(rb"events published: (\d+)")
 
 
 _PARTITIONS = [0, 1, 2]
@@ -58,24 +64,32 @@ def records(items: int) -> Records:
     return out
 
 
-def feed(fed: Records, checkpoint_every: int, display: bool, batch: int) -> None:
+def feed(fed: Records, checkpoint_every: int, display: bool, batch: int) -> int:
     """The side that callgrind counts: the records through three partition states, `batch` consecutive records of
-    a partition at a time (`process_batch`, as the worker's partition task takes a fetched batch)."""
+    a partition at a time (`process_batch`, as the worker's partition task takes a fetched batch); returns the
+    events published (each output record one)."""
     states = [PartitionState("src", p, display_interval_ms=5000 if display else None) for p in _PARTITIONS]
     offsets = [0, 0, 0]
     held: list[list[SourceRecord]] = [[] for _ in _PARTITIONS]
+    events = 0
+
+    def process(state: PartitionState, waiting: list[SourceRecord]) -> int:
+        outcomes, _ = state.process_batch(waiting)
+        waiting.clear()
+        return sum(record.destination is Destination.OUTPUT for outcome in outcomes for record in outcome.records)
+
     for partition, key, value, stamp in fed:
         state, waiting = states[partition], held[partition]
         waiting.append(SourceRecord("src", partition, offsets[partition], stamp, key, value))
         offsets[partition] += 1
         due = offsets[partition] % checkpoint_every == 0
         if due or len(waiting) == batch:
-            state.process_batch(waiting)
-            waiting.clear()
+            events += process(state, waiting)
         if due:
             state.checkpoint(offsets[partition])
     for state, waiting in zip(states, held, strict=True):
-        state.process_batch(waiting)
+        events += process(state, waiting)
+    return events
 
 
 def cpu(args: argparse.Namespace) -> dict[tuple[int, bool], float]:
@@ -94,21 +108,22 @@ def cpu(args: argparse.Namespace) -> dict[tuple[int, bool], float]:
     return best
 
 
-def count(args: argparse.Namespace, display: bool) -> int:
-    """Instructions callgrind counted inside `process` and `checkpoint` for one side."""
+def count(args: argparse.Namespace, side: str, toggles: tuple[str, ...] = ()) -> tuple[int, int]:
+    """Instructions callgrind counted for one side (`on`, `off` or `none`) and the events it published; with
+    `toggles`, only inside those functions."""
     with tempfile.TemporaryDirectory() as scratch:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out",
-                   *(f"--toggle-collect={name}" for name in _COUNTED),
-                   sys.executable, __file__, "--side", "on" if display else "off", "--items", str(args.items),
+                   *(f"--toggle-collect={name}" for name in toggles),
+                   sys.executable, __file__, "--side", side, "--items", str(args.items),
                    "--checkpoint-every", str(args.checkpoint_every), "--batch", str(args.batch)]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same set orders in every run
         if args.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (args.pythonpath, env.get("PYTHONPATH"))))
         done = subprocess.run(command, capture_output=True, env=env, cwd=scratch, check=False)
-    found = _REFS.search(done.stderr)
-    if done.returncode != 0 or found is None:
+    found, events = _REFS.search(done.stderr), _EVENTS.search(done.stderr)
+    if done.returncode != 0 or found is None or events is None:
         raise SystemExit(f"callgrind failed ({done.returncode}): {done.stderr.decode(errors='replace')[-2000:]}")
-    return int(found.group(1).replace(b",", b""))
+    return int(found.group(1).replace(b",", b"")), int(events.group(1))
 
 
 def main() -> int:
@@ -123,20 +138,28 @@ def main() -> int:
     parser.add_argument("--cpu-batches", type=lambda text: [int(n) for n in text.split(",")], default=[1, 32],
                         help="the batch sizes --cpu times, comma-separated (default 1,32)")
     parser.add_argument("--cpu-only", action="store_true", help="time with --cpu, count no instructions")
-    parser.add_argument("--side", choices=("on", "off"), help=argparse.SUPPRESS)  # the process callgrind counts
+    parser.add_argument("--side", choices=("on", "off", "none"), help=argparse.SUPPRESS)  # the process counted
     args = parser.parse_args()
     if args.side:
         fed = records(args.items)
         freeze_heap()
-        feed(fed, args.checkpoint_every, args.side == "on", args.batch)
+        events = 0 if args.side == "none" else feed(fed, args.checkpoint_every, args.side == "on", args.batch)
+        print(f"events published: {events}", file=sys.stderr)
         return 0
+    print(f"build: {describe()}")
     if not args.cpu_only:
         if shutil.which("valgrind") is None:
             raise SystemExit("bench/display_instructions.py needs valgrind on the PATH")
-        on, off = count(args, display=True), count(args, display=False)
-        print(f"instructions per source item ({args.items} items, a checkpoint every {args.checkpoint_every} "
-              f"records of a partition, {args.batch} at a time): display on {on / args.items:,.0f}, off "
-              f"{off / args.items:,.0f}; on / off {on / off:.3f}; the display adds {(on - off) / args.items:,.0f}")
+        (on, events), (off, _), (none, _) = count(args, "on"), count(args, "off"), count(args, "none")
+        on, off = on - none, off - none
+        print(f"instructions per source item ({args.items} items, {events} events, a checkpoint every "
+              f"{args.checkpoint_every} records of a partition, {args.batch} at a time): display on "
+              f"{on / args.items:,.0f}, off {off / args.items:,.0f}; on / off {on / off:.3f}; the display adds "
+              f"{(on - off) / args.items:,.0f} per item, {(on - off) / events:,.0f} per event")
+        if native():
+            fold, _ = count(args, "on", _FOLD)
+            print(f"the native display fold (its projection's accept and complete): {fold / events:,.0f} "
+                  f"instructions per event")
     if args.cpu:
         best = cpu(args)
         for batch in args.cpu_batches:

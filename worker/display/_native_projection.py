@@ -162,9 +162,8 @@ class NativeDisplayProjection(DisplayProjection):
         token, due = engine.accept(
             count, first_seq, timestamp_ms=timestamp_ms, ended=ended, failed=failed,
             values=None if encoded is None else list(encoded), data=list(data) if encoded is None and data else None,
+            observer=observer, observed=isinstance(events, int),
         )  # fmt: skip
-        if due is not None and observer is not None:
-            engine.hold_continuation(orjson.dumps(observer.export_data()))
         return NativeAccepted(token, count, due, ended)
 
     def complete(self, accepted: Accepted) -> DisplayRecord | None:

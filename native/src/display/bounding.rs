@@ -1,6 +1,7 @@
 //! Payload bounds of the display fold (`worker/display/bounding.py`): what an item keeps of large texts, results and
 //! observations, and the bound a published TOOL_CALL_ARGS or TOOL_CALL_RESULT gets before it is folded.
 
+use super::input::{set, EventRef, Field};
 use super::pyish::{json_size_upto, unhashable};
 use super::Fault;
 use crate::json::write::{compact, string};
@@ -48,13 +49,13 @@ impl Policy {
     /// Store `text` under `field`; when bounded and longer, cut to MAX_FIELD_CHARS with `truncated`.
     pub fn put_text(&self, content: &mut Map, field: &str, mut text: String) {
         if self.unbounded() || !over(&text, MAX_FIELD_CHARS) {
-            content.insert(field, Value::Str(text));
+            set(content, field, Value::Str(text));
             return;
         }
         let cut = head(&text, MAX_FIELD_CHARS).len();
         text.truncate(cut);
-        content.insert(field, Value::Str(text));
-        content.insert("truncated", Value::Bool(true));
+        set(content, field, Value::Str(text));
+        set(content, "truncated", Value::Bool(true));
     }
 
     /// Append `delta` to the text under `field` (made from `str()` of what is there), as `put_text` would store it.
@@ -81,6 +82,17 @@ impl Policy {
     /// Whether an observation's value is bounded: it keeps OMITTED instead when over MAX_OBSERVATION_BYTES.
     pub fn bounds_observation(&self, summary: bool) -> bool {
         !(self.retain_content || (self.full_content && summary))
+    }
+}
+
+/// Whether `bound_event_json` could change the event (a TOOL_CALL_ARGS delta or TOOL_CALL_RESULT text over the
+/// bound, or a TOOL_CALL_RESULT that is not text).
+pub fn needs_bound(event: EventRef<'_>) -> bool {
+    let text = |field: &str| event.get(field).and_then(Field::as_str);
+    match event.get("type").and_then(Field::as_str) {
+        Some("TOOL_CALL_ARGS") => text("delta").is_some_and(|delta| over(delta, MAX_FIELD_CHARS)),
+        Some("TOOL_CALL_RESULT") => text("content").is_none_or(|content| over(content, MAX_FIELD_CHARS)),
+        _ => false,
     }
 }
 
@@ -332,7 +344,7 @@ mod tool_result {
 
 /// `value in frozenset(...)` of the reference: a TypeError for a list or dict, else whether it is one of `names`.
 pub fn member(value: Option<&Value>, names: &[&str]) -> Result<bool, Fault> {
-    match value {
+    match value.map(Value::resolved) {
         Some(Value::Str(s)) => Ok(names.contains(&s.as_str())),
         Some(other) => match unhashable(other) {
             Some(kind) => Err(Fault::Python { kind: "TypeError", message: format!("unhashable type: '{kind}'") }),

@@ -3,6 +3,7 @@
 
 use super::bounding::{member, omitted, MAX_OBSERVATION_BYTES};
 use super::fragments::{Assembler, FRAGMENT_EVENT_NAME};
+use super::input::{members, set, EventRef, Field};
 use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
@@ -27,26 +28,6 @@ const FAILED_OUTCOMES: [&str; 3] = ["failed", "denied", "interrupted"];
 
 fn is(name: Option<&str>, names: &[&str]) -> bool {
     name.is_some_and(|name| names.contains(&name))
-}
-
-/// Store the completed observation the event at the current position makes; with `bounded` its content's `value`
-/// is `{"omitted": true}` when over MAX_OBSERVATION_BYTES.
-pub fn observe(
-    ledger: &mut Ledger,
-    mut content: Map,
-    at: Time,
-    bounded: bool,
-    _published: Option<&[u8]>,
-) -> Result<Option<String>, Fault> {
-    if bounded {
-        if let Some(value) = content.get_mut("value") {
-            if json_size_upto(value, MAX_OBSERVATION_BYTES) > MAX_OBSERVATION_BYTES {
-                *value = omitted();
-            }
-        }
-    }
-    let key = ledger.observation_key();
-    ledger.put(key, Kind::Observation, State::Completed, content, At::Time(at), false)
 }
 
 /// The open argument stream: one tool-call part's streamed arguments, folded into the single observation `key`;
@@ -112,8 +93,8 @@ fn nested<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a Map> {
 }
 
 /// For a streamed tool-call argument observation: the text it appends.
-fn argument_delta(event: &Map) -> Option<&str> {
-    let delta = nested(event.get("value"), "event")?.get("delta")?.as_object()?;
+fn argument_delta(event: EventRef<'_>) -> Option<&str> {
+    let delta = nested(event.get("value").and_then(Field::as_value), "event")?.get("delta")?.as_object()?;
     if !matches!(delta.get("part_delta_kind"), Some(Value::Str(k)) if k == "tool_call") {
         return None;
     }
@@ -179,13 +160,13 @@ impl CustomFolder {
     pub fn fold(
         &mut self,
         ledger: &mut Ledger,
-        event: &Map,
+        event: EventRef<'_>,
         published: Option<&[u8]>,
         keep_completed: bool,
     ) -> Result<Option<String>, Fault> {
         self.completed = None;
         let found = event.get("name");
-        let name = found.and_then(Value::as_str);
+        let name = found.and_then(Field::as_str);
         if name == Some(PART_DELTA) {
             if let Some(text) = argument_delta(event) {
                 if ledger.policy.full_content {
@@ -195,23 +176,23 @@ impl CustomFolder {
             }
         }
         let assembled;
-        let whole = if name == Some(FRAGMENT_EVENT_NAME) {
-            match self.assembler.accept(event) {
+        let (whole, joined) = if name == Some(FRAGMENT_EVENT_NAME) {
+            match self.assembler.accept(event.get("value").and_then(Field::as_value)) {
                 None => return Ok(None),
-                Some(joined) => {
-                    assembled = joined;
-                    &assembled
+                Some(map) => {
+                    assembled = map;
+                    (EventRef::Map(&assembled), true)
                 }
             }
         } else {
-            event
+            (event, false)
         };
         let found = whole.get("name");
-        let name = found.and_then(Value::as_str);
+        let name = found.and_then(Field::as_str);
         if keep_completed {
-            self.completed = Some(whole.clone());
+            self.completed = Some(whole.to_map());
         }
-        let value = whole.get("value");
+        let value = whole.get("value").and_then(Field::as_value);
         if let Some(source) = nested(value, "event") {
             let media = name == Some(MEDIA_INPUT) && member(source.get("source"), &AUTHORED_SOURCES)?;
             if name == Some(LIFECYCLE) || name == Some(CONTEXT) {
@@ -229,23 +210,12 @@ impl CustomFolder {
         if ledger.policy.full_content && is(name, &PART_EVENTS) {
             return Ok(None);
         }
-        let mut content = Map::with_capacity(4);
-        content.push(
-            "name",
-            match name {
-                Some(name) => Value::str(name),
-                None => Value::Str(found.map_or_else(|| "None".to_owned(), pyish::to_str)),
-            },
-        );
-        content.push("value", value.cloned().unwrap_or(Value::Null));
-        for field in ["metadata", "subagentRunId"] {
-            if let Some(value) = whole.get(field) {
-                content.push(field, value.clone());
-            }
-        }
         let bounded = ledger.policy.bounds_observation(is(name, &SUMMARIES));
         let at = event_time(event)?;
-        observe(ledger, content, at, bounded, published)
+        let published = if joined { None } else { published };
+        let content = observation(whole, name, found, value, bounded, published);
+        let key = ledger.observation_key();
+        ledger.put_finished(key, Kind::Observation, State::Completed, &content, at)
     }
 
     /// Consecutive argument deltas of one part share one observation: the first delta's, growing. The item's value
@@ -253,11 +223,13 @@ impl CustomFolder {
     fn fold_arguments(
         &mut self,
         ledger: &mut Ledger,
-        event: &Map,
+        event: EventRef<'_>,
         text: String,
-        _published: Option<&[u8]>,
+        published: Option<&[u8]>,
     ) -> Result<Option<String>, Fault> {
-        let Some(Value::Object(value)) = event.get("value") else { return Ok(None) };
+        let Some(whole_value @ Value::Object(value)) = event.get("value").and_then(Field::as_value) else {
+            return Ok(None);
+        };
         let continued = match &mut self.arguments {
             Some(held) if held.sequence == ledger.sequence - 1 && continues(&held.stream, value) => {
                 if let Some(grown) = &mut held.event {
@@ -271,13 +243,13 @@ impl CustomFolder {
             _ => false,
         };
         if !continued {
-            let size = pyish::json_size(&Value::Object(value.clone())) as i64;
+            let size = value_size(whole_value, published, matches!(event, EventRef::Typed(_))) as i64;
             self.arguments = Some(HeldArguments {
                 stream: stream_of(value),
                 key: ledger.observation_key(),
                 at: event_time(event)?,
                 sequence: ledger.sequence,
-                event: Some(event.clone()),
+                event: Some(event.to_map()),
                 size,
                 linked: false,
             });
@@ -288,8 +260,8 @@ impl CustomFolder {
             held.event = None;
             held.linked = false;
         }
-        let run = event.get("subagentRunId");
-        if continued && held.linked && ledger.grow(&held.key, &text, run) {
+        let run = event.get("subagentRunId").map(Field::to_value);
+        if continued && held.linked && ledger.grow(&held.key, &text, run.as_ref()) {
             return Ok(Some(held.key.clone()));
         }
         let mut content = Map::with_capacity(3);
@@ -302,7 +274,7 @@ impl CustomFolder {
             },
         );
         if let Some(run) = run {
-            content.push("subagentRunId", run.clone());
+            content.push("subagentRunId", run);
         }
         held.linked = held.event.is_some();
         let (key, at) = (held.key.clone(), held.at.clone());
@@ -314,6 +286,97 @@ impl CustomFolder {
     }
 }
 
+/// The JSON of the observation `{name, value, [metadata], [subagentRunId]}` a CUSTOM event makes; with `bounded` its
+/// value is `{"omitted": true}` when its JSON (as `json.dumps` measures it) is over MAX_OBSERVATION_BYTES. `published`
+/// is the event's JSON as published, when at hand: a four-member event's observation is cut from it.
+fn observation(
+    whole: EventRef<'_>,
+    name: Option<&str>,
+    found: Option<Field<'_>>,
+    value: Option<&Value>,
+    bounded: bool,
+    published: Option<&[u8]>,
+) -> Vec<u8> {
+    let null = Value::Null;
+    let value = value.unwrap_or(&null);
+    // Escaping writes a character at most six times as long as its UTF-8 and a number at most two longer: a
+    // published event within a sixth of the bound holds a value within it.
+    let surely_within = published.is_some_and(|json| 6 * json.len() <= MAX_OBSERVATION_BYTES);
+    let omitted = bounded && !surely_within && json_size_upto(value, MAX_OBSERVATION_BYTES) > MAX_OBSERVATION_BYTES;
+    if !omitted && name.is_some() {
+        if let Some(cut) = published.and_then(|json| cut_observation(json, matches!(whole, EventRef::Typed(_)))) {
+            return cut;
+        }
+    }
+    let mut out = Vec::with_capacity(published.map_or(256, <[u8]>::len));
+    out.extend_from_slice(b"{\"name\":");
+    match (name, found) {
+        (Some(name), _) => string(&mut out, name),
+        (None, Some(found)) => string(&mut out, &found.to_str()),
+        (None, None) => string(&mut out, "None"),
+    }
+    out.extend_from_slice(b",\"value\":");
+    if omitted {
+        out.extend_from_slice(b"{\"omitted\":true}");
+    } else {
+        compact(&mut out, value);
+    }
+    for field in ["metadata", "subagentRunId"] {
+        if let Some(value) = whole.get(field) {
+            out.push(b',');
+            string(&mut out, field);
+            out.push(b':');
+            value.write(&mut out);
+        }
+    }
+    out.push(b'}');
+    out
+}
+
+/// The observation's JSON `{"name":N,"value":V[,"metadata":M][,"subagentRunId":S]}` cut from the event's JSON as
+/// the worker published it (`typed`: as the native encoder wrote a CUSTOM event, `value` last); None for any other
+/// text.
+fn cut_observation(published: &[u8], typed: bool) -> Option<Vec<u8>> {
+    let found = members(published, typed.then_some(&b"value"[..]))?;
+    let span = |key: &[u8]| found.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let (name, value) = (span(b"name")?, span(b"value")?);
+    let mut out = Vec::with_capacity(published.len());
+    out.extend_from_slice(b"{\"name\":");
+    out.extend_from_slice(name);
+    out.extend_from_slice(b",\"value\":");
+    out.extend_from_slice(value);
+    for key in ["metadata", "subagentRunId"] {
+        if let Some(found) = span(key.as_bytes()) {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(found);
+        }
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// `json_size(value)` of an event's `value`, measured on the event's JSON as the worker published it when at hand
+/// (`typed`: the native encoder's, `value` last): without floats, whose spellings differ, `json.dumps` writes the
+/// same text but for non-ASCII characters and DEL, which it escapes.
+fn value_size(value: &Value, published: Option<&[u8]>, typed: bool) -> usize {
+    let span = published
+        .filter(|_| !pyish::has_float(value))
+        .and_then(|json| members(json, typed.then_some(&b"value"[..])))
+        .and_then(|found| found.into_iter().find(|(key, _)| *key == b"value").map(|(_, span)| span));
+    let Some(span) = span else { return pyish::json_size(value) };
+    span.iter().fold(span.len(), |size, byte| {
+        size + match byte {
+            0xC0..=0xDF => 4,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 8,
+            0x7F => 5,
+            _ => 0,
+        }
+    })
+}
+
 /// The text of `event.value.event.delta.args_delta`, to grow in place.
 fn grown_delta(event: &mut Map) -> Option<&mut Value> {
     let Value::Object(value) = event.get_mut("value")? else { return None };
@@ -323,7 +386,7 @@ fn grown_delta(event: &mut Map) -> Option<&mut Value> {
 }
 
 /// A model request's start opens a response group in its scope; a context observation notes memory.
-fn note_context(ledger: &mut Ledger, name: &str, whole: &Map, source: &Map) {
+fn note_context(ledger: &mut Ledger, name: &str, whole: EventRef<'_>, source: &Map) {
     let Some(payload) = source.get("payload").and_then(Value::as_object) else { return };
     let scope = scope_of(whole.get("subagentRunId")).to_owned();
     if name == CONTEXT {
@@ -343,14 +406,14 @@ fn note_context(ledger: &mut Ledger, name: &str, whole: &Map, source: &Map) {
     }
 }
 
-fn fold_input(ledger: &mut Ledger, whole: &Map, source: &Map, media: bool) -> Result<Option<String>, Fault> {
+fn fold_input(ledger: &mut Ledger, whole: EventRef<'_>, source: &Map, media: bool) -> Result<Option<String>, Fault> {
     let message_id = source.get("message_id").map(pyish::to_str).unwrap_or_default();
     let mut content = Map::with_capacity(8);
     content.push("messageId", Value::str(message_id.as_str()));
     content.push("role", Value::str("user"));
     for field in ["subagentRunId", "metadata"] {
         if let Some(value) = whole.get(field) {
-            content.push(field, value.clone());
+            content.push(field, value.to_value());
         }
     }
     let given = source.get("content").cloned().unwrap_or(Value::Null);
@@ -359,8 +422,8 @@ fn fold_input(ledger: &mut Ledger, whole: &Map, source: &Map, media: bool) -> Re
     } else {
         ledger.policy.put_text(&mut content, "text", pyish::to_str(&given));
     }
-    content.insert("input_source", source.get("source").cloned().unwrap_or_else(|| Value::str("user")));
-    content.insert("input_group", source.get("input_id").cloned().unwrap_or(Value::Null));
+    set(&mut content, "input_source", source.get("source").cloned().unwrap_or_else(|| Value::str("user")));
+    set(&mut content, "input_group", source.get("input_id").cloned().unwrap_or(Value::Null));
     let key = ledger.key(Kind::TextMessage, &message_id, whole.get("subagentRunId"));
     let at = event_time(whole)?;
     ledger.put(key, Kind::TextMessage, State::Completed, content, At::Time(at), false)
@@ -371,7 +434,7 @@ fn fold_input(ledger: &mut Ledger, whole: &Map, source: &Map, media: bool) -> Re
 fn fold_tool(
     ledger: &mut Ledger,
     name: Option<&str>,
-    whole: &Map,
+    whole: EventRef<'_>,
     source: &Map,
 ) -> Result<Option<Option<String>>, Fault> {
     let part = source.get("part").and_then(Value::as_object);
@@ -398,31 +461,31 @@ fn fold_tool(
     };
     let key = ledger.key(Kind::ToolCall, &source_id, subagent);
     let mut content = ledger.content_of(&key);
-    content.insert("toolCallId", Value::str(call_id));
-    if let Some(Value::Str(run)) = subagent {
-        content.insert("subagentRunId", Value::str(run.as_str()));
+    set(&mut content, "toolCallId", Value::str(call_id));
+    if let Some(run) = subagent.and_then(Field::as_str) {
+        set(&mut content, "subagentRunId", Value::str(run));
     }
     if let Some(provider) = provider.filter(|p| !p.is_empty()) {
-        content.insert("provider", Value::Str(provider));
+        set(&mut content, "provider", Value::Str(provider));
     }
     if let Some(tool) = origin.get("tool_name") {
-        content.insert("toolCallName", tool.clone());
+        set(&mut content, "toolCallName", tool.clone());
     }
     if let Some(group) = ledger.group(scope_of(subagent)) {
         if !content.contains_key("responseGroup") {
-            content.insert("responseGroup", Value::str(group));
+            set(&mut content, "responseGroup", Value::str(group));
         }
     }
     let mut state = ledger.state_of(&key);
     let field = |name: &str| origin.get(name).cloned().unwrap_or(Value::Null);
     if name == Some(EDIT_APPLIED) {
         let edit = ["file_path", "before", "after"].iter().map(|f| ((*f).to_owned(), field(f))).collect();
-        content.insert("applied_edit", Value::Object(Map::from_entries(edit)));
+        set(&mut content, "applied_edit", Value::Object(Map::from_entries(edit)));
     } else if is(name, &TOOL_IMAGES) {
-        content.insert("tool_images", origin.get("images").cloned().unwrap_or(Value::Array(Vec::new())));
-        content.insert("tool_image_unavailable", origin.get("unavailable").cloned().unwrap_or(Value::Bool(false)));
+        set(&mut content, "tool_images", origin.get("images").cloned().unwrap_or(Value::Array(Vec::new())));
+        set(&mut content, "tool_image_unavailable", origin.get("unavailable").cloned().unwrap_or(Value::Bool(false)));
     } else if is(name, &MCP_APPS) {
-        content.insert("mcp_apps", origin.get("apps").cloned().unwrap_or(Value::Array(Vec::new())));
+        set(&mut content, "mcp_apps", origin.get("apps").cloned().unwrap_or(Value::Array(Vec::new())));
     } else if matches!(origin.get("part_kind"), Some(Value::Str(k)) if k == "builtin-tool-call") {
         let text = match origin.get("args") {
             Some(Value::Str(args)) => args.clone(),
@@ -433,7 +496,7 @@ fn fold_tool(
             }
         };
         ledger.policy.put_text(&mut content, "arguments", text);
-        content.insert("arguments_complete", Value::Bool(true));
+        set(&mut content, "arguments_complete", Value::Bool(true));
     } else {
         state = put_outcome(ledger, &mut content, origin)?;
     }
@@ -444,15 +507,15 @@ fn fold_tool(
 fn put_outcome(ledger: &Ledger, content: &mut Map, part: &Map) -> Result<State, Fault> {
     let result = part.get("content").cloned().unwrap_or(Value::Null);
     if ledger.policy.keeps_value(&result) {
-        content.insert("value", result);
+        set(content, "value", result);
     } else {
-        content.insert("truncated", Value::Bool(true));
+        set(content, "truncated", Value::Bool(true));
     }
     let outcome = part.get("outcome");
-    content.insert("outcome", outcome.cloned().unwrap_or(Value::Null));
+    set(content, "outcome", outcome.cloned().unwrap_or(Value::Null));
     let retry = matches!(part.get("part_kind"), Some(Value::Str(k)) if k == "retry-prompt")
         || matches!(outcome, Some(Value::Str(o)) if o == "retried");
-    content.insert("retry", Value::Bool(retry));
+    set(content, "retry", Value::Bool(retry));
     let failed = retry || member(outcome, &FAILED_OUTCOMES)?;
     Ok(if failed { State::Failed } else { State::Completed })
 }

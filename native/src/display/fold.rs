@@ -4,6 +4,7 @@
 use super::bounding::Policy;
 use super::customs::{CustomFolder, HeldArguments};
 use super::fragments::{Assembler, Assembly, Int};
+use super::input::{set, EventRef, Field};
 use super::ledger::{At, Evicted, Kind, Ledger, Restored, State};
 use super::memory::{write_scopes, MemorySource};
 use super::standard::{check_event, fold_standard};
@@ -25,9 +26,10 @@ pub struct Failed {
     pub run_id: String,
 }
 
-/// One event to fold: its JSON object, and its JSON text as published when at hand.
+/// One event to fold, and its JSON text as published when at hand.
+#[derive(Clone, Copy)]
 pub struct Offered<'a> {
-    pub event: Map,
+    pub event: EventRef<'a>,
     pub published: Option<&'a [u8]>,
 }
 
@@ -59,15 +61,15 @@ impl Fold {
         results: bool,
     ) -> Result<Vec<Option<String>>, Fault> {
         for offered in events {
-            check_event(&offered.event)?;
+            check_event(offered.event)?;
         }
         let mut keys = Vec::with_capacity(events.len());
         for offered in events {
             self.ledger.sequence += 1;
-            keys.push(self.fold_one(&offered.event, offered.published, results)?);
+            keys.push(self.fold_one(offered.event, offered.published, results)?);
         }
         if let (Some(failed), Some(last)) = (failed, events.last()) {
-            if let Some(key) = self.fail_tool_call(failed, &last.event, root)? {
+            if let Some(key) = self.fail_tool_call(failed, last.event, root)? {
                 if let Some(slot) = keys.last_mut() {
                     *slot = Some(key);
                 }
@@ -76,8 +78,13 @@ impl Fold {
         Ok(keys)
     }
 
-    fn fold_one(&mut self, event: &Map, published: Option<&[u8]>, results: bool) -> Result<Option<String>, Fault> {
-        if matches!(event.get("type"), Some(Value::Str(kind)) if kind == "CUSTOM") {
+    fn fold_one(
+        &mut self,
+        event: EventRef<'_>,
+        published: Option<&[u8]>,
+        results: bool,
+    ) -> Result<Option<String>, Fault> {
+        if event.get("type").and_then(Field::as_str) == Some("CUSTOM") {
             return self.customs.fold(&mut self.ledger, event, published, results);
         }
         self.customs.completed = None;
@@ -93,9 +100,9 @@ impl Fold {
 
     /// Fail the item of `failed`'s call (held, of the fold's run `root` or a child) at `last`'s time: its id; None
     /// when it holds no such item (counted refused when it was evicted).
-    pub fn fail_tool_call(&mut self, failed: &Failed, last: &Map, root: &str) -> Result<Option<String>, Fault> {
-        let scope = (failed.run_id != root).then(|| Value::str(failed.run_id.as_str()));
-        let key = self.ledger.key(Kind::ToolCall, &failed.call_id, scope.as_ref());
+    pub fn fail_tool_call(&mut self, failed: &Failed, last: EventRef<'_>, root: &str) -> Result<Option<String>, Fault> {
+        let scope = (failed.run_id != root).then_some(Field::Str(failed.run_id.as_str()));
+        let key = self.ledger.key(Kind::ToolCall, &failed.call_id, scope);
         if self.ledger.entry(&key).is_none() {
             if self.ledger.is_evicted(&key) {
                 self.ledger.refuse();
@@ -106,7 +113,7 @@ impl Fold {
         let mut failure = Map::with_capacity(2);
         failure.push("code", Value::str("tool_failed"));
         failure.push("message", Value::str(failed.message.as_str()));
-        content.insert("failure", Value::Object(failure));
+        set(&mut content, "failure", Value::Object(failure));
         let at = event_time(last)?;
         self.ledger.put(key, Kind::ToolCall, State::Failed, content, At::Time(at), false)
     }

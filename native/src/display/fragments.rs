@@ -18,7 +18,7 @@ pub enum Int {
 
 impl Int {
     pub fn of(value: &Value) -> Option<Int> {
-        match value {
+        match value.resolved() {
             Value::Int(i) => Some(Int::Small(*i)),
             Value::Bool(b) => Some(Int::Small(i64::from(*b))),
             Value::Big(digits) => Some(Int::Big(digits.clone())),
@@ -122,8 +122,8 @@ impl Assembler {
     }
 
     /// The reassembled event on a frame that completes one; None for any other frame (the caller gives only frames).
-    pub fn accept(&mut self, event: &Map) -> Option<Map> {
-        let Some((identity, index, count, data)) = frame_fields(event.get("value")) else {
+    pub fn accept(&mut self, value: Option<&Value>) -> Option<Map> {
+        let Some((identity, index, count, data)) = frame_fields(value) else {
             self.lose(None);
             return None;
         };
@@ -219,7 +219,7 @@ const FIELDS: [(&str, &str); 7] = [
 
 /// pydantic's lax `int` of JSON input: an integer, a boolean, a float without a fraction, or such a string.
 fn lax_int(value: &Value) -> Option<Value> {
-    match value {
+    match value.resolved() {
         Value::Int(_) | Value::Big(_) => Some(value.clone()),
         Value::Bool(b) => Some(Value::Int(i64::from(*b))),
         Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18 => Some(Value::Int(*f as i64)),
@@ -307,14 +307,16 @@ mod tests {
     #[test]
     fn in_order_frames_join_into_their_event() {
         let mut assembler = Assembler::default();
-        assert_eq!(assembler.accept(&frame("a", 0, 2, r#"{"type":"CUSTOM","name":"n","#)), None);
-        let whole = assembler.accept(&frame("a", 1, 2, r#""value":[1],"extra":null,"timestamp":"5"}"#)).unwrap();
+        let value = |map: Map| map.get("value").cloned();
+        assert_eq!(assembler.accept(value(frame("a", 0, 2, r#"{"type":"CUSTOM","name":"n","#)).as_ref()), None);
+        let last = value(frame("a", 1, 2, r#""value":[1],"extra":null,"timestamp":"5"}"#));
+        let whole = assembler.accept(last.as_ref()).unwrap();
         assert_eq!(
             String::from_utf8(crate::json::write::compact_bytes(&Value::Object(whole))).unwrap(),
             r#"{"type":"CUSTOM","timestamp":5,"name":"n","value":[1],"extra":null}"#
         );
         assert!(!assembler.gap);
-        assert_eq!(assembler.accept(&frame("b", 1, 2, "x")), None);
+        assert_eq!(assembler.accept(value(frame("b", 1, 2, "x")).as_ref()), None);
         assert!(assembler.gap);
     }
 }

@@ -2,11 +2,13 @@
 //! per-scope context and paging. A finished item is held as its JSON alone (its content read back when it changes
 //! again); an open one as its content, with its JSON kept until the next change.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use sha2::{Digest, Sha256};
 
 use super::bounding::Policy;
+use super::input::{decimal, text, EventRef, Field};
 use super::memory::MemorySource;
 use super::time::Time;
 use super::Fault;
@@ -15,6 +17,31 @@ use crate::json::write::{compact, compact_object, string};
 use crate::json::{Map, Value};
 
 pub const ROOT_SCOPE: &str = "root";
+
+/// A cheap hash for item ids (mostly `itm_` and 32 hex digits: well spread already), eight bytes a step.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+        for &byte in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Ids<V> = HashMap<String, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<String, BuildHasherDefault<IdHasher>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -91,12 +118,12 @@ impl StreamId {
         match self {
             StreamId::At(attempt, sequence) => {
                 out.push(b'"');
-                out.extend_from_slice(attempt.to_string().as_bytes());
+                decimal(out, *attempt);
                 out.push(b'-');
-                out.extend_from_slice(sequence.to_string().as_bytes());
+                decimal(out, *sequence);
                 out.push(b'"');
             }
-            StreamId::Text(text) => string(out, text),
+            StreamId::Text(found) => text(out, found),
         }
     }
 }
@@ -147,10 +174,24 @@ impl Entry {
     }
 
     fn write(&self, out: &mut Vec<u8>) {
+        self.write_head(out);
+        match &self.content {
+            Some(content) => compact_object(out, content),
+            None => out.extend_from_slice(b"{}"),
+        }
+        if let Some(refs) = &self.refs {
+            out.extend_from_slice(b",\"content_refs\":");
+            out.extend_from_slice(refs.as_bytes());
+        }
+        out.push(b'}');
+    }
+
+    /// The item's JSON up to its content.
+    fn write_head(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"id\":");
-        string(out, &self.key);
+        text(out, &self.key);
         out.extend_from_slice(b",\"ordinal\":");
-        out.extend_from_slice(self.ordinal.to_string().as_bytes());
+        decimal(out, self.ordinal);
         out.extend_from_slice(b",\"kind\":\"");
         out.extend_from_slice(self.kind.name().as_bytes());
         out.extend_from_slice(b"\",\"state\":\"");
@@ -167,15 +208,6 @@ impl Entry {
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"content\":");
-        match &self.content {
-            Some(content) => compact_object(out, content),
-            None => out.extend_from_slice(b"{}"),
-        }
-        if let Some(refs) = &self.refs {
-            out.extend_from_slice(b",\"content_refs\":");
-            out.extend_from_slice(refs.as_bytes());
-        }
-        out.push(b'}');
     }
 
     /// Bytes this entry holds on the heap (its allocations' sizes).
@@ -215,7 +247,7 @@ fn content_of_json(json: &[u8]) -> Option<Map> {
 /// finishes, the only times an item keeps).
 pub enum At<'a> {
     Time(Time),
-    Event(&'a Map),
+    Event(EventRef<'a>),
 }
 
 impl At<'_> {
@@ -268,13 +300,15 @@ pub struct Ledger {
     pub attempt: i64,
     pub policy: Policy,
     entries: Vec<Entry>,
-    places: HashMap<String, usize>,
+    places: Ids<usize>,
+    /// What an observation's id hashes but the sequence: `run\0observation\0attempt:`.
+    observations: Vec<u8>,
     pub next_ordinal: i64,
     pub sequence: i64,
     pub response_groups: Vec<(String, String)>,
     pub memory_sources: Vec<(String, Vec<MemorySource>)>,
     pub evicted: Evicted,
-    evicted_ids: std::collections::HashSet<String>,
+    evicted_ids: IdSet,
     last_key: Option<(Kind, String, String)>,
 }
 
@@ -303,9 +337,9 @@ pub fn item_id(run_id: &str, kind: Kind, source_id: &str) -> String {
 }
 
 /// The context scope of an event: its subagent run id, or the root.
-pub fn scope_of(subagent_run_id: Option<&Value>) -> &str {
-    match subagent_run_id {
-        Some(Value::Str(s)) if !s.is_empty() => s,
+pub fn scope_of<'a>(subagent_run_id: Option<Field<'a>>) -> &'a str {
+    match subagent_run_id.and_then(Field::as_str) {
+        Some(run) if !run.is_empty() => run,
         _ => ROOT_SCOPE,
     }
 }
@@ -338,12 +372,13 @@ impl Ledger {
             attempt,
             policy,
             entries: Vec::with_capacity(items.len()),
-            places: HashMap::with_capacity(items.len()),
+            places: Ids::with_capacity_and_hasher(items.len(), Default::default()),
+            observations: format!("{run_id}\0observation\0{attempt}:").into_bytes(),
             next_ordinal: first,
             sequence: 0,
             response_groups: Vec::new(),
             memory_sources: Vec::new(),
-            evicted_ids: std::collections::HashSet::new(),
+            evicted_ids: IdSet::default(),
             evicted: Evicted { ids: Vec::new(), ..evicted.clone() },
             last_key: None,
         };
@@ -396,10 +431,17 @@ impl Ledger {
     }
 
     /// The id of the item of `kind` for `source_id`, qualified by a (truthy) subagent run id.
-    pub fn key(&mut self, kind: Kind, source_id: &str, subagent_run_id: Option<&Value>) -> String {
+    pub fn key(&mut self, kind: Kind, source_id: &str, subagent_run_id: Option<Field<'_>>) -> String {
         let scoped = match subagent_run_id {
-            Some(value) if value.truthy() => format!("{}:{source_id}", super::pyish::to_str(value)),
-            _ => source_id.to_owned(),
+            Some(value) if value.truthy() => format!("{}:{source_id}", value.to_str()),
+            _ => {
+                if let Some((last_kind, last_scoped, last_key)) = &self.last_key {
+                    if *last_kind == kind && last_scoped == source_id {
+                        return last_key.clone();
+                    }
+                }
+                source_id.to_owned()
+            }
         };
         if let Some((last_kind, last_scoped, last_key)) = &self.last_key {
             if *last_kind == kind && *last_scoped == scoped {
@@ -412,34 +454,49 @@ impl Ledger {
     }
 
     /// The id of an observation made by the event at the current position.
-    pub fn observation_key(&self) -> String {
-        let text = format!("{}\0observation\0{}:{}", self.run_id, self.attempt, self.sequence);
-        hashed_id(text.as_bytes())
+    pub fn observation_key(&mut self) -> String {
+        let prefix = self.observations.len();
+        decimal(&mut self.observations, self.sequence);
+        let key = hashed_id(&self.observations);
+        self.observations.truncate(prefix);
+        key
     }
 
-    /// An item's content to change and `put` back (empty for a new item).
-    pub fn content_of(&self, key: &str) -> Map {
-        self.entry(key).map(Entry::contents).unwrap_or_default()
+    /// An item's content to change and `put` back (empty for a new item): an open item's own, taken from it.
+    pub fn content_of(&mut self, key: &str) -> Map {
+        match self.entry_mut(key) {
+            None => Map::new(),
+            Some(entry) => match entry.content.take() {
+                Some(content) => content,
+                None => entry.json.as_deref().and_then(content_of_json).unwrap_or_default(),
+            },
+        }
     }
 
-    /// The content of item `key` while it is in progress, to change in place and then `touch`; None for an item
-    /// that is new, finished or evicted.
-    pub fn open_content(&mut self, key: &str) -> Option<&mut Map> {
-        let entry = self.entry_mut(key)?;
+    /// Append `delta` to the `field` text of the open item `key` whose content names `source_id` under
+    /// `id_field`, at the current position: what the whole fold of a delta event records for it; false, changing
+    /// nothing, when anything else could change (a new, finished or evicted item, or a response group to join).
+    pub fn append_open(&mut self, key: &str, id_field: &str, source_id: &str, field: &str, delta: &str) -> bool {
+        let Some(&place) = self.places.get(key) else { return false };
+        let entry = &mut self.entries[place];
         if entry.state != State::InProgress {
-            return None;
+            return false;
         }
-        entry.content.as_mut()
-    }
-
-    /// Record that the in-progress item `key` changed (its content, in place) at the current position.
-    pub fn touch(&mut self, key: &str) {
-        let here = StreamId::At(self.attempt, self.sequence);
-        if let Some(entry) = self.entry_mut(key) {
-            entry.json = None;
-            entry.last = here;
-            entry.ended = None;
+        let Some(content) = entry.content.as_mut() else { return false };
+        if !matches!(content.get(id_field), Some(Value::Str(id)) if id == source_id) {
+            return false;
         }
+        if !content.contains_key("responseGroup") {
+            let scope = scope_of(content.get("subagentRunId").map(Field::Value));
+            if self.response_groups.iter().any(|(s, _)| s == scope) {
+                return false;
+            }
+        }
+        self.policy.append_text(content, field, delta);
+        entry.json = None;
+        entry.last = StreamId::At(self.attempt, self.sequence);
+        entry.ended = None;
+        true
     }
 
     /// Append `text` to the streamed arguments the growing observation `key` holds, at the current position: what
@@ -547,6 +604,48 @@ impl Ledger {
         Ok(Some(key))
     }
 
+    /// Store the new finished item `key` whose content's JSON is `content` (as the output records spell it),
+    /// started and ended `at`: what `put` records, written at once. An id held or evicted already goes through `put`.
+    pub fn put_finished(
+        &mut self,
+        key: String,
+        kind: Kind,
+        state: State,
+        content: &[u8],
+        at: Time,
+    ) -> Result<Option<String>, Fault> {
+        if self.places.contains_key(&key) || self.evicted_ids.contains(&key) {
+            let content = match parse(content) {
+                Ok(Value::Object(content)) => content,
+                _ => Map::new(),
+            };
+            return self.put(key, kind, state, content, At::Time(at), false);
+        }
+        let here = StreamId::At(self.attempt, self.sequence);
+        let mut entry = Entry {
+            key: key.clone(),
+            ordinal: self.next_ordinal,
+            kind,
+            state,
+            first: here.clone(),
+            last: here,
+            ended: Some(at.clone()),
+            started: at,
+            content: None,
+            json: None,
+            refs: None,
+        };
+        let mut json = Vec::with_capacity(content.len() + 240);
+        entry.write_head(&mut json);
+        json.extend_from_slice(content);
+        json.push(b'}');
+        entry.json = Some(json);
+        self.next_ordinal += 1;
+        self.places.insert(key.clone(), self.entries.len());
+        self.entries.push(entry);
+        Ok(Some(key))
+    }
+
     /// Count a change addressed to an evicted item.
     pub fn refuse(&mut self) {
         self.evicted.refused += 1;
@@ -582,7 +681,10 @@ impl Ledger {
                 index += 1;
                 !gone[index - 1]
             });
-            self.places = self.entries.iter().enumerate().map(|(i, e)| (e.key.clone(), i)).collect();
+            self.places.clear();
+            for (place, entry) in self.entries.iter().enumerate() {
+                self.places.insert(entry.key.clone(), place);
+            }
         }
         removed
     }

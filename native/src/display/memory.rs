@@ -123,7 +123,7 @@ fn file(value: &Value) -> Option<FileSource> {
 /// pydantic's lax `int`: an int, a boolean, a float without a fraction, or a string of one (spaces around,
 /// underscores between digits and a fraction of zeros allowed).
 fn lax_int(value: &Value) -> Option<Value> {
-    match value {
+    match value.resolved() {
         Value::Int(_) | Value::Big(_) => Some(value.clone()),
         Value::Bool(b) => Some(Value::Int(i64::from(*b))),
         Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18 => Some(Value::Int(*f as i64)),
@@ -163,7 +163,7 @@ fn lax_int(value: &Value) -> Option<Value> {
 
 /// pydantic's lax `bool`: a boolean, 0 or 1, 0.0 or 1.0, or one of the strings it reads as one.
 fn lax_bool(value: &Value) -> Option<bool> {
-    match value {
+    match value.resolved() {
         Value::Bool(b) => Some(*b),
         Value::Int(0) => Some(false),
         Value::Int(1) => Some(true),

@@ -11,6 +11,7 @@ pub mod customs;
 pub mod fold;
 pub mod fragments;
 pub mod heap;
+pub mod input;
 pub mod ledger;
 pub mod memory;
 pub mod projection;
@@ -19,7 +20,7 @@ pub mod standard;
 pub mod time;
 
 pub use fold::{Failed, Fold, Offered};
-pub use projection::{Event, Projection, Record};
+pub use projection::{Projection, Record, Source};
 
 /// Why folding stopped, as the reference would have raised it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,4 +34,6 @@ pub enum Fault {
     /// The exception the reference's Python raises for this input (its type name and message), a `TypeError`
     /// for an unhashable value or an `OverflowError` for a time outside the years 1 to 9999.
     Python { kind: &'static str, message: String },
+    /// A panic of this code, caught where Python called it (`NativePanicError`).
+    Panicked(String),
 }

@@ -3,12 +3,13 @@
 
 use std::collections::VecDeque;
 
+use super::bounding::needs_bound;
 use super::bounding::{bound_event_json, Policy};
 use super::fold::{Failed, Fold, Offered};
+use super::input::{flat, parse_object, EventRef};
 use super::Fault;
-use crate::json::parse::parse;
 use crate::json::write::string;
-use crate::json::{Map, Value};
+use crate::json::Map;
 
 const STATE_FORMAT: i64 = 1;
 /// Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
@@ -83,23 +84,25 @@ impl Cadence {
     }
 }
 
-/// An event offered to a projection, folded when the batch completes.
-pub enum Event {
+/// An event offered to a projection, as its source gives it.
+pub enum Source<'a> {
     /// Its record value (the JSON the fold reads).
-    Encoded(Vec<u8>),
+    Encoded(&'a [u8]),
     /// Its JSON object (equal to what parsing its record value gives), with that value when at hand.
-    Data(Map, Option<Vec<u8>>),
+    Data(Map, Option<&'a [u8]>),
+    /// The event itself, as the native observer made it, with its record value.
+    Typed(&'a crate::agui::Event, &'a [u8]),
 }
 
-/// Events a projection has numbered and not yet folded: `due` the agui-seq of the record due after them,
-/// `continuation` the observer's JSON when that record was decided.
+/// What the events of one source record made, held until `complete` gives it out (and counts it): the record
+/// due after them, or the fault folding them met.
 pub struct Accepted {
     pub token: u64,
-    pub events: Vec<Event>,
-    pub failed: Option<Failed>,
-    pub due: Option<i64>,
-    pub continuation: Option<Vec<u8>>,
-    pub ended: bool,
+    due: Option<i64>,
+    ended: bool,
+    outcome: Result<Option<Record>, Fault>,
+    skipped: bool,
+    withheld: bool,
 }
 
 /// One display record: the run's snapshot JSON, due after event `agui_seq`, having evicted `evicted` items.
@@ -154,30 +157,44 @@ impl Projection {
         &self.fold.ledger.run_id
     }
 
-    /// Take the events the worker publishes for one source record (n = `first_seq`, ...): number them and decide
-    /// whether a display record is due after them. Returns the token `complete` takes and the agui-seq due.
+    /// Number the `count` events the worker publishes for one source record (n = `first_seq`, ...) and decide
+    /// whether a display record is due after them: the token `settle` and `complete` take, and the agui-seq due.
     pub fn accept(
         &mut self,
-        events: Vec<Event>,
+        count: usize,
         first_seq: i64,
         timestamp_ms: i64,
         ended: bool,
-        failed: Option<Failed>,
     ) -> Result<(u64, Option<i64>), Fault> {
         self.cadence.expect(self.run_id(), first_seq, true)?;
-        self.cadence.next_seq += events.len() as i64;
+        self.cadence.next_seq += count as i64;
         let due = self.cadence.due(timestamp_ms, ended);
-        let failed = failed.filter(|_| !events.is_empty());
         self.tokens += 1;
         let token = self.tokens;
-        self.pending.push_back(Accepted { token, events, failed, due, continuation: None, ended });
+        let outcome = Ok(None);
+        self.pending.push_back(Accepted { token, due, ended, outcome, skipped: false, withheld: false });
         Ok((token, due))
     }
 
-    /// The observer's continuation the record due after the last accepted events carries.
-    pub fn hold_continuation(&mut self, continuation: Vec<u8>) {
+    /// Fold the events accepted last (their sources, and the source item's failed tool call) and make the record due
+    /// after them, carrying `continuation` (the observer's, as the reference writes it); what `complete` gives out.
+    pub fn settle(&mut self, sources: Vec<Source<'_>>, failed: Option<&Failed>, continuation: Option<&[u8]>) {
+        let Some(mut accepted) = self.pending.pop_back() else { return };
+        let folded = if sources.is_empty() { Ok(()) } else { self.fold_published(sources, failed) };
+        accepted.outcome = match folded {
+            Err(Fault::Refused(_)) | Ok(()) => {
+                accepted.skipped = folded.is_err();
+                self.record(accepted.due, accepted.ended, continuation, &mut accepted.withheld)
+            }
+            Err(fault) => Err(fault),
+        };
+        self.pending.push_back(accepted);
+    }
+
+    /// Settle the events accepted last as a panic of this code: `complete` gives out the fault.
+    pub fn panicked(&mut self, reason: String) {
         if let Some(last) = self.pending.back_mut() {
-            last.continuation = Some(continuation);
+            last.outcome = Err(Fault::Panicked(reason));
         }
     }
 
@@ -188,8 +205,9 @@ impl Projection {
         Ok(())
     }
 
-    /// Fold what `accept` returned `token` for (events accepted before it and never completed are dropped) and
-    /// return the display record due after them, if any.
+    /// The display record due after what `accept` returned `token` for, if any (counting a batch refused as
+    /// malformed and a record withheld); the fault its folding met. Accepted events before it never completed are
+    /// let go.
     pub fn complete(&mut self, token: u64) -> Result<Option<Record>, Fault> {
         let accepted = loop {
             match self.pending.pop_front() {
@@ -198,45 +216,73 @@ impl Projection {
                 Some(_) => continue,
             }
         };
-        if !accepted.events.is_empty() {
-            match self.fold_published(&accepted) {
-                Err(Fault::Refused(_)) => self.skipped += 1,
-                other => other?,
-            }
+        self.skipped += i64::from(accepted.skipped);
+        self.withheld += i64::from(accepted.withheld);
+        let record = accepted.outcome?;
+        if let Some(record) = &record {
+            self.published = record.agui_seq;
         }
-        let Some(last) = accepted.due else { return Ok(None) };
+        Ok(record)
+    }
+
+    /// The record due as `due`, the snapshot paged to fit; None (and `withheld` set) when it cannot fit.
+    fn record(
+        &mut self,
+        due: Option<i64>,
+        ended: bool,
+        continuation: Option<&[u8]>,
+        withheld: &mut bool,
+    ) -> Result<Option<Record>, Fault> {
+        let Some(last) = due else { return Ok(None) };
         let seq = last.to_string();
         let max_bytes = self.max_bytes as usize;
         let overhead = record_overhead(self.run_id().len(), seq.len(), self.thread_id.len(), max_bytes);
         let budget = max_bytes.saturating_sub(overhead);
-        let continuation = accepted.continuation.as_deref();
         let mut value = Vec::with_capacity(4096);
         self.fold.write_export(&mut value, continuation);
         let mut evicted = 0;
         if value.len() > budget {
-            (value, evicted) = self.page(value, budget, continuation, accepted.ended)?;
+            (value, evicted) = self.page(value, budget, continuation, ended)?;
         }
         if value.len() > budget {
-            self.withheld += 1;
+            *withheld = true;
             return Ok(None);
         }
-        self.published = last;
         Ok(Some(Record { value, agui_seq: last, evicted }))
     }
 
-    /// The accepted events' JSON objects, bounded as `convert --display` bounds them, folded.
-    fn fold_published(&mut self, accepted: &Accepted) -> Result<(), Fault> {
-        let mut offered = Vec::with_capacity(accepted.events.len());
-        for event in &accepted.events {
-            let (mut map, published) = match event {
-                Event::Encoded(value) => (parse_object(value)?, Some(value.as_slice())),
-                Event::Data(map, value) => (map.clone(), value.as_deref()),
+    /// The events' JSON objects, bounded as `convert --display` bounds them, folded.
+    fn fold_published(&mut self, sources: Vec<Source<'_>>, failed: Option<&Failed>) -> Result<(), Fault> {
+        let mut owned: Vec<Option<Map>> = Vec::with_capacity(sources.len());
+        let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(sources.len());
+        for source in &sources {
+            let (map, value) = match source {
+                Source::Typed(event, value) if flat(event) && !needs_bound(EventRef::Typed(event)) => {
+                    (None, Some(*value))
+                }
+                Source::Typed(event, value) if flat(event) => (Some(EventRef::Typed(event).to_map()), Some(*value)),
+                Source::Typed(_, value) | Source::Encoded(value) => (Some(parse_object(value)?), Some(*value)),
+                Source::Data(map, value) => (Some(map.clone()), *value),
             };
-            bound_event_json(&mut map, published.map(<[u8]>::len))?;
-            offered.push(Offered { event: map, published });
+            owned.push(map);
+            values.push(value);
+        }
+        for (map, value) in owned.iter_mut().zip(&values) {
+            if let Some(map) = map {
+                bound_event_json(map, value.map(<[u8]>::len))?;
+            }
+        }
+        let mut offered = Vec::with_capacity(sources.len());
+        for ((source, map), published) in sources.iter().zip(&owned).zip(values) {
+            let event = match (map, source) {
+                (Some(map), _) => EventRef::Map(map),
+                (None, Source::Typed(event, _)) => EventRef::Typed(event),
+                (None, _) => continue,
+            };
+            offered.push(Offered { event, published });
         }
         let root = self.fold.ledger.run_id.clone();
-        self.fold.apply(&offered, accepted.failed.as_ref(), &root, false)?;
+        self.fold.apply(&offered, failed, &root, false)?;
         Ok(())
     }
 
@@ -306,28 +352,6 @@ impl Projection {
     pub fn heap_bytes(&self) -> usize {
         use super::heap::block;
         self.fold.heap_bytes() + block(self.thread_id.capacity())
-    }
-}
-
-/// The JSON object an event's record value holds; refused (as a malformed event is) when it is anything else.
-pub fn parse_object(value: &[u8]) -> Result<Map, Fault> {
-    match parse(value) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(Fault::Refused(format!("an AG-UI event is a JSON {}, not an object", python_type(&other)))),
-        Err(refused) => Err(Fault::Refused(format!("an AG-UI event is not JSON: {}", refused.what))),
-    }
-}
-
-fn python_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Int(_) | Value::Big(_) => "int",
-        Value::Float(_) => "float",
-        Value::Str(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-        Value::Shared(inner) => python_type(inner),
     }
 }
 

@@ -8,7 +8,7 @@ use crate::json::{Map, Value};
 
 /// Python's `a == b` of two JSON values.
 pub fn eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
+    match (a.resolved(), b.resolved()) {
         (Value::Null, Value::Null) => true,
         (Value::Str(x), Value::Str(y)) => x == y,
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| eq(p, q)),
@@ -33,7 +33,7 @@ enum Number<'a> {
 }
 
 fn number(value: &Value) -> Option<Number<'_>> {
-    match value {
+    match value.resolved() {
         Value::Bool(b) => Some(Number::Int(i64::from(*b))),
         Value::Int(i) => Some(Number::Int(*i)),
         Value::Big(digits) => Some(Number::Big(digits)),
@@ -62,7 +62,7 @@ impl Number<'_> {
 
 /// Python's `str(value)` of a JSON value as the reference holds it (a str is itself; containers as their repr).
 pub fn to_str(value: &Value) -> String {
-    match value {
+    match value.resolved() {
         Value::Str(s) => s.clone(),
         other => {
             let mut out = String::new();
@@ -183,7 +183,7 @@ fn printable(c: char) -> bool {
 
 /// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`: keys in their order, floats as Python's repr.
 pub fn dumps(out: &mut Vec<u8>, value: &Value) {
-    match value {
+    match value.resolved() {
         Value::Float(f) => out.extend_from_slice(python_float_json(*f).as_bytes()),
         Value::Array(items) => {
             out.push(b'[');
@@ -292,9 +292,19 @@ fn decimal_len(value: i64) -> usize {
     len
 }
 
+/// Whether a float is anywhere in the value (where `json.dumps` and the output records spell numbers differently).
+pub fn has_float(value: &Value) -> bool {
+    match value.resolved() {
+        Value::Float(_) => true,
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        _ => false,
+    }
+}
+
 /// The name of the Python type of a value that cannot be hashed (`TypeError: unhashable type: 'list'`), if it is one.
 pub fn unhashable(value: &Value) -> Option<&'static str> {
-    match value {
+    match value.resolved() {
         Value::Array(_) => Some("list"),
         Value::Object(_) => Some("dict"),
         _ => None,

@@ -1,6 +1,7 @@
 //! Folding of the standard AG-UI events (`worker/display/_standard.py`): messages, reasoning, tool calls, and
 //! run/subagent lifecycle.
 
+use super::input::{set, EventRef, Field};
 use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::Fault;
 use crate::json::{Map, Value};
@@ -47,44 +48,44 @@ pub fn lifecycle(kind_name: &str) -> bool {
     )
 }
 
-fn repr_short(value: Option<&Value>) -> String {
+fn repr_short(value: Option<Field<'_>>) -> String {
     let mut out = String::new();
     match value {
         None => out.push_str("None"),
-        Some(value) => super::pyish::repr(&mut out, value),
+        Some(value) => super::pyish::repr(&mut out, &value.to_value()),
     }
     out
 }
 
 /// Refuse, before anything is folded, an event lacking a field the fold reads.
-pub fn check_event(event: &Map) -> Result<(), Fault> {
-    let kind_name = match event.get("type") {
-        Some(Value::Str(kind)) => kind,
-        other => {
-            return Err(Fault::Refused(format!(
-                "display fold got an event without a string type: {}",
-                repr_short(other)
-            )))
-        }
+pub fn check_event(event: EventRef<'_>) -> Result<(), Fault> {
+    let found = event.get("type");
+    let Some(kind_name) = found.and_then(Field::as_str) else {
+        let shown = repr_short(found);
+        return Err(Fault::Refused(format!("display fold got an event without a string type: {shown}")));
     };
     if let Some((_, field)) = source_of(kind_name) {
-        if !matches!(event.get(field), Some(Value::Str(_))) {
+        if event.get(field).and_then(Field::as_str).is_none() {
             return Err(Fault::Refused(format!("display fold got a {kind_name} event whose {field} is not a string")));
         }
     }
-    if appends(kind_name).is_some() && !matches!(event.get("delta"), Some(Value::Str(_))) {
+    if appends(kind_name).is_some() && event.get("delta").and_then(Field::as_str).is_none() {
         return Err(Fault::Refused(format!("display fold got a {kind_name} event whose delta is not a string")));
     }
     Ok(())
 }
 
-fn text<'a>(event: &'a Map, field: &str) -> &'a str {
-    event.get(field).and_then(Value::as_str).unwrap_or_default()
+fn text<'a>(event: EventRef<'a>, field: &str) -> &'a str {
+    event.get(field).and_then(Field::as_str).unwrap_or_default()
 }
 
 /// Fold one non-CUSTOM event (checked) into its item and return the item's id; None for an event type the display
 /// does not track or an item that was evicted. `published`, when given, is the event's JSON as published.
-pub fn fold_standard(ledger: &mut Ledger, event: &Map, published: Option<&[u8]>) -> Result<Option<String>, Fault> {
+pub fn fold_standard(
+    ledger: &mut Ledger,
+    event: EventRef<'_>,
+    published: Option<&[u8]>,
+) -> Result<Option<String>, Fault> {
     let kind_name = text(event, "type");
     let field = appends(kind_name);
     if let Some(field) = field {
@@ -94,36 +95,45 @@ pub fn fold_standard(ledger: &mut Ledger, event: &Map, published: Option<&[u8]>)
     }
     if lifecycle(kind_name) {
         let at = super::time::event_time(event)?;
-        return super::customs::observe(ledger, event.clone(), at, false, published);
+        let key = ledger.observation_key();
+        let written;
+        let json = match published {
+            Some(json) => json,
+            None => {
+                written = crate::json::write::compact_bytes(&Value::Object(event.to_map()));
+                &written
+            }
+        };
+        return ledger.put_finished(key, Kind::Observation, State::Completed, json, at);
     }
     let Some((kind, id_field)) = source_of(kind_name) else { return Ok(None) };
     let key = ledger.key(kind, text(event, id_field), event.get("subagentRunId"));
     let mut content = ledger.content_of(&key);
     for name in MIRRORED {
         if let Some(value) = event.get(name) {
-            content.insert(name, value.clone());
+            set(&mut content, name, value.to_value());
         }
     }
-    let scope = scope_of(content.get("subagentRunId")).to_owned();
+    let scope = scope_of(content.get("subagentRunId").map(Field::Value)).to_owned();
     if let Some(group) = ledger.group(&scope) {
         if !content.contains_key("responseGroup") {
-            content.insert("responseGroup", Value::str(group));
+            set(&mut content, "responseGroup", Value::str(group));
         }
     }
     if kind_name == "TEXT_MESSAGE_END" && matches!(content.get("role"), Some(Value::Str(r)) if r == "assistant") {
         if let Some(sources) = ledger.memory(&scope) {
             let dumped = sources.iter().map(super::memory::MemorySource::to_value).collect();
-            content.insert("memory_sources", Value::Array(dumped));
+            set(&mut content, "memory_sources", Value::Array(dumped));
         }
     }
     if kind_name == "TOOL_CALL_END" {
-        content.insert("arguments_complete", Value::Bool(true));
+        set(&mut content, "arguments_complete", Value::Bool(true));
     }
     if let Some(field) = field {
         ledger.policy.append_text(&mut content, field, text(event, "delta"));
     }
     if kind_name == "REASONING_ENCRYPTED_VALUE" {
-        content.insert("encrypted_value", event.get("encryptedValue").cloned().unwrap_or(Value::Null));
+        set(&mut content, "encrypted_value", event.get("encryptedValue").map_or(Value::Null, Field::to_value));
     }
     if kind_name == "TOOL_CALL_RESULT" {
         put_result(ledger, &mut content, event.get("content"));
@@ -135,48 +145,37 @@ pub fn fold_standard(ledger: &mut Ledger, event: &Map, published: Option<&[u8]>)
 
 /// A delta that only appends to an open item's text, as the whole fold would: the item's id; None when anything
 /// else could change (a new, finished or evicted item, or a field beyond the id and the delta).
-fn grown(ledger: &mut Ledger, event: &Map, kind_name: &str, field: &str) -> Option<String> {
+fn grown(ledger: &mut Ledger, event: EventRef<'_>, kind_name: &str, field: &str) -> Option<String> {
     let (kind, id_field) = source_of(kind_name)?;
-    if event.keys().any(|name| name != id_field && !matches!(name.as_str(), "type" | "timestamp" | "delta")) {
+    let only = |name: &str| name == id_field || matches!(name, "type" | "timestamp" | "delta");
+    let plain = match event {
+        EventRef::Map(map) => map.keys().all(|name| only(name)),
+        EventRef::Typed(typed) => {
+            typed.raw_event.is_none()
+                && typed.metadata.is_none()
+                && (typed.subagent_run_id.is_none() || !typed.body.has_subagent_run_id())
+        }
+    };
+    if !plain {
         return None;
     }
     let source_id = text(event, id_field);
     let key = ledger.key(kind, source_id, None);
-    let policy = ledger.policy;
-    let grouped = {
-        let content = ledger.open_content(&key)?;
-        if !matches!(content.get(id_field), Some(Value::Str(id)) if id == source_id) {
-            return None;
-        }
-        content.contains_key("responseGroup")
-    };
-    if !grouped {
-        let scope = {
-            let content = ledger.open_content(&key)?;
-            scope_of(content.get("subagentRunId")).to_owned()
-        };
-        if ledger.group(&scope).is_some() {
-            return None;
-        }
-    }
-    let content = ledger.open_content(&key)?;
-    policy.append_text(content, field, text(event, "delta"));
-    ledger.touch(&key);
-    Some(key)
+    ledger.append_open(&key, id_field, source_id, field, text(event, "delta")).then_some(key)
 }
 
-fn put_result(ledger: &Ledger, content: &mut Map, result: Option<&Value>) {
-    match result {
-        Some(whole @ Value::Array(parts)) => {
+fn put_result(ledger: &Ledger, content: &mut Map, result: Option<Field<'_>>) {
+    match result.map(|field| (field, field.as_value())) {
+        Some((_, Some(whole @ Value::Array(parts)))) => {
             let kept = if ledger.policy.keeps_value(whole) { parts.clone() } else { Vec::new() };
             let empty = kept.is_empty();
-            content.insert("result_parts", Value::Array(kept));
+            set(content, "result_parts", Value::Array(kept));
             if empty {
-                content.insert("truncated", Value::Bool(true));
+                set(content, "truncated", Value::Bool(true));
             }
         }
         other => {
-            let text = other.map(super::pyish::to_str).unwrap_or_default();
+            let text = other.map(|(field, _)| field.to_str()).unwrap_or_default();
             ledger.policy.put_text(content, "result", text);
         }
     }

@@ -1,9 +1,10 @@
 //! The times an item keeps: an event's epoch-millisecond `timestamp` as a UTC datetime (`event_time`), written as
 //! the reference writes it (`2025-06-01T12:00:00.800000Z`), or a restored datetime's text as its model wrote it.
 
+use super::input::{EventRef, Field};
 use super::Fault;
 use crate::json::write::string;
-use crate::json::{Map, Value};
+use crate::json::Value;
 
 /// A UTC time in milliseconds since the epoch, or the JSON string text of a datetime read back from an export.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,11 +20,12 @@ const DAY_MS: i64 = 86_400_000;
 
 /// The event's own `timestamp` (any Python int, a boolean too) as a time; the epoch when it carries none. The
 /// reference's datetime arithmetic refuses times outside the years 1 to 9999 with an OverflowError, as here.
-pub fn event_time(event: &Map) -> Result<Time, Fault> {
+pub fn event_time(event: EventRef<'_>) -> Result<Time, Fault> {
     match event.get("timestamp") {
-        Some(Value::Int(ms)) => checked(*ms),
-        Some(Value::Bool(b)) => Ok(Time::Ms(i64::from(*b))),
-        Some(Value::Big(_)) => Err(overflow("Python int too large to convert to C int".to_owned())),
+        Some(Field::Int(ms)) => checked(ms),
+        Some(Field::Value(Value::Int(ms))) => checked(*ms),
+        Some(Field::Value(Value::Bool(b))) => Ok(Time::Ms(i64::from(*b))),
+        Some(Field::Value(Value::Big(_))) => Err(overflow("Python int too large to convert to C int".to_owned())),
         _ => Ok(Time::Ms(0)),
     }
 }
@@ -65,39 +67,53 @@ fn two(out: &mut Vec<u8>, n: i64) {
     out.push(b'0' + (n % 10) as u8);
 }
 
+thread_local! {
+    /// The text of the time written last, by its milliseconds (an event's items share its time).
+    static LAST: std::cell::RefCell<(i64, Vec<u8>)> = const { std::cell::RefCell::new((i64::MIN, Vec::new())) };
+}
+
 impl Time {
     /// The JSON string of the time (with its quotes).
     pub fn write(&self, out: &mut Vec<u8>) {
         match self {
             Time::Text(text) => string(out, text),
-            Time::Ms(ms) => {
-                let days = ms.div_euclid(DAY_MS);
-                let rest = ms.rem_euclid(DAY_MS);
-                let (year, month, day) = civil(days);
-                out.push(b'"');
-                two(out, year / 100);
-                two(out, year % 100);
-                out.push(b'-');
-                two(out, month);
-                out.push(b'-');
-                two(out, day);
-                out.push(b'T');
-                let seconds = rest / 1000;
-                two(out, seconds / 3600);
-                out.push(b':');
-                two(out, seconds / 60 % 60);
-                out.push(b':');
-                two(out, seconds % 60);
-                let millis = rest % 1000;
-                if millis != 0 {
-                    out.push(b'.');
-                    out.push(b'0' + (millis / 100) as u8);
-                    two(out, millis % 100);
-                    out.extend_from_slice(b"000");
+            Time::Ms(ms) => LAST.with_borrow_mut(|(last, text)| {
+                if *last != *ms {
+                    text.clear();
+                    Time::write_ms(text, *ms);
+                    *last = *ms;
                 }
-                out.extend_from_slice(b"Z\"");
-            }
+                out.extend_from_slice(text);
+            }),
         }
+    }
+
+    fn write_ms(out: &mut Vec<u8>, ms: i64) {
+        let days = ms.div_euclid(DAY_MS);
+        let rest = ms.rem_euclid(DAY_MS);
+        let (year, month, day) = civil(days);
+        out.push(b'"');
+        two(out, year / 100);
+        two(out, year % 100);
+        out.push(b'-');
+        two(out, month);
+        out.push(b'-');
+        two(out, day);
+        out.push(b'T');
+        let seconds = rest / 1000;
+        two(out, seconds / 3600);
+        out.push(b':');
+        two(out, seconds / 60 % 60);
+        out.push(b':');
+        two(out, seconds % 60);
+        let millis = rest % 1000;
+        if millis != 0 {
+            out.push(b'.');
+            out.push(b'0' + (millis / 100) as u8);
+            two(out, millis % 100);
+            out.extend_from_slice(b"000");
+        }
+        out.extend_from_slice(b"Z\"");
     }
 }
 
@@ -122,7 +138,7 @@ mod tests {
 
     #[test]
     fn times_outside_the_years_1_to_9999_overflow() {
-        let at = |v: Value| event_time(&Map::from_entries(vec![("timestamp".into(), v)]));
+        let at = |v: Value| event_time(EventRef::Map(&crate::json::Map::from_entries(vec![("timestamp".into(), v)])));
         assert!(matches!(at(Value::Int(MAX_MS + 1)), Err(Fault::Python { kind: "OverflowError", .. })));
         assert_eq!(at(Value::Bool(true)), Ok(Time::Ms(1)));
         assert_eq!(at(Value::str("1")), Ok(Time::Ms(0)));

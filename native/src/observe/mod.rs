@@ -172,7 +172,7 @@ pub type Spans = Vec<(&'static str, usize, usize)>;
 
 /// Write the frames of one event into `out`: a CUSTOM whose JSON is over 48 KiB (when `check`) becomes frames whose
 /// data concatenates back to that JSON, every other event is one frame.
-fn push_frames(out: &mut Vec<u8>, spans: &mut Spans, event: Event, identity: impl FnOnce() -> String, check: bool) {
+fn push_frames(out: &mut Vec<u8>, spans: &mut Spans, event: &Event, identity: impl FnOnce() -> String, check: bool) {
     let start = out.len();
     event.write(out);
     let custom = matches!(event.body, Body::Custom { .. });
@@ -216,10 +216,10 @@ fn push_frames(out: &mut Vec<u8>, spans: &mut Spans, event: Event, identity: imp
 
 /// Write the item's frames into `out`: its CUSTOM events fragmented where over the limit (checked unless the item
 /// is too short to make one that large), the others as they are.
-pub fn frames(item: &Item, events: Vec<Event>, out: &mut Vec<u8>) -> Spans {
+pub fn frames(item: &Item, events: &[Event], out: &mut Vec<u8>) -> Spans {
     let check = !(0 < item.wire_size && item.wire_size <= SURELY_SMALL);
     let mut spans = Vec::with_capacity(events.len());
-    for (index, event) in events.into_iter().enumerate() {
+    for (index, event) in events.iter().enumerate() {
         let identity = || format!("{}:{}:{}:{}", item.thread_id, item.run_id, item.sequence, index);
         push_frames(out, &mut spans, event, identity, check);
     }
@@ -382,12 +382,14 @@ impl Observer {
         }
     }
 
-    /// Convert, fragment and commit one item (no processor): its frames written into `out`.
-    pub fn observe(&mut self, item: &Item, out: &mut Vec<u8>) -> Result<Spans, Refusal> {
+    /// Convert, fragment and commit one item (no processor): its frames written into `out`, and its events (a
+    /// display folds them).
+    pub fn observe(&mut self, item: &Item, out: &mut Vec<u8>) -> Result<(Spans, Vec<Event>), Refusal> {
         let mut prepared = self.prepare(item)?;
         let events = std::mem::take(&mut prepared.events);
         self.commit(prepared);
-        Ok(frames(item, events, out))
+        let spans = frames(item, &events, out);
+        Ok((spans, events))
     }
 
     /// The continuation's JSON data: `{thread_id, run_id, state}`.

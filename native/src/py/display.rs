@@ -2,17 +2,22 @@
 //! `worker/display`'s classes of the same names. Their faults are raised as the reference raises them; a panic is
 //! caught here and raised as `worker.errors.NativePanicError`, never unwinding into Python.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 
-use super::errors::{error_of, guarded};
+use super::errors::{error_of, guarded, panic_error, panic_reason};
+use super::observer::Observer;
 use super::value::{from_value, to_value};
 use crate::display::fold::{NotHeld, FRESH_OBSERVER};
+use crate::display::input::EventRef;
 use crate::display::ledger::Entry;
 use crate::display::projection::Cadence;
-use crate::display::{Event, Failed, Fault, Fold, Offered, Projection};
+use crate::display::{Failed, Fault, Fold, Offered, Projection, Source};
+use crate::json::write::compact_bytes;
 use crate::json::{Map, Value};
 
 static OBSERVATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -28,6 +33,7 @@ fn raise(py: Python<'_>, fault: Fault) -> PyErr {
         Fault::Python { kind: "OverflowError", message } => PyOverflowError::new_err(message),
         Fault::Python { kind: "TypeError", message } => PyTypeError::new_err(message),
         Fault::Python { kind, message } => PyRuntimeError::new_err(format!("{kind}: {message}")),
+        Fault::Panicked(reason) => panic_error(py, "display projection", &reason),
     }
 }
 
@@ -77,10 +83,9 @@ impl DisplayFold {
         root: &str,
         results: bool,
     ) -> PyResult<Vec<Option<String>>> {
-        let mut offered = Vec::with_capacity(events.len());
-        for event in events.iter() {
-            offered.push(Offered { event: map_of(&event)?, published: None });
-        }
+        let maps = events.iter().map(|event| map_of(&event)).collect::<PyResult<Vec<Map>>>()?;
+        let offered: Vec<Offered<'_>> =
+            maps.iter().map(|map| Offered { event: EventRef::Map(map), published: None }).collect();
         let failed = failed_of(failed);
         guarded(py, "display fold", || {
             self.fold.apply(&offered, failed.as_ref(), root, results).map_err(|fault| raise(py, fault))
@@ -90,7 +95,8 @@ impl DisplayFold {
     /// AguiObservationError for the first event (a dict) lacking a field the fold reads.
     fn check(&self, py: Python<'_>, events: &Bound<'_, PyList>) -> PyResult<()> {
         for event in events.iter() {
-            crate::display::standard::check_event(&map_of(&event)?).map_err(|fault| raise(py, fault))?;
+            let map = map_of(&event)?;
+            crate::display::standard::check_event(EventRef::Map(&map)).map_err(|fault| raise(py, fault))?;
         }
         Ok(())
     }
@@ -113,7 +119,7 @@ impl DisplayFold {
         let failed = failed_of(Some(failed));
         guarded(py, "display fold", || {
             let failed = failed.as_ref().ok_or_else(|| PyValueError::new_err("no failure"))?;
-            self.fold.fail_tool_call(failed, &last, root).map_err(|fault| raise(py, fault))
+            self.fold.fail_tool_call(failed, EventRef::Map(&last), root).map_err(|fault| raise(py, fault))
         })
     }
 
@@ -261,9 +267,12 @@ impl DisplayProjection {
         Some(DisplayProjection { projection })
     }
 
-    /// Number `count` events from `first_seq` (their record `values`, or their JSON objects `data` where not None)
-    /// and decide the record due after them: (the token `complete` takes, the agui-seq due or None).
-    #[pyo3(signature = (count, first_seq, *, timestamp_ms, ended, failed, values, data))]
+    /// Number `count` events from `first_seq`, decide the record due after them, and fold them (their record
+    /// `values`, or their JSON objects `data` where not None): the token `complete` takes and the agui-seq due.
+    /// With `observed`, the events are the last ones the native `observer` made (the values are theirs), read in
+    /// place, and it keeps its next events for this projection. The record carries `observer`'s continuation.
+    /// A fault of the fold (or a panic, as NativePanicError) is raised by `complete`.
+    #[pyo3(signature = (count, first_seq, *, timestamp_ms, ended, failed, values, data, observer=None, observed=false))]
     #[allow(clippy::too_many_arguments)]
     fn accept(
         &mut self,
@@ -275,14 +284,17 @@ impl DisplayProjection {
         failed: Option<(String, String, String)>,
         values: Option<&Bound<'_, PyList>>,
         data: Option<&Bound<'_, PyList>>,
+        observer: Option<&Bound<'_, PyAny>>,
+        observed: bool,
     ) -> PyResult<(u64, Option<i64>)> {
-        let mut events = Vec::with_capacity(count);
+        let mut bytes = Vec::with_capacity(count);
+        let mut known = Vec::with_capacity(count);
         for index in 0..count {
             let value = match values {
-                Some(values) => Some(values.get_item(index)?.extract::<Vec<u8>>()?),
+                Some(values) => Some(values.get_item(index)?.cast_into::<PyBytes>()?),
                 None => None,
             };
-            let known = match data {
+            let map = match data {
                 Some(data) => {
                     let item = data.get_item(index)?;
                     if item.is_none() {
@@ -293,20 +305,45 @@ impl DisplayProjection {
                 }
                 None => None,
             };
-            events.push(match (known, value) {
-                (Some(map), value) => Event::Data(map, value),
-                (None, Some(value)) => Event::Encoded(value),
-                (None, None) => return Err(PyValueError::new_err("an event with neither its value nor its JSON")),
+            if value.is_none() && map.is_none() {
+                return Err(PyValueError::new_err("an event with neither its value nor its JSON"));
+            }
+            bytes.push(value);
+            known.push(map);
+        }
+        let (token, due) = self.projection.accept(count, first_seq, timestamp_ms, ended).map_err(|f| raise(py, f))?;
+        let native = observer.and_then(|o| o.cast::<Observer>().ok());
+        let continuation = match (due, native, observer) {
+            (None, _, _) | (_, _, None) => None,
+            (Some(_), Some(native), _) => Some(compact_bytes(&native.borrow().core.export())),
+            (Some(_), None, Some(observer)) => Some(compact_bytes(&to_value(&observer.call_method0("export_data")?)?)),
+        };
+        let mut held = native.map(|n| n.borrow_mut());
+        if let Some(observer) = held.as_mut() {
+            observer.keep_events = true;
+        }
+        let typed: &[crate::agui::Event] = match &held {
+            Some(observer) if observed && observer.last_events.len() == count => &observer.last_events,
+            _ => &[],
+        };
+        let mut sources = Vec::with_capacity(count);
+        for (index, (value, map)) in bytes.iter().zip(known).enumerate() {
+            let value = value.as_ref().map(|v| v.as_bytes());
+            sources.push(match (typed.get(index), map, value) {
+                (Some(event), _, Some(value)) => Source::Typed(event, value),
+                (_, Some(map), value) => Source::Data(map, value),
+                (_, None, Some(value)) => Source::Encoded(value),
+                (_, None, None) => return Err(PyValueError::new_err("an event with neither its value nor its JSON")),
             });
         }
-        let failed = failed_of(failed);
-        guarded(py, "display projection", || {
-            self.projection.accept(events, first_seq, timestamp_ms, ended, failed).map_err(|fault| raise(py, fault))
-        })
-    }
-
-    fn hold_continuation(&mut self, continuation: Vec<u8>) {
-        self.projection.hold_continuation(continuation);
+        let failed = failed_of(failed).filter(|_| count > 0);
+        let projection = &mut self.projection;
+        let settled =
+            catch_unwind(AssertUnwindSafe(|| projection.settle(sources, failed.as_ref(), continuation.as_deref())));
+        if let Err(payload) = settled {
+            self.projection.panicked(panic_reason(payload.as_ref()));
+        }
+        Ok((token, due))
     }
 
     fn skip(&mut self, py: Python<'_>, first_seq: i64, count: i64) -> PyResult<()> {

@@ -22,15 +22,22 @@ pub fn error_of(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &st
 pub fn guarded<T>(py: Python<'_>, what: &str, work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(work)) {
         Ok(result) => result,
-        Err(payload) => {
-            let reason = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".to_owned());
-            Err(error_of(py, &PANIC_ERROR, "NativePanicError", format!("the native {what} panicked: {reason}")))
-        }
+        Err(payload) => Err(panic_error(py, what, &panic_reason(payload.as_ref()))),
     }
+}
+
+/// The message a panic was raised with.
+pub fn panic_reason(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
+/// The `NativePanicError` of a panic in the native `what`, raised with `reason`.
+pub fn panic_error(py: Python<'_>, what: &str, reason: &str) -> PyErr {
+    error_of(py, &PANIC_ERROR, "NativePanicError", format!("the native {what} panicked: {reason}"))
 }
 
 #[cfg(test)]

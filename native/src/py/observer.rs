@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 use super::errors::{error_of, guarded};
 use super::item::Item;
 use super::value::{from_value, to_value};
+use crate::agui::Event;
 use crate::json::Value;
 use crate::observe::state::{Cursor, CursorKind, RunState};
 use crate::observe::{Observer as Core, Prepared, Refusal, Spans};
@@ -71,11 +72,15 @@ pub fn encoded<'py>(py: Python<'py>, bytes: &[u8], spans: &Spans) -> PyResult<Bo
 pub struct Observer {
     pub core: Core,
     pending: Option<Prepared>,
+    /// Whether `observe` keeps its events (a display projection set it: it folds them).
+    pub keep_events: bool,
+    /// The events of the last `observe`, kept when `keep_events` is set, until a display projection takes them.
+    pub last_events: Vec<Event>,
 }
 
 impl Observer {
     pub fn new_core(core: Core) -> Observer {
-        Observer { core, pending: None }
+        Observer { core, pending: None, keep_events: false, last_events: Vec::new() }
     }
 
     fn from_export_data(stream: bool, data: &Bound<'_, PyAny>) -> PyResult<Self> {
@@ -107,9 +112,14 @@ impl Observer {
                 Err(_) => &mut own,
             };
             buffer.clear();
-            let spans = self.core.observe(&item.item, buffer);
-            let out = match spans {
-                Ok(spans) => encoded(py, buffer, &spans),
+            self.last_events.clear();
+            let out = match self.core.observe(&item.item, buffer) {
+                Ok((spans, events)) => {
+                    if self.keep_events {
+                        self.last_events = events;
+                    }
+                    encoded(py, buffer, &spans)
+                }
                 Err(refusal) => Err(refusal_error(py, refusal)),
             };
             if buffer.capacity() > FRAMES_KEPT {
