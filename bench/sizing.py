@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import gc
 import os
 import subprocess
@@ -63,6 +64,54 @@ def clone(run: list[dict[str, object]], root: str, upto: int | None = None) -> I
         yield root.encode(), orjson.dumps({**item, "run_id": root} if item["run_id"] == original else item)
 
 
+def _records(runs: list[list[dict[str, object]]], streams: int, *, ended: bool) -> tuple[list[SourceRecord], int]:
+    records = []
+    offset = 0
+    for n in range(streams):
+        run = runs[n % len(runs)]
+        for key, value in clone(run, f"run-{n}", upto=None if ended else max(1, len(run) // 2)):
+            records.append(SourceRecord(TOPIC, 0, offset, 1_700_000_000_000 + offset, key, value))
+            offset += 1
+    return records, offset
+
+
+def _resident() -> int:
+    """This process's resident bytes, after the allocator gave back what it could."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit("no VmRSS in /proc/self/status")
+
+
+def resident_per_run(runs: list[list[dict[str, object]]], streams: int, *, display: bool) -> float:
+    """Resident bytes a partition's state adds per open run, in this process: everything, the native engine's
+    allocations included (which tracemalloc does not see)."""
+    state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
+                           display_interval_ms=1000 if display else None)  # fmt: skip
+    records, _ = _records(runs, streams, ended=False)
+    warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
+    for record in records[:200]:
+        warm.process(record)
+    del warm
+    before = _resident()
+    for record in records:
+        state.process(record)
+    after = _resident()
+    assert state.open_streams == streams, (state.open_streams, streams)
+    return (after - before) / streams
+
+
+def resident_in_child(corpus: Path, streams: int, *, display: bool) -> float:
+    """`resident_per_run` measured in a fresh process (resident memory once grown is not given back whole)."""
+    done = subprocess.run([sys.executable, __file__, "--corpus", str(corpus), "--streams", str(streams),
+                           "--resident-side", "on" if display else "off"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return float(done.stdout.split()[-1])
+
+
 def held_per_run(
     runs: list[list[dict[str, object]]], streams: int, *, display: bool, ended: bool = False
 ) -> tuple[float, float]:
@@ -71,13 +120,7 @@ def held_per_run(
     allocates beside that, per run, while its changelog records are alive."""
     state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
                            display_interval_ms=1000 if display else None)  # fmt: skip
-    records = []
-    offset = 0
-    for n in range(streams):
-        run = runs[n % len(runs)]
-        for key, value in clone(run, f"run-{n}", upto=None if ended else max(1, len(run) // 2)):
-            records.append(SourceRecord(TOPIC, 0, offset, 1_700_000_000_000 + offset, key, value))
-            offset += 1
+    records, offset = _records(runs, streams, ended=ended)
     warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
     for record in records[:200]:
         warm.process(record)
@@ -290,16 +333,23 @@ def main() -> None:
     parser.add_argument("--busy-partitions", default="1,48",
                         help="partition counts, besides 12, the worker catches up in (comma-separated)")  # fmt: skip
     parser.add_argument("--no-broker", action="store_true", help="part 1 only (no broker, no worker process)")
+    parser.add_argument("--resident-side", choices=("on", "off"), help=argparse.SUPPRESS)  # one resident figure
     args = parser.parse_args()
     runs = load_runs(args.corpus)
+    if args.resident_side:
+        print(resident_per_run(runs, args.streams, display=args.resident_side == "on"))
+        return
     print(f"conversion core: {describe()}; {len(runs)} golden runs; Python {sys.version.split()[0]}")
     stream, stream_cp = held_per_run(runs, args.streams, display=False)
     display, display_cp = held_per_run(runs, args.streams, display=True)
     ended, _ = held_per_run(runs, args.streams, display=False, ended=True)
+    stream_rss = resident_in_child(args.corpus, args.streams, display=False)
+    display_rss = resident_in_child(args.corpus, args.streams, display=True)
     print(f"memory per open run, display off: {stream / 1024:6.1f} KiB held, {stream_cp / 1024:5.1f} KiB more while a "
-          f"checkpoint writes it ({args.streams:,} runs, each half fed; tracemalloc)")
+          f"checkpoint writes it ({args.streams:,} runs, each half fed; tracemalloc: Python objects); "
+          f"{stream_rss / 1024:.1f} KiB resident (everything, native allocations included)")
     print(f"memory per open run, display on:  {display / 1024:6.1f} KiB held, {display_cp / 1024:5.1f} KiB more while "
-          "a checkpoint writes it (its display projection included)")
+          f"a checkpoint writes it (its display projection included); {display_rss / 1024:.1f} KiB resident")
     print(f"memory per remembered run:        {ended / 1024:6.1f} KiB (ended runs kept by --closed-stream-memory)")
     if not args.no_broker:
         with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:

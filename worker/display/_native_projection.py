@@ -26,7 +26,7 @@ from worker.display.projection import (
     _utf8,
 )
 from worker.display.snapshot import DisplaySnapshot
-from worker.errors import ConfigError, WorkerError
+from worker.errors import ConfigError
 from worker.observe import HarnessAguiStreamObserver, encode_event
 from worker.wire import HarnessItem
 
@@ -34,14 +34,15 @@ __all__ = ["NativeAccepted", "NativeDisplayProjection"]
 
 
 class NativeAccepted(Accepted):
-    """Accepted events held by the engine: `token` names them to `complete`."""
+    """Accepted events the engine folded: `token` names what `complete` gives out (0: nothing)."""
 
     __slots__ = ("token",)
 
     def __init__(self, token: int, count: int, due: int | None, ended: bool) -> None:
-        super().__init__((), None, None, None, due, None, ended)
-        self.count = count
         self.token = token
+        self.count = count
+        self.due = due
+        self.ended = ended
 
 
 class NativeDisplayProjection(DisplayProjection):
@@ -144,30 +145,23 @@ class NativeDisplayProjection(DisplayProjection):
     ) -> Accepted:
         """`DisplayProjection.accept`; a core that makes no event objects gives their number for `events`, their
         values in `encoded` and the source item's failed tool call in `failed`."""
-        engine = self._engine
-        engine.skip(first_seq, 0)  # WorkerError unless `first_seq` is the next event's n
         count = events if isinstance(events, int) else len(events)
-        if isinstance(events, int) and count and encoded is None:
-            raise WorkerError(f"display projection got {count} events without their values")
-        if encoded is not None and len(encoded) != count:
-            raise WorkerError(f"display projection got {count} events but {len(encoded)} encoded values")
-        if data is not None and len(data) != count:
-            raise WorkerError(f"display projection got {count} events but {len(data)} JSON objects")
         if not isinstance(events, int) and encoded is None and (data is None or None in data):
             encoded = [encode_event(event) for event in events]
         if not count:
             failed = None
         elif source is not None:
             failed = failed_tool_call(source)
-        token, due = engine.accept(
-            count, first_seq, timestamp_ms=timestamp_ms, ended=ended, failed=failed,
-            values=None if encoded is None else list(encoded), data=list(data) if encoded is None and data else None,
-            observer=observer, observed=isinstance(events, int),
-        )  # fmt: skip
+        values = encoded if encoded is None or isinstance(encoded, list) else list(encoded)
+        objects = list(data) if encoded is None and data else None
+        token, due = self._engine.accept(count, first_seq, timestamp_ms, ended, failed, values, objects, observer,
+                                         isinstance(events, int))  # fmt: skip
         return NativeAccepted(token, count, due, ended)
 
     def complete(self, accepted: Accepted) -> DisplayRecord | None:
         assert isinstance(accepted, NativeAccepted), "accepted by this projection"
+        if not accepted.token:
+            return None
         done = self._engine.complete(accepted.token)
         if done is None:
             return None

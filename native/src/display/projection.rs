@@ -191,6 +191,24 @@ impl Projection {
         self.pending.push_back(accepted);
     }
 
+    /// WorkerError unless `first_seq` is the next event's n.
+    pub fn check(&self, first_seq: i64) -> Result<(), Fault> {
+        self.cadence.expect(self.run_id(), first_seq, true)
+    }
+
+    /// `token`, or 0 when what it names has nothing for `complete` to give out (no record due, nothing to count, no
+    /// fault): it is let go at once.
+    pub fn hand_out(&mut self, token: u64) -> u64 {
+        let quiet = self.pending.back().is_some_and(|last| {
+            last.token == token && !last.skipped && !last.withheld && matches!(last.outcome, Ok(None))
+        });
+        if quiet {
+            self.pending.pop_back();
+            return 0;
+        }
+        token
+    }
+
     /// Settle the events accepted last as a panic of this code: `complete` gives out the fault.
     pub fn panicked(&mut self, reason: String) {
         if let Some(last) = self.pending.back_mut() {
@@ -209,6 +227,9 @@ impl Projection {
     /// malformed and a record withheld); the fault its folding met. Accepted events before it never completed are
     /// let go.
     pub fn complete(&mut self, token: u64) -> Result<Option<Record>, Fault> {
+        if token == 0 {
+            return Ok(None);
+        }
         let accepted = loop {
             match self.pending.pop_front() {
                 None => return Ok(None),

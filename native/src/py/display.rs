@@ -268,11 +268,13 @@ impl DisplayProjection {
     }
 
     /// Number `count` events from `first_seq`, decide the record due after them, and fold them (their record
-    /// `values`, or their JSON objects `data` where not None): the token `complete` takes and the agui-seq due.
-    /// With `observed`, the events are the last ones the native `observer` made (the values are theirs), read in
-    /// place, and it keeps its next events for this projection. The record carries `observer`'s continuation.
-    /// A fault of the fold (or a panic, as NativePanicError) is raised by `complete`.
-    #[pyo3(signature = (count, first_seq, *, timestamp_ms, ended, failed, values, data, observer=None, observed=false))]
+    /// `values`, or their JSON objects `data` where not None): the token `complete` takes (0 when it has nothing to
+    /// give out: no record due, nothing counted) and the agui-seq due. WorkerError, as the reference raises it, for
+    /// events out of sequence or values or objects not one per event. With `observed`, the events are the last ones
+    /// the native `observer` made (the values are theirs), read in place, and it keeps its next events for this
+    /// projection. The record carries `observer`'s continuation. A fault of the fold (or a panic, as
+    /// NativePanicError) is raised by `complete`.
+    #[pyo3(signature = (count, first_seq, timestamp_ms, ended, failed, values, data, observer, observed, /))]
     #[allow(clippy::too_many_arguments)]
     fn accept(
         &mut self,
@@ -287,6 +289,17 @@ impl DisplayProjection {
         observer: Option<&Bound<'_, PyAny>>,
         observed: bool,
     ) -> PyResult<(u64, Option<i64>)> {
+        self.projection.check(first_seq).map_err(|f| raise(py, f))?;
+        let worker = |message: String| raise(py, Fault::Worker(message));
+        if observed && count > 0 && values.is_none() {
+            return Err(worker(format!("display projection got {count} events without their values")));
+        }
+        if let Some(values) = values.filter(|v| v.len() != count) {
+            return Err(worker(format!("display projection got {count} events but {} encoded values", values.len())));
+        }
+        if let Some(data) = data.filter(|d| d.len() != count) {
+            return Err(worker(format!("display projection got {count} events but {} JSON objects", data.len())));
+        }
         let mut bytes = Vec::with_capacity(count);
         let mut known = Vec::with_capacity(count);
         for index in 0..count {
@@ -343,7 +356,7 @@ impl DisplayProjection {
         if let Err(payload) = settled {
             self.projection.panicked(panic_reason(payload.as_ref()));
         }
-        Ok((token, due))
+        Ok((self.projection.hand_out(token), due))
     }
 
     fn skip(&mut self, py: Python<'_>, first_seq: i64, count: i64) -> PyResult<()> {
