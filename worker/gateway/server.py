@@ -12,7 +12,7 @@ import time
 
 from aiohttp import web
 
-from worker._heap import freeze_heap
+from worker._heap import collect_cycles, freeze_heap
 from worker.cli import quiet_client_logs, readable_settings, settings_from_args, settings_parser
 from worker.client import reach_brokers
 from worker.errors import ConfigError
@@ -138,7 +138,8 @@ async def _serve(settings: GatewaySettings) -> int:
     tasks = [asyncio.create_task(tail.run(stop)),
              asyncio.create_task(_sweep(hub, directory, metrics, stop, owners=owners, router=router, tail=tail,
                                         threads=index)),
-             asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(stop))]  # fmt: skip
+             asyncio.create_task(LoopMonitor(metrics.loop, settings.stall_warning_ms / 1000).run(stop)),
+             asyncio.create_task(collect_cycles(stop))]  # fmt: skip
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([stopping, asyncio.create_task(tail.read.wait())], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()  # listen only once the run directory is read: before, a known run could be answered 404
