@@ -4,11 +4,14 @@ and the later outcomes of uninterrupted processing, display records included; re
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from tests.stream._cores import CORES, REAL_CORE
@@ -31,10 +34,12 @@ class Scenario:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@functools.cache
 def _root(value: bytes) -> str:
     return fake_decode(value).run_id
 
 
+@functools.cache
 def _ends(value: bytes | None) -> bool:
     try:
         return value is not None and fake_decode(value).terminal
@@ -166,27 +171,45 @@ def test_restoring_a_checkpoint_and_replaying_the_tail_continues_exactly_as_unin
 
 def replay_from_then_live(core: StreamCore, scenario: Scenario, cut: int) -> list[Outcome]:
     """Today's fallback: fresh state replaying from the `replay_from` committed before `cut`, then live."""
+    return list(_fallback(core, scenario, cut, _replay_froms(core, scenario, [cut])[cut]))
+
+
+def _replay_froms(core: StreamCore, scenario: Scenario, cuts: list[int]) -> dict[int, int]:
+    """The `replay_from` committed before each of `cuts`, by one uninterrupted pass."""
     recs = scenario.records
     full = PartitionState(TOPIC, 0, core=core, **scenario.options)
-    for rec in recs[:cut]:
-        full.process(rec, publish=False)
-    replay_from = full.replay_from(_next(recs, cut))
+    froms = {}
+    for i in range(max(cuts) + 1):
+        if i in cuts:
+            froms[i] = full.replay_from(_next(recs, i))
+        if i < len(recs):
+            full.process(recs[i], publish=False)
+    return froms
+
+
+def _fallback(core: StreamCore, scenario: Scenario, cut: int, replay_from: int) -> Iterator[Outcome]:
+    """The outcomes from `cut` on of fresh state that replayed the records before `cut` from `replay_from`."""
+    recs = scenario.records
     state = PartitionState(TOPIC, 0, core=core, **scenario.options)
     for rec in recs[:cut]:
         if rec.offset >= replay_from:
             state.process(rec, publish=False)
-    return [state.process(rec) for rec in recs[cut:]]
+    for rec in recs[cut:]:
+        yield state.process(rec)
 
 
 def _fallback_differs(scenario: Scenario) -> bool:
     run = uninterrupted(FAKE_CORE, scenario)
-    return any(replay_from_then_live(FAKE_CORE, scenario, cut) != run.outcomes[cut:] for cut in scenario.cuts)
+    froms = _replay_froms(FAKE_CORE, scenario, scenario.cuts)
+    return any(any(map(operator.ne, _fallback(FAKE_CORE, scenario, cut, froms[cut]), run.outcomes[cut:]))
+               for cut in scenario.cuts)  # fmt: skip
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
 def test_the_replay_from_fallback_decides_otherwise_on_such_sequences() -> None:
-    found = find(scenarios(), _fallback_differs, settings=settings(max_examples=2000, deadline=None,
-                 suppress_health_check=list(HealthCheck)))  # fmt: skip
+    # any one such sequence shows it: the first one a fixed seed draws, not shrunk (shrinking takes hundreds of runs)
+    found = find(scenarios(), _fallback_differs, settings=settings(max_examples=2000, deadline=None, derandomize=True,
+                 phases=[Phase.generate], suppress_health_check=list(HealthCheck)))  # fmt: skip
     assert _fallback_differs(found)
 
 
