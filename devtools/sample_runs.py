@@ -19,7 +19,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,12 +125,13 @@ def open_runs(name: str, streams: int, deltas: int) -> Iterator[tuple[bytes, byt
 
 def interleave(
     templates: Sequence[SampleRun], *, runs: int | None, concurrency: int = 8, salt: str = "", seed: int = 0,
-    drop_terminal: bool = False,
+    drop_terminal: bool = False, on_copy: Callable[[int, SampleRun], None] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:  # fmt: skip
     """Yield `(key, value)` for `runs` copies (None: forever), up to `concurrency` of them open at once.
 
     Copy `i` uses template `i % len(templates)`; the next item comes from a seeded-random open copy, so every
     copy's own items stay in order. `drop_terminal` leaves each copy open (its last line is not yielded).
+    `on_copy(i, copy)` is told of each copy before its first item is yielded.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -141,6 +142,8 @@ def interleave(
     def start_one() -> None:
         nonlocal started
         copy = make_copy(templates[started % len(templates)], salt, started)
+        if on_copy is not None:
+            on_copy(started, copy)
         lines = copy.lines[:-1] if drop_terminal and len(copy.lines) > 1 else copy.lines
         active.append((copy.root_run_id.encode(), iter(lines)))
         started += 1
