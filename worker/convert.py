@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from worker._native import core as native_module
 from worker.errors import AguiObservationError, DecodeError
 from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, encode_event
-from worker.wire import decode_item, native_decode
+from worker.wire import decode_item
 
 __all__ = ["convert_lines", "convert_paths", "error_line"]
 
@@ -64,7 +64,7 @@ def _convert_native(native: ModuleType, data: bytes, *, stream: bool) -> tuple[l
     failed = 0
     for index, line in _source_lines(data):
         try:
-            _, values = obs.observe(native_decode(native, line))
+            _, values = obs.observe(native.decode_record(line))
         except _EXPECTED as exc:
             out.append(error_line(index, exc))
             failed += 1

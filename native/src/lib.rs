@@ -50,6 +50,13 @@ mod native_core {
         guarded(py, "decoder", || Ok(crate::wire::decode(record).ok().map(|item| Item { item })))
     }
 
+    /// The item of one wire record: the native decoder's, else the reference decoder's (`worker.wire.decode_item`,
+    /// which raises the fault of a malformed record) read into an `Item`.
+    #[pyfunction]
+    fn decode_record(py: Python<'_>, record: &Bound<'_, PyBytes>) -> PyResult<Item> {
+        guarded(py, "decoder", || crate::py::item::decode_record(py, record))
+    }
+
     /// A reference decoder's item (`worker.wire.decode_item`'s) with its `timestamp_ms`, as an `Item`.
     #[pyfunction]
     fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<Item> {

@@ -94,3 +94,15 @@ def test_terminals_the_agui_models_refuse_are_refused_alike(result: dict[str, An
     core = native_core()
     with pytest.raises(ValueError, match="validation error"):
         core.Observer(True).observe(core.decode(_terminal_line(result)))
+
+
+@pytest.mark.parametrize("name", ["r0001", "s02_tool_roundtrip"])
+def test_sequences_beyond_64_bits_convert_identically(name: str) -> None:
+    """A sequence is any integer >= 0: beyond 64 bits the native decoder reads it itself (it deferred such records
+    to the reference, whose items the native core could not hold) and spells it as Python does in every event."""
+    lines = [json.loads(ln) for ln in (GOLDEN / f"{name}.jsonl").read_bytes().split(b"\n") if ln.strip()]
+    records = [json.dumps({**line, "sequence": 2**70 + line["sequence"]}).encode() for line in lines]
+    core = native_core()
+    assert all(core.decode(record) is not None for record in records)
+    assert compare(records, stream=True) == len(records)
+    assert compare(records, stream=False) == len(records)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,11 +55,7 @@ def _check(record: bytes) -> bool:
         return False
     if native is not None:
         _same(native, reference)
-    try:
-        imported = core.import_item(reference, timestamp_ms(reference))
-    except ValueError:
-        return native is not None  # a sequence beyond 64 bits: the native core never holds it
-    _same(imported, reference)
+    _same(core.import_item(reference, timestamp_ms(reference)), reference)
     return native is not None
 
 
@@ -81,3 +78,22 @@ def test_damaged_records_decode_identically_or_go_to_the_reference(data: st.Data
 @given(blob=st.binary(max_size=64))
 def test_arbitrary_bytes_are_left_to_the_reference(blob: bytes) -> None:
     _check(blob)
+
+
+def test_decode_record_reads_what_decode_item_reads_and_raises_its_fault() -> None:
+    """`decode_record`, the worker's decoder: the native item, else the reference's item read into a native one, else
+    the reference's DecodeError with its message."""
+    core = native_core()
+    deferred = 0
+    for record in [*LINES, *(json.dumps(_damage(SAMPLES[0], ("sequence",), value, False)).encode()
+                             for value in (2**70, -1, "1", 1.0, True))]:
+        try:
+            reference = decode_item(record)
+        except DecodeError as exc:
+            with pytest.raises(DecodeError) as raised:
+                core.decode_record(record)
+            assert str(raised.value) == str(exc)
+            continue
+        deferred += core.decode(record) is None
+        _same(core.decode_record(record), reference)
+    assert deferred > 0  # the reference's reading is used

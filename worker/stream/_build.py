@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 
 from worker._framing import framed_size
@@ -9,7 +11,8 @@ from worker.contract import EVENT_ID, INDEX_END, INDEX_START, RUN_STATES, SEQ, T
 from worker.stream._records import DeadLetterReason, Destination, OutboundRecord, SourceRecord
 
 __all__ = [
-    "MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "index_record", "output_record", "record_size",
+    "MAX_DLQ_MESSAGE_CHARS", "dead_letter_record", "exception_type", "index_record", "output_record", "output_records",
+    "record_size",
 ]
 
 MAX_DLQ_MESSAGE_CHARS = 1000
@@ -27,18 +30,36 @@ def output_record(
 ) -> OutboundRecord:
     """Return the output record of the stream's `n`-th AG-UI event (of type `event_type`, an `EventType` or its
     value); its id `<root>:<n>` is durable."""
-    event_type, type_bytes = _type_names(event_type)
-    seq = str(n)
-    headers = (
-        (EVENT_ID, _utf8(f"{root_run_id}:{seq}")),
-        (SEQ, seq.encode()),
-        (TYPE, type_bytes),
-        (THREAD_ID, _utf8(thread_id)),
-        ("source-partition", str(source.partition).encode()),
-        ("source-offset", str(source.offset).encode()),
-        ("source-sequence", str(source_sequence).encode()),
-    )
-    return OutboundRecord(Destination.OUTPUT, _utf8(root_run_id), value, headers, event_type, None)
+    (record,) = output_records((event_type,), (value,), root_run_id=root_run_id, first=n, thread_id=thread_id,
+                               source=source, source_sequence=source_sequence)  # fmt: skip
+    return record
+
+
+def output_records(
+    types: Sequence[str],
+    values: Sequence[bytes],
+    *,
+    root_run_id: str,
+    first: int,
+    thread_id: str,
+    source: SourceRecord,
+    source_sequence: int,
+) -> tuple[OutboundRecord, ...]:
+    """`output_record` of each event one source record made, numbered from `first`: what they share made once."""
+    key = _utf8(root_run_id)
+    prefix = root_run_id + ":"
+    thread = (THREAD_ID, _utf8(thread_id))
+    partition = ("source-partition", str(source.partition).encode())
+    offset = ("source-offset", str(source.offset).encode())
+    sequence = ("source-sequence", str(source_sequence).encode())
+    out = []
+    for n, (event_type, value) in enumerate(zip(types, values, strict=True), first):
+        name, type_bytes = _type_names(event_type)
+        seq = str(n)
+        headers = ((EVENT_ID, _utf8(prefix + seq)), (SEQ, seq.encode()), (TYPE, type_bytes), thread, partition, offset,
+                   sequence)  # fmt: skip
+        out.append(OutboundRecord(Destination.OUTPUT, key, value, headers, name, None))
+    return tuple(out)
 
 
 def index_record(run_id: str, thread_id: str, n: int, at_ms: int, terminal_type: str | None) -> OutboundRecord:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 from types import ModuleType
 from typing import Any, Protocol, cast
 
@@ -19,7 +21,7 @@ from worker.observe import (
     encode_event_data,
 )
 from worker.stream._hook import encodable
-from worker.wire import decode_item, is_terminal, native_decode, timestamp_ms
+from worker.wire import decode_item, is_terminal, timestamp_ms
 
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core", "reference_core"]
 
@@ -103,24 +105,13 @@ def _unbounded(item: Any, widest: int) -> int | None:
 
 def _native_core(native: ModuleType) -> StreamCore:
     """The native module's core: records decoded and observed in Rust, what it leaves to the reference decoder (a
-    malformed record, a rare spelling) decoded there and read into a native item."""
-    item_type, observer_type = native.Item, native.Observer
-
-    def decode(value: bytes) -> Any:
-        return native_decode(native, value)
-
-    def stamp(item: Any) -> int:
-        return item.timestamp_ms if type(item) is item_type else timestamp_ms(item)
-
-    def terminal(item: Any) -> bool:
-        return item.is_terminal if type(item) is item_type else is_terminal(item)
-
-    def announced(item: Any) -> str | None:
-        return item.announced_child if type(item) is item_type else announced_child(item)
+    malformed record, a rare spelling) decoded there and read into a native item; its functions are the module's
+    own, called without a Python frame between."""
+    observer_type = native.Observer
 
     def bound(item: Any, widest: int) -> int | None:
         size: int = item.wire_size
-        if size <= 0 or terminal(item):
+        if size <= 0 or item.is_terminal:
             return None
         return _EVENT_GROWTH * size + 2 * widest + _EVENT_SLACK
 
@@ -128,20 +119,17 @@ def _native_core(native: ModuleType) -> StreamCore:
         continuation = ObserverContinuation.model_validate(data)  # the reference's checks and errors
         return cast(StreamObserver, observer_type.restore(True, continuation.model_dump()))
 
-    def observe_encoded(observer: StreamObserver, item: Any) -> tuple[Sequence[str], list[bytes]]:
-        return cast(tuple[Sequence[str], list[bytes]], cast(Any, observer).observe(item))
-
     return StreamCore(
-        decode=decode,
-        timestamp_ms=stamp,
-        is_terminal=terminal,
-        new_observer=lambda: cast(StreamObserver, observer_type(True)),
+        decode=native.decode_record,
+        timestamp_ms=attrgetter("timestamp_ms"),
+        is_terminal=attrgetter("is_terminal"),
+        new_observer=partial(observer_type, True),
         encode_event=encode_event,
         export_observer=_export_observer,
         restore_observer=restore_observer,
-        announced_run=announced,
+        announced_run=attrgetter("announced_child"),
         event_bound=bound,
-        observe_encoded=observe_encoded,
+        observe_encoded=observer_type.observe,  # (observer, item) -> (types, values)
     )
 
 

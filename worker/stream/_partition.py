@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from worker.contract import TERMINAL_TYPES
 from worker.display.projection import DEFAULT_MAX_MESSAGE_BYTES, MIN_DISPLAY_BYTES, DisplayProjection
 from worker.errors import AguiObservationError, ConfigError, DecodeError, GapError, WorkerError
-from worker.stream._build import dead_letter_record, index_record, output_record, record_size
+from worker.stream._build import dead_letter_record, index_record, output_record, output_records, record_size
 from worker.stream._changelog import Changelog, ChangeTracker, read_state
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core
 from worker.stream._display_batch import DisplayBatch
@@ -506,11 +506,8 @@ class PartitionState:
     def _outputs(
         self, step: _Step, item: WireItem, n: int, types: Sequence[str], values: list[bytes]
     ) -> tuple[OutboundRecord, ...]:
-        return tuple(
-            output_record(event_type, values[i], root_run_id=step.key, n=n + i, thread_id=item.thread_id,
-                          source=step.record, source_sequence=item.sequence)
-            for i, event_type in enumerate(types)
-        )
+        return output_records(types, values, root_run_id=step.key, first=n, thread_id=item.thread_id,
+                              source=step.record, source_sequence=item.sequence)  # fmt: skip
 
     def _close(self, key: str, last_root_sequence: int, at: int) -> None:
         stream = self._streams.pop(key, None)

@@ -13,7 +13,6 @@ from worker.wire._items import (
     timestamp_ms,
 )
 from worker.wire._media import binary_size, is_media
-from worker.wire._native import native_decode
 from worker.wire._redact import redact
 
 __all__ = [
@@ -30,7 +29,6 @@ __all__ = [
     "decode_item",
     "is_media",
     "is_terminal",
-    "native_decode",
     "parse_datetime",
     "redact",
     "timestamp_ms",

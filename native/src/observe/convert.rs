@@ -3,7 +3,7 @@
 
 use super::content::{execution_value, public_value, tool_result_content};
 use super::parts::{close_parts, part_delta, part_end, part_start};
-use super::state::Draft;
+use super::state::{python_str, Draft};
 use super::terminal::terminal_event;
 use super::Refusal;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ pub fn source_value(item: &Item, event: Value) -> Value {
     let mut out = Map::with_capacity(5);
     out.push("thread_id", Value::str(item.thread_id.clone()));
     out.push("run_id", Value::str(item.run_id.clone()));
-    out.push("sequence", Value::Int(item.sequence));
+    out.push("sequence", item.sequence.clone());
     out.push("occurred_at", Value::str(item.occurred_iso.clone()));
     out.push("event", event);
     Value::Object(out)
@@ -124,7 +124,7 @@ fn input(item: &Item, ts: i64, event: &Map) -> Event {
     value.push("input_id", event.get("input_id").cloned().unwrap_or(Value::Null));
     value.push("source", Value::str(source));
     value.push("content", event.get("content").cloned().unwrap_or(Value::Null));
-    value.push("message_id", Value::Str(format!("{}:input:{}", item.run_id, item.sequence)));
+    value.push("message_id", Value::Str(format!("{}:input:{}", item.run_id, python_str(&item.sequence))));
     value.push("role", Value::str(if source == "user" || source == "steering" { "user" } else { "system" }));
     let name = if media { "a13n.input.media".to_owned() } else { format!("a13n.input.{source}") };
     let mut out = custom(ts, name, source_value(item, Value::Object(value)));

@@ -220,7 +220,7 @@ pub fn frames(item: &Item, events: &[Event], out: &mut Vec<u8>) -> Spans {
     let check = !(0 < item.wire_size && item.wire_size <= SURELY_SMALL);
     let mut spans = Vec::with_capacity(events.len());
     for (index, event) in events.iter().enumerate() {
-        let identity = || format!("{}:{}:{}:{}", item.thread_id, item.run_id, item.sequence, index);
+        let identity = || format!("{}:{}:{}:{}", item.thread_id, item.run_id, state::python_str(&item.sequence), index);
         push_frames(out, &mut spans, event, identity, check);
     }
     spans

@@ -193,7 +193,7 @@ pub fn terminal_event(item: &Item, result: &RunResult, ts: i64) -> Result<Event,
     let mut raw = Map::with_capacity(6);
     raw.push("thread_id", Value::str(item.thread_id.clone()));
     raw.push("run_id", Value::str(item.run_id.clone()));
-    raw.push("sequence", Value::Int(item.sequence));
+    raw.push("sequence", item.sequence.clone());
     raw.push("occurred_at", Value::str(item.occurred_iso.clone()));
     raw.push("status", Value::str(result.status.clone()));
     let finished = |outcome: RunOutcome, result_value: Option<Value>, raw: Map| {

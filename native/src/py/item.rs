@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::errors::guarded;
 use super::value::{from_map, from_value, to_value};
@@ -61,11 +62,13 @@ fn opt_map(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<Map>> {
     }
 }
 
-/// The item a reference decoder made, with the milliseconds `worker.wire.timestamp_ms` gives for it; ValueError
-/// for a sequence beyond 64 bits, TypeError for what is not such an item.
+/// The item a reference decoder made, with the milliseconds `worker.wire.timestamp_ms` gives for it; TypeError for
+/// what is not such an item.
 pub fn item_from_python(obj: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<wire::Item> {
-    let sequence: i64 =
-        attr(obj, "sequence")?.extract().map_err(|_| PyValueError::new_err("a sequence beyond 64 bits"))?;
+    let sequence = to_value(&attr(obj, "sequence")?)?;
+    if !matches!(sequence, Value::Int(_) | Value::Big(_)) {
+        return Err(PyTypeError::new_err("the sequence is not an integer"));
+    }
     let wire_size: usize = attr(obj, "wire_size")?.extract()?;
     let body = if obj.hasattr("result")? {
         let result = attr(obj, "result")?;
@@ -100,6 +103,19 @@ pub fn item_from_python(obj: &Bound<'_, PyAny>, timestamp_ms: i64) -> PyResult<w
     })
 }
 
+static DECODE_ITEM: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static TIMESTAMP_MS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The item of one record: the native decoder's, else the reference's read into a native one.
+pub fn decode_record(py: Python<'_>, record: &Bound<'_, PyBytes>) -> PyResult<Item> {
+    if let Ok(item) = wire::decode(record.as_bytes()) {
+        return Ok(Item { item });
+    }
+    let reference = DECODE_ITEM.import(py, "worker.wire", "decode_item")?.call1((record,))?;
+    let timestamp_ms: i64 = TIMESTAMP_MS.import(py, "worker.wire", "timestamp_ms")?.call1((&reference,))?.extract()?;
+    Ok(Item { item: item_from_python(&reference, timestamp_ms)? })
+}
+
 fn opt_dict<'py>(py: Python<'py>, value: &Option<Map>) -> PyResult<Bound<'py, PyAny>> {
     match value {
         Some(map) => Ok(from_map(py, map)?.into_any()),
@@ -120,8 +136,8 @@ impl Item {
     }
 
     #[getter]
-    fn sequence(&self) -> i64 {
-        self.item.sequence
+    fn sequence<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        from_value(py, &self.item.sequence)
     }
 
     #[getter]
@@ -158,7 +174,7 @@ impl Item {
         let out = PyDict::new(py);
         out.set_item("thread_id", &item.thread_id)?;
         out.set_item("run_id", &item.run_id)?;
-        out.set_item("sequence", item.sequence)?;
+        out.set_item("sequence", from_value(py, &item.sequence)?)?;
         out.set_item("occurred_iso", &item.occurred_iso)?;
         out.set_item("timestamp_ms", item.timestamp_ms)?;
         out.set_item("wire_size", item.wire_size)?;

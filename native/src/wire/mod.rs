@@ -39,7 +39,8 @@ const SAFE_EXACT_DEPTH: usize = 400;
 pub struct Item {
     pub thread_id: String,
     pub run_id: String,
-    pub sequence: i64,
+    /// An integer >= 0 of any size (`Value::Int` or `Value::Big`), as Python holds it.
+    pub sequence: Value,
     /// `occurred_at.isoformat()`.
     pub occurred_iso: String,
     /// `int(occurred_at.timestamp() * 1000)`.
@@ -137,7 +138,8 @@ pub fn decode(record: &[u8]) -> Decoded<Item> {
     let thread_id = ident(&data, "thread_id")?;
     let run_id = ident(&data, "run_id")?;
     let sequence = match get_int(&data, "sequence")? {
-        Value::Int(n) if *n >= 0 => *n,
+        Value::Int(n) if *n >= 0 => Value::Int(*n),
+        Value::Big(digits) if !digits.starts_with('-') => Value::Big(digits.clone()),
         _ => return Err(Defer),
     };
     let moment = match data.get("occurred_at") {
