@@ -38,12 +38,13 @@ def _latest(records: list[DisplayRecord], k: int) -> DisplayRecord | None:
     return found
 
 
-def _reader_at(run: str, records: list[DisplayRecord], k: int) -> DisplayReader:
-    """A reader joining when the run has published k events: latest record, then the events after it up to k."""
+def _reader_at(published: list[tuple[int, bytes]], records: list[DisplayRecord], k: int) -> DisplayReader:
+    """A reader joining when the run has published k events (of `published`, its output topic): latest record,
+    then the events after it up to k."""
     record = _latest(records, k)
     run_id = json.loads(records[0].value)["continuation"]["run_id"]
     reader = DisplayReader(run_id) if record is None else DisplayReader(run_id, record.value, record.agui_seq)
-    for seq, value in published_values(lines_of(run))[reader.next_seq : k]:
+    for seq, value in published[reader.next_seq : k]:
         assert reader.feed(seq, value)
     return reader
 
@@ -54,8 +55,9 @@ def test_reader_equals_convert_display_at_every_event(run: str, interval_ms: int
     lines = lines_of(run)
     reference = reference_at_events(lines)
     records = project(lines, interval_ms=interval_ms)
+    published = published_values(lines)
     for k in range(len(reference)):
-        reader = _reader_at(run, records, k)
+        reader = _reader_at(published, records, k)
         assert without_observer(reader.snapshot()) == reference[k], f"{run}: joined after {k} events"
 
 
@@ -82,8 +84,9 @@ def test_reader_after_eviction_holds_the_rest_of_convert_display(run: str) -> No
     records = project(lines, interval_ms=1000, max_bytes=16_384)
     assert any(record.evicted for record in records), "the limit is small enough to evict"
     evicted_ordinals: set[int] = set()
+    published = published_values(lines)
     for k in range(len(reference)):
-        reader = _reader_at(run, records, k)
+        reader = _reader_at(published, records, k)
         snapshot = without_observer(reader.snapshot())
         eviction = snapshot.get("evicted")
         gone = {item["id"] for item in reference[k]["items"]
