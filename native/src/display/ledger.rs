@@ -2,6 +2,7 @@
 //! per-scope context and paging. A finished item is held as its JSON alone (its content read back when it changes
 //! again); an open one as its content, with its JSON kept until the next change.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -166,9 +167,7 @@ impl Entry {
     /// The item's JSON, written when it changed since the last call: `Item.model_dump_json()`'s bytes.
     pub fn to_json(&mut self) -> &[u8] {
         if self.json.is_none() {
-            let mut out = Vec::with_capacity(256);
-            self.write(&mut out);
-            self.json = Some(out);
+            self.json = Some(exact(|out| self.write(out)));
         }
         self.json.as_deref().unwrap_or_default()
     }
@@ -334,6 +333,32 @@ pub fn item_id(run_id: &str, kind: Kind, source_id: &str) -> String {
     text.push(0);
     text.extend_from_slice(source_id.as_bytes());
     hashed_id(&text)
+}
+
+thread_local! {
+    /// Where an item's JSON is written before it is kept, in an allocation of its exact size.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `write`'s bytes in an allocation of their exact size (kept long: no spare capacity).
+fn exact(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            scratch.clear();
+            write(&mut scratch);
+            let kept = scratch.as_slice().to_vec();
+            if scratch.capacity() > 1 << 20 {
+                *scratch = Vec::new(); // a huge item's buffer is not kept
+            }
+            kept
+        }
+        Err(_) => {
+            let mut out = Vec::new();
+            write(&mut out);
+            out.shrink_to_fit();
+            out
+        }
+    })
 }
 
 /// The context scope of an event: its subagent run id, or the root.
@@ -635,11 +660,11 @@ impl Ledger {
             json: None,
             refs: None,
         };
-        let mut json = Vec::with_capacity(content.len() + 240);
-        entry.write_head(&mut json);
-        json.extend_from_slice(content);
-        json.push(b'}');
-        entry.json = Some(json);
+        entry.json = Some(exact(|json| {
+            entry.write_head(json);
+            json.extend_from_slice(content);
+            json.push(b'}');
+        }));
         self.next_ordinal += 1;
         self.places.insert(key.clone(), self.entries.len());
         self.entries.push(entry);

@@ -356,6 +356,9 @@ impl DisplayProjection {
         if let Err(payload) = settled {
             self.projection.panicked(panic_reason(payload.as_ref()));
         }
+        if let Some(observer) = held.as_mut() {
+            observer.last_events = Vec::new(); // folded: an open run holds no event between its records
+        }
         Ok((self.projection.hand_out(token), due))
     }
 
