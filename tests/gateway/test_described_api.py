@@ -158,9 +158,9 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
 
             generated()
 
-        # Requests for the runs themselves: bodies and cursors generated, each run's own path and token. (Its events
-        # from a cursor at or past its terminal event would wait for events that never come: enumerated below.)
-        own = schema.include(path_regex=r"^/(runs/\{run_id\}(/display)?|view/\{run_id\})$")
+        # Requests for the runs themselves: bodies and cursors generated, each run's own path and token (its events
+        # from a cursor at or past its terminal event: 204).
+        own = schema.include(path_regex=r"^/(runs/\{run_id\}(/display|/events)?|view/\{run_id\})$")
         for run in runs[:2]:
 
             @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -173,12 +173,14 @@ def test_every_answer_of_two_live_replicas_matches_the_document(
             agent = schema["/runs/{run_id}"]["POST"]
             last = len(run.events) - 1
             for url in (g.url for g in gateways):
-                for query, headers in [({}, {}), ({"after": 0}, {}), ({"after": last - 1}, {}),
-                                       ({}, {"Last-Event-ID": f"{run.key}:{last // 2}"}),
-                                       ({}, {"Last-Event-ID": "another-run:3"})]:  # fmt: skip
+                for query, headers, status in [({}, {}, 200), ({"after": 0}, {}, 200), ({"after": last - 1}, {}, 200),
+                                               ({}, {"Last-Event-ID": f"{run.key}:{last // 2}"}, 200),
+                                               ({}, {"Last-Event-ID": "another-run:3"}, 200),
+                                               ({"after": last}, {}, 204),
+                                               ({}, {"Last-Event-ID": f"{run.key}:{last}"}, 204)]:  # fmt: skip
                     answer = answers.check(events.Case(path_parameters={"run_id": run.key}, query=query,
                                                        headers=headers), url, _bearer(run.key))  # fmt: skip
-                    assert answer.status_code == 200
+                    assert answer.status_code == status, (query, headers, answer.text[:300])
                 body = {"threadId": thread_of(run), "runId": run.key, "messages": [], "tools": [], "context": []}
                 refused = answers.check(events.Case(path_parameters={"run_id": run.key}), url, _bearer(runs[-1].key))
                 assert refused.status_code == 403

@@ -1,10 +1,23 @@
-"""The hub's fan-out without a broker: bounded queues, slow clients dropped by their bound, memory and cursors."""
+"""The hub's fan-out without a broker: bounded queues, slow clients dropped by their bound, memory and cursors, and
+when a cursor is at or past a run's end."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
+from pathlib import Path
 
+import orjson
+import pytest
+
+from worker.gateway.directory import DisplayPointer, RunDirectory
+from worker.gateway.frames import KEEP_ALIVE, RunEnded
 from worker.gateway.hub import Hub, Subscription
+from worker.gateway.metrics import GatewayMetrics
+from worker.gateway.reader import HistoryReader
+from worker.gateway.routing import Owners
+from worker.gateway.settings import GatewaySettings
+from worker.gateway.streams import RunStreams, StreamRequest
 
 
 def _hub(**kwargs: object) -> Hub:
@@ -84,3 +97,71 @@ async def test_a_followed_run_keeps_its_events_and_takes_back_what_was_read_from
     now[0] += 2.0
     hub.displayed("run", 7)
     assert not log.recent and log.recent_from == 8  # nobody follows it and the window is over: trimmed
+
+
+_GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+
+
+def _run_streams(hub: Hub, directory: RunDirectory) -> RunStreams:
+    """RunStreams over one partition of this replica, its events and display records put by the test (no topic read
+    back: every stream here is served from memory)."""
+    config = GatewaySettings(bootstrap_servers="127.0.0.1:9", display_topic="d", insecure_no_auth=True)
+    owners = Owners(config.peer_url)
+    owners.partitions = 1
+    owners.assign({0: config.peer_url}, [0])
+    owners.loaded(owners.mine)
+    return RunStreams(owners, hub, directory, HistoryReader(config, 1), GatewayMetrics(), keepalive_s=0.1)
+
+
+def _final_display(name: str) -> tuple[int, bytes, bytes]:
+    """A golden run's terminal event number, its final display record (as the display topic holds it: the snapshot),
+    and a record of the same run before its end (the final one less its terminal observation)."""
+    terminal = len((_GOLDEN / f"{name}.agui.jsonl").read_text().splitlines()) - 1
+    final = orjson.loads((_GOLDEN / f"{name}.display.jsonl").read_text().splitlines()[-1])["snapshot"]
+    assert final["items"][-1]["content"]["type"] == "RUN_FINISHED"
+    running = {**final, "items": final["items"][:-1]}
+    return terminal, orjson.dumps(final), orjson.dumps(running)
+
+
+async def test_a_run_ended_at_or_before_a_cursor_is_told_by_its_events_or_its_display_record_never_guessed() -> None:
+    hub, directory = _hub(), RunDirectory(10, 1 << 20)
+    streams = _run_streams(hub, directory)
+    for seq in range(6):
+        hub.publish(0, seq, "read", seq, b"{}", 0, seq == 5, 0.0)
+    assert [await streams.ended("read", n) for n in (4, 5, 9)] == [False, True, True], "the tail read its end"
+    terminal, final, running = _final_display("s01_hello")
+    directory.update("shown", DisplayPointer(0, 7, terminal, 0, "t"), final)  # the hub does not track it
+    assert hub.log("shown") is None
+    assert [await streams.ended("shown", n) for n in (terminal - 1, terminal, terminal + 3)] == [False, True, True]
+    directory.update("open", DisplayPointer(0, 8, terminal - 1, 0, "t"), running)
+    assert not await streams.ended("open", terminal + 3), "a display record before the end tells no end"
+    for seq in range(3):
+        hub.publish(0, 10 + seq, "live", seq, b"{}", 0, False, 0.0)
+    directory.update("live", DisplayPointer(0, 9, 1, 0, "t"), b"never parsed")  # the tail read past its event 1
+    assert not await streams.ended("live", 2) and not await streams.ended("unknown", 0)
+
+    stream = streams.start(StreamRequest("shown", terminal, "sse"), lambda: None, lambda: False)
+    with pytest.raises(RunEnded):  # before anything is read (the topic, at 127.0.0.1:9, would never answer)
+        await asyncio.wait_for(streams.chunks(stream).__anext__(), 5)
+    assert hub.log("shown") is None, "nothing attached for it"
+
+
+async def test_a_stream_whose_cursor_is_past_the_events_read_so_far_ends_when_the_terminal_one_comes() -> None:
+    # The client had events this replica's tail had not read yet (from another replica, before a partition moved):
+    # the stream waits, and ends once the tail reads a terminal event the client already has.
+    hub = _hub()
+    streams = _run_streams(hub, RunDirectory(10, 1 << 20))
+    for seq in range(3):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
+    stream = streams.start(StreamRequest("run", 5, "sse"), lambda: None, lambda: False)
+    chunks = streams.chunks(stream)
+    assert await asyncio.wait_for(chunks.__anext__(), 1) == KEEP_ALIVE
+    for seq in range(3, 6):
+        hub.publish(0, seq, "run", seq, b"{}", 0, seq == 5, 0.0)
+    rest = await asyncio.wait_for(_all(chunks), 5)
+    assert set(rest) <= {KEEP_ALIVE}, rest
+    assert hub.subscriptions == 0
+
+
+async def _all(chunks: AsyncGenerator[bytes, None]) -> list[bytes]:
+    return [chunk async for chunk in chunks]

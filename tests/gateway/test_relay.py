@@ -2,7 +2,9 @@
 exactly, the owner's prelude goes to the connection that opened it alone, a follower that falls a whole queue behind
 while its writer waits is dropped, the stream to the owner closes when nobody follows, and the forwarder relays
 whole frames, ending cleanly when the owner ends its stream and with UpstreamLost when the owner breaks off. A
-request reaches the owner with the target its client sent, so the owner reads the same run, query and signature."""
+request reaches the owner with the target its client sent, so the owner reads the same run, query and signature. The
+owner's 204 (a cursor at its run's end) comes back as one, shared by no relay; an answer that is no gateway error is
+502 `peer-failed`, the peer's body kept from the client."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
 from tests.gateway.support import free_port, in_process_api
+from worker.gateway.frames import RunEnded
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.routing import Owners, PeerKey, Target, UpstreamLost
+from worker.gateway.routing import Ask, Owners, PeerKey, Target, UpstreamLost
 from worker.gateway.routing.forwarding import Forwarder
 from worker.gateway.routing.relay import Follower, Relay, Relays
 
@@ -232,6 +236,67 @@ def test_a_forwarded_request_reaches_the_owner_as_its_client_sent_it(tmp_path: P
                         body = await answer.json()
                         assert (answer.status, body["error"]) == (404, "unknown-run"), (target, body)
                         assert repr(run_id) in body["message"], (target, body)
+        finally:
+            await router.close()
+            for runner in runners:
+                await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_an_owner_s_204_comes_back_as_204_and_an_answer_that_is_no_gateway_error_as_502_peer_failed() -> None:
+    ports = free_port(), free_port()
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    relaying, router = in_process_api(owner=urls[1], advertised_url=urls[0], retry_after_s=7)
+    secret = "Traceback (most recent call last): a crashed replica's insides"
+    asked: list[str] = []
+
+    async def owner(request: web.Request) -> web.StreamResponse:
+        """A stand-in owner: 204 for a cursor at its run's end, a 500 of plain text (a crashed replica), a proxy's
+        HTML page with 200, or the gateway's own JSON 404."""
+        asked.append(request.path_qs)
+        run_id = request.match_info["run_id"]
+        if run_id == "ended" and request.query.get("after") == "9":
+            return web.Response(status=204)
+        if run_id == "crashed":
+            return web.Response(status=500, text=secret)
+        if run_id == "proxied":
+            return web.Response(status=200, text=f"<html>{secret}</html>", content_type="text/html")
+        return web.json_response({"error": "unknown-run", "message": f"run {run_id!r} is unknown"}, status=404)
+
+    async def scenario() -> None:
+        stand_in = web.Application()
+        for path in ("/runs/{run_id}/events", "/runs/{run_id}/display"):
+            stand_in.router.add_get(path, owner)
+        stand_in.router.add_post("/runs/{run_id}", owner)
+        runners = [web.AppRunner(relaying.application()), web.AppRunner(stand_in)]
+        for runner, port in zip(runners, ports, strict=True):
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await router.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(2):  # and again: no relay kept the answer
+                    async with session.get(f"{urls[0]}/runs/ended/events?after=9") as answer:
+                        assert (answer.status, await answer.read()) == (204, b"")
+                    assert router.relays_open == 0
+                ended, ask = Target("run", "ended"), Ask("GET", "/runs/ended/events?after=9", {})
+                with pytest.raises(RunEnded):  # as a thread stream follows a run: told it ended, no error
+                    await router.follow(ask, ended, router.route(ask, ended), 10, None, on_drop=lambda: None,
+                                        blocked=lambda: False)  # fmt: skip
+                assert router.relays_open == 0
+                async with session.get(f"{urls[0]}/runs/ended/events?after=3") as answer:
+                    assert (answer.status, (await answer.json())["error"]) == (404, "unknown-run")
+                for method, path in [("GET", "/runs/crashed/events"), ("GET", "/runs/crashed/display"),
+                                     ("POST", "/runs/crashed"), ("GET", "/runs/proxied/events")]:  # fmt: skip
+                    async with session.request(method, urls[0] + path, json={}) as answer:
+                        body = await answer.json()
+                        assert (answer.status, body["error"], answer.headers.get("Retry-After")) == (
+                            502, "peer-failed", "7"), (path, body)
+                        assert "Traceback" not in body["message"] and "insides" not in body["message"], body
+                        status = "200" if "proxied" in path else "500"
+                        assert f"answered {status}" in body["message"], body
+            assert asked.count("/runs/ended/events?after=9") == 3
         finally:
             await router.close()
             for runner in runners:

@@ -1,8 +1,8 @@
 """The thread index a replica holds and the thread streams it serves, without a broker: runs in the order of their
 start records, an end record before its start, the notice told only for records read live, watches woken and moved,
 the memory bound and its cost per run; a thread stream of runs whole in start order, a run's stream that ends early
-opened again after its last event, a cursor in a run and at its end, a run its owner does not know yet, one the
-topics no longer hold, and `follow=false`."""
+opened again after its last event, a cursor in a run and at its end (told by the index, or by the run's owner), a
+run its owner does not know yet, one the topics no longer hold, and `follow=false`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from worker.contract import INDEX_END, INDEX_START, index_key
 from worker.errors import GatewayError
-from worker.gateway.frames import KEEP_ALIVE, event_frame
+from worker.gateway.frames import KEEP_ALIVE, RunEnded, event_frame
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.streams import PartitionMoved
 from worker.gateway.thread_streams import ThreadMoved, ThreadRequest, ThreadStreams
@@ -118,7 +118,7 @@ def _events(run: str, count: int) -> list[bytes]:
 
 class _Owners:
     """Runs' streams as their owners would serve them: each opening may end early after `cut` frames (once), may be
-    refused first, and records what was asked."""
+    refused first, is told the run ended (204) when asked after its last frame, and records what was asked."""
 
     def __init__(self, frames: dict[str, list[bytes]]) -> None:
         self.frames = frames
@@ -134,6 +134,8 @@ class _Owners:
         refusals = self.refuse.get(run_id)
         if refusals:
             raise GatewayError(refusals.pop(0), "unknown-run", "not yet")
+        if after is not None and after >= len(self.frames[run_id]) - 1:
+            raise RunEnded(run_id)
         frames = self.frames[run_id][(after + 1) if after is not None else 0:]
         cut = self.cut.pop(run_id, None)
 
@@ -198,6 +200,18 @@ def test_a_cursor_resumes_in_its_run_or_after_its_end_and_a_foreign_one_is_refus
         with pytest.raises(GatewayError) as unknown:
             await _take(streams, owners, ThreadRequest("no-thread", None, "sse"), 1)
         assert (unknown.value.status, unknown.value.code) == (404, "unknown-thread")
+
+    asyncio.run(scenario())
+
+
+def test_a_cursor_at_a_run_s_end_the_index_does_not_know_yet_goes_on_to_the_next_run_when_its_owner_says_so() -> None:
+    async def scenario() -> None:
+        index, streams, owners = _streams()  # run-b (events 0 to 4) has no end record
+        _record(index, 3, "run-c")
+        got = await asyncio.wait_for(_take(streams, owners, ThreadRequest(T, ("run-b", 4), "sse", follow=False),
+                                           100), 10)  # fmt: skip
+        assert got == owners.frames["run-c"]
+        assert owners.asked == [("run-b", 4), ("run-c", None)], "run-b asked once, after its end record was awaited"
 
     asyncio.run(scenario())
 

@@ -22,7 +22,14 @@ from aiohttp import web
 
 from worker.errors import GatewayError, KafkaWorkerError
 from worker.gateway.endpoints import ENDPOINTS, ERRORS
-from worker.gateway.frames import comment_frame, parse_after, parse_cursor, parse_thread_cursor, synthetic_frame
+from worker.gateway.frames import (
+    RunEnded,
+    comment_frame,
+    parse_after,
+    parse_cursor,
+    parse_thread_cursor,
+    synthetic_frame,
+)
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.openapi import document
 from worker.gateway.routing import Ask, Route, Router, Target, Unavailable, UpstreamLost, Where
@@ -109,6 +116,8 @@ class GatewayApi:
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             response = await handler(request)
+        except RunEnded:  # a cursor at or past the run's terminal event: EventSource stops reconnecting on a 204
+            response = web.Response(status=204)
         except GatewayError as exc:
             response = self._error(exc)
         except web.HTTPRequestEntityTooLarge:

@@ -48,6 +48,9 @@ ERRORS: dict[str, ErrorCode] = {
     "method-not-allowed": ErrorCode(405, "the path's endpoints take other methods (the `Allow` header names them)"),
     "not-held": ErrorCode(410, "the topics no longer hold the run"),
     "body-too-large": ErrorCode(413, "a POST body over `max_body_bytes`"),
+    "peer-failed": ErrorCode(502, "the replica serving the run (or thread) answered no gateway error (a proxy's "
+                                  "page, a crashed replica's 500): the message names its status, this replica's log "
+                                  "what it said", retry_after=True),
     "busy": ErrorCode(503, "the connection limit (`max_connections`), or a draining replica", retry_after=True),
     "keys-unavailable": ErrorCode(503, "the identity provider's keys could not be fetched", retry_after=True),
     "kafka-unavailable": ErrorCode(503, "a read of older events failed", retry_after=True),
@@ -64,25 +67,28 @@ ERRORS: dict[str, ErrorCode] = {
 # The codes of the requests for a run: its token (checked first), its way to the owner, and the run itself.
 _TOKEN = ("no-token", "bad-token", "expired-token", "premature-token", "wrong-audience", "wrong-issuer",
           "wrong-algorithm", "unsigned-token", "unknown-key", "keys-unavailable", "forbidden")  # fmt: skip
-_ROUTED = ("bad-peer", "not-owner", "no-owner", "unknown-run", "kafka-unavailable")
+_ROUTED = ("bad-peer", "not-owner", "no-owner", "peer-failed", "unknown-run", "kafka-unavailable")
 _STREAM = ("busy", "not-held", "partition-moved", "owner-lost")
 # A thread's: its token (a thread's only), its way to the owner, the thread and, for its streams, its runs'.
-_THREAD = (*_TOKEN, "bad-peer", "not-owner", "no-owner", "no-thread-index", "unknown-thread")
+_THREAD = (*_TOKEN, "bad-peer", "not-owner", "no-owner", "peer-failed", "no-thread-index", "unknown-thread")
 _THREAD_STREAM = (*_THREAD, "bad-query", "unknown-run", "kafka-unavailable", "busy", "partition-moved", "owner-lost")
 
 
 class Success(NamedTuple):
-    """A success: its status and media type, and the name of its body's schema (openapi.py), "" for none."""
+    """A success: its status and media type, the name of its body's schema (openapi.py), both "" for no body, and
+    when it is answered ("": the endpoint's summary)."""
 
     status: int
     media_type: str
     schema: str
+    description: str = ""
 
 
 class Endpoint(NamedTuple):
     """One route: `method` and `path` (aiohttp's form), `name` (GatewayApi's handler, and the operationId), what a
-    success is, the error codes it may answer, whether it needs an access token, and which of the parameters
-    openapi.py describes it takes (query `after`, `token`; header `Last-Event-ID`; the `RunAgentInput` body)."""
+    success is (and `also`, its other successes), the error codes it may answer, whether it needs an access token,
+    and which of the parameters openapi.py describes it takes (query `after`, `token`; header `Last-Event-ID`; the
+    `RunAgentInput` body)."""
 
     method: Literal["GET", "POST"]
     path: str
@@ -92,12 +98,15 @@ class Endpoint(NamedTuple):
     errors: tuple[str, ...] = ()
     token: bool = False
     parameters: tuple[str, ...] = ()
+    also: tuple[Success, ...] = ()
 
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/runs/{run_id}/events", "events", "A run's events for EventSource",
              Success(200, "text/event-stream", "EventStream"), ("bad-cursor", *_TOKEN, *_ROUTED, *_STREAM),
-             token=True, parameters=("after", "Last-Event-ID")),
+             token=True, parameters=("after", "Last-Event-ID"),
+             also=(Success(204, "", "", "The cursor is at or past the run's terminal event: nothing more comes (an "
+                                        "EventSource stops reconnecting)."),)),
     Endpoint("POST", "/runs/{run_id}", "agent", "A whole run for HttpAgent",
              Success(200, "text/event-stream", "EventStream"),
              ("bad-body", "body-too-large", *_TOKEN, *_ROUTED, *_STREAM), token=True, parameters=("RunAgentInput",)),

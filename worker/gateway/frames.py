@@ -1,4 +1,5 @@
-"""Server-sent event frames as `EventSource` and `@ag-ui/client` read them: LF framing only, no `event:` field."""
+"""Server-sent event frames as `EventSource` and `@ag-ui/client` read them: LF framing only, no `event:` field; the
+cursors that resume them, and the answer to a cursor past which nothing can come."""
 
 from __future__ import annotations
 
@@ -10,13 +11,23 @@ import orjson
 
 from worker.errors import GatewayError
 
-__all__ = ["KEEP_ALIVE", "comment_frame", "event_frame", "parse_after", "parse_cursor", "parse_thread_cursor",
-           "synthetic_frame"]
+__all__ = ["KEEP_ALIVE", "RunEnded", "comment_frame", "event_frame", "parse_after", "parse_cursor",
+           "parse_thread_cursor", "synthetic_frame"]
 
 # A comment: EventSource and the AG-UI client both ignore it; proxies see traffic.
 KEEP_ALIVE = b": keep-alive\n\n"
 _CURSOR = re.compile(r"(?P<run>.+):(?P<seq>0|[1-9][0-9]{0,17})")
 _AFTER = re.compile(r"[0-9]{1,18}")
+
+
+class RunEnded(Exception):
+    """A run's stream asked after a cursor at or past the run's terminal event: nothing of it is left to send, ever.
+    Raised before the stream's first chunk (by the run's server, or by the forwarder when the run's owner answered
+    so); the client is answered 204 No Content, which makes `EventSource` stop reconnecting."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} ended at or before the cursor")
+        self.run_id = run_id
 
 
 def _data_lines(value: bytes) -> bytes:

@@ -58,7 +58,8 @@ class GatewayMetrics:
                                   "Streams that began with the late-join prelude.", ["exact"], registry=registry)
         self.resumes = Counter("harness_agui_gateway_resumes_total",
                                "Streams resumed after a cursor, by where the events came from: memory, topic, or "
-                               "prelude (the cursor could not be served exactly).", ["kind"], registry=registry)
+                               "prelude (the cursor could not be served exactly); ended: the cursor was at or past "
+                               "the run's terminal event (answered 204).", ["kind"], registry=registry)
         self.drops = Counter("harness_agui_gateway_slow_client_drops_total",
                              "Connections dropped because their queue overflowed.", registry=registry)
         self.latency = DeliveryLatency("harness_agui_gateway_delivery_latency_seconds",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from worker.gateway.endpoints import ENDPOINTS, ERRORS, Endpoint, codes_of
+from worker.gateway.endpoints import ENDPOINTS, ERRORS, Endpoint, Success, codes_of
 
 __all__ = ["document"]
 
@@ -157,15 +157,21 @@ def _error_answer(codes: list[str]) -> dict[str, Any]:
     return answer
 
 
+def _success(endpoint: Endpoint, success: Success) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": success.description or endpoint.summary}
+    if success.media_type:
+        answer["content"] = {success.media_type: {"schema": {"$ref": f"#/components/schemas/{success.schema}"}}}
+    return answer
+
+
 def _operation(endpoint: Endpoint) -> dict[str, Any]:
-    success = endpoint.success
     operation: dict[str, Any] = {
         "operationId": endpoint.name,
         "summary": endpoint.summary,
         "parameters": [{"$ref": f"#/components/parameters/{name}"} for name in endpoint.parameters
                        if name in _PARAMETERS],
-        "responses": {str(success.status): {"description": endpoint.summary, "content": {
-            success.media_type: {"schema": {"$ref": f"#/components/schemas/{success.schema}"}}}}},
+        "responses": {str(success.status): _success(endpoint, success)
+                      for success in (endpoint.success, *endpoint.also)},
     }  # fmt: skip
     if "RunAgentInput" in endpoint.parameters:
         operation["requestBody"] = {"required": True, "content": {

@@ -1,5 +1,6 @@
 """One connection's frames: where a run's stream starts (its first event, after a cursor, or the late-join
-prelude), the catch-up from memory or the output topic, then the live tail, ending after the terminal event.
+prelude), the catch-up from memory or the output topic, then the live tail, ending after the terminal event; a
+cursor at or past the terminal event, where the gateway knows it, is answered that the run ended.
 
 Every durable frame comes from the output topic under its own id, each number once and in order: the catch-up
 stops at the offset where the subscription joined the tail, and the live part skips numbers already sent.
@@ -15,7 +16,7 @@ from typing import Literal
 
 from worker.errors import GatewayError
 from worker.gateway.directory import DisplayPointer, RunDirectory
-from worker.gateway.frames import KEEP_ALIVE, event_frame, synthetic_frame
+from worker.gateway.frames import KEEP_ALIVE, RunEnded, event_frame, synthetic_frame
 from worker.gateway.hub import Attachment, Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.prelude import Prelude, build_prelude
@@ -118,10 +119,28 @@ class RunStreams:
         """A stream of `request`'s run; GatewayError 404 for a run the gateway cannot find."""
         return RunStream(request, self.known(request.run_id), on_drop, blocked)
 
+    async def ended(self, run_id: str, after: int) -> bool:
+        """Whether the run's terminal event is known to be event `after` or an earlier one: the tail read it, or the
+        latest display record ends with it. Never a guess: a run whose end neither tells is read as any cursor."""
+        log = self._hub.log(run_id)
+        if log is not None and log.finished:
+            return log.next_seq - 1 <= after
+        pointer = self._directory.pointer(run_id)
+        if pointer is None or pointer.seq > after:
+            return False
+        if log is not None and log.first_seen is not None and log.first_seen.seq <= pointer.seq < log.next_seq:
+            return False  # the tail read the record's last event, not a terminal one (a live run: nothing to parse)
+        prelude = await self._prelude(run_id, pointer)
+        return prelude is not None and prelude.finished
+
     async def chunks(self, stream: RunStream) -> AsyncGenerator[bytes, None]:
         """The stream's bytes, frame after frame (several at once where they were ready together). Raises
-        GatewayError before the first chunk when the run cannot be served at all."""
+        GatewayError before the first chunk when the run cannot be served at all, RunEnded when its cursor is at or
+        past the run's terminal event."""
         request, pointer = stream.request, stream.pointer
+        if request.after is not None and await self.ended(request.run_id, request.after):
+            self._metrics.resumes.labels(kind="ended").inc()
+            raise RunEnded(request.run_id)
         if request.foreign:
             try:
                 async for chunk in self._instead(stream):
@@ -275,6 +294,9 @@ class RunStreams:
             counts: list[int] = []
             sent, end = stream.sent, False
             for delivery in subscription.take():
+                if delivery.seq < sent and delivery.terminal:  # the client had the end already: nothing follows
+                    end = True
+                    break
                 if delivery.seq >= sent:
                     frames.append(delivery.frame)
                     sent = delivery.seq + 1

@@ -19,7 +19,7 @@ import orjson
 
 from worker.contract import TERMINAL_TYPES, IndexedRun
 from worker.errors import GatewayError
-from worker.gateway.frames import KEEP_ALIVE, comment_frame
+from worker.gateway.frames import KEEP_ALIVE, RunEnded, comment_frame
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing import UpstreamLost
 from worker.gateway.streams import PartitionMoved
@@ -29,7 +29,7 @@ __all__ = ["OpenRun", "ThreadMoved", "ThreadRequest", "ThreadStreams"]
 
 OpenRun = Callable[[str, int | None], Awaitable[AsyncGenerator[bytes, None]]]
 """Opens a run's `EventSource` stream after event `after` (None: from its first event); GatewayError before its
-first chunk when the run cannot be served now."""
+first chunk when the run cannot be served now, RunEnded when its terminal event is `after` or an earlier one."""
 
 _RUN_WAIT_S: Final = 10.0  # a run the index lists may not be known to its owner for as long as its tail lags
 _RETRY_S: Final = 0.1
@@ -166,6 +166,8 @@ class ThreadStreams:
         while True:
             try:
                 chunks = await open_run(run.run_id, first - 1 if first else None)
+            except RunEnded:
+                return  # its terminal event was sent already (its owner answered 204): on to the next run
             except GatewayError as exc:
                 if exc.status in (403, 404) and time.monotonic() < deadline:
                     await asyncio.sleep(wait)  # its owner has not read the run's first records yet
@@ -185,6 +187,8 @@ class ThreadStreams:
                     yield chunk
                     if ended:
                         return
+            except RunEnded:
+                return  # the same, told by a stream served here before its first chunk
             except (PartitionMoved, UpstreamLost):
                 pass  # the run's stream broke off: open it again after the last event sent
             finally:

@@ -25,6 +25,7 @@ from aiohttp import web
 from yarl import URL
 
 from worker.errors import GatewayError
+from worker.gateway.frames import RunEnded
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing.owners import Owners, Route, Target, Where
 
@@ -178,7 +179,7 @@ class Forwarder:
                     if answer.status != 503:
                         self._metrics.forwarded.labels(outcome="ok").inc()
                         return answer
-                    failure = f"the replica owning {target} answered 503: {await _refusal(answer)}"
+                    failure = f"the replica owning {target} answered 503: {await _refusal(answer, target)}"
                     answer.release()
                     self._metrics.forwarded.labels(outcome="retried").inc()
             if time.monotonic() + backoff > deadline or self._closing.is_set():
@@ -197,34 +198,46 @@ class Forwarder:
         if answer is None:
             return None
         async with answer:
-            payload = await answer.read()
-            headers = {"Retry-After": answer.headers["Retry-After"]} if "Retry-After" in answer.headers else None
-            return web.Response(status=answer.status, body=payload, headers=headers,
-                                content_type=answer.content_type)  # fmt: skip
+            if answer.status >= 400:
+                raise await _refusal(answer, target)
+            return web.Response(status=answer.status, body=await answer.read(), content_type=answer.content_type)
 
     async def forward(self, request: Asked, target: Target, route: Route,
                       body: bytes | None = None) -> Upstream | None:  # fmt: skip
         """The owner's stream for `request`, whole frames at a time, or None when the key is served here.
         GatewayError (the owner's own, with its status and code) before the first chunk when the owner refused;
-        UpstreamLost when the owner's stream broke off before its end."""
+        RunEnded when the owner answered 204 (the cursor is at or past the run's terminal event); UpstreamLost when
+        the owner's stream broke off before its end."""
         answer = await self._answer(request, target, route, body)
         if answer is None:
             return None
+        if answer.status == 204:
+            answer.release()
+            raise RunEnded(target.key)
         if answer.status != 200 or answer.content_type != "text/event-stream":
             async with answer:
-                raise await _refusal(answer)
+                raise await _refusal(answer, target)
         return Upstream(_frames(answer, target), answer.headers.get(THREAD_HEADER, ""))
 
 
-async def _refusal(answer: aiohttp.ClientResponse) -> GatewayError:
-    """The owner's error answer, as this replica's."""
+async def _refusal(answer: aiohttp.ClientResponse, target: Target) -> GatewayError:
+    """The owner's error answer, as this replica's; an answer that is no gateway error (a proxy's page, a crashed
+    replica's 500, a body cut off) is 502 `peer-failed`, its body kept out of the client's answer and logged."""
     try:
-        value = orjson.loads(await answer.read())
-    except (orjson.JSONDecodeError, aiohttp.ClientError):
-        value = {}
-    if not isinstance(value, dict):
-        value = {}
-    code, message = str(value.get("error", "upstream")), str(value.get("message", f"status {answer.status}"))
+        payload = await answer.read()
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        payload = b""
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        value = None
+    code = value.get("error") if isinstance(value, dict) else None
+    message = value.get("message") if isinstance(value, dict) else None
+    if answer.status < 400 or not isinstance(code, str) or not isinstance(message, str):
+        _log.warning("the replica owning %s (%s) answered %d %s, no gateway error: %r", target, answer.url.origin(),
+                     answer.status, answer.content_type, payload[:200])  # fmt: skip
+        return GatewayError(502, "peer-failed", f"the replica serving {target} failed (it answered "
+                                                f"{answer.status}, no gateway error): retry")  # fmt: skip
     retry = answer.headers.get("Retry-After", "")
     if retry.isascii() and retry.isdigit():
         return Unavailable(message, int(retry), code=code)
