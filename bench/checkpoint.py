@@ -21,8 +21,9 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # for bench and devtools: `worker` stays the installed package
+sys.path.append(str(ROOT))  # for bench, devtools, the tests' support: `worker` stays the installed package
 
+from tests.stream._support import checkpoint, restore  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.observe import HarnessAguiStreamObserver, ObserverContinuation  # noqa: E402
 from worker.stream import PartitionState, SourceRecord  # noqa: E402
@@ -88,7 +89,7 @@ def checkpointed(records: list[SourceRecord], every: int, written: list[int]) ->
     for i, record in enumerate(records, 1):
         state.process(record)
         if i % every == 0:
-            written.append(len(state.checkpoint(record.offset + 1)))
+            written.append(len(checkpoint(state, record.offset + 1)))
 
 
 def compare(runs: list[list[dict[str, object]]], total: int, streams: int, every: int, repeat: int) -> None:
@@ -140,9 +141,9 @@ def main() -> None:
     end = (state.last_offset or 0) + 1
     values = _whole(state, end)
     size = sum(len(k) + len(v) for k, v in values.items())
-    restore_s = min(timed(lambda: PartitionState.restore(TOPIC, 0, values, max_open_streams=args.restore))
+    restore_s = min(timed(lambda: restore(TOPIC, 0, values, max_open_streams=args.restore))
                     for _ in range(3))  # fmt: skip
-    restored, _ = PartitionState.restore(TOPIC, 0, values, max_open_streams=args.restore)
+    restored, _ = restore(TOPIC, 0, values, max_open_streams=args.restore)
     assert _whole(restored, end) == values
     print(f"restore:     {state.open_streams} open streams ({size / 1e6:.1f} MB of changelog values) in "
           f"{restore_s:.3f} s CPU, {restore_s / state.open_streams * 1e6:.1f} us per stream (best of 3)")
@@ -160,7 +161,7 @@ def main() -> None:
 def _whole(state: PartitionState, offset: int) -> dict[bytes, bytes]:
     """The state at `offset` as changelog values: a checkpoint writes every key once told the changelog holds none."""
     state.adopt_changelog_keys(())
-    return {key: value for key, value in state.checkpoint(offset) if value is not None}
+    return {key: value for key, value in checkpoint(state, offset) if value is not None}
 
 
 def _observers(state: PartitionState) -> Iterator[HarnessAguiStreamObserver]:

@@ -35,9 +35,11 @@ from pathlib import Path
 from aiokafka.partitioner import DefaultPartitioner
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package (or the one --pythonpath names)
+# For devtools and the tests' support: `worker` stays the installed package (or the one --pythonpath names).
+sys.path.append(str(ROOT))
 
 from devtools.sample_runs import interleave, load_samples  # noqa: E402
+from tests.stream._support import checkpoint  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
 from worker._native import describe, native  # noqa: E402
 from worker.stream import Destination, PartitionState, SourceRecord  # noqa: E402
@@ -86,7 +88,7 @@ def feed(fed: Records, checkpoint_every: int, display: bool, batch: int) -> int:
         if due or len(waiting) == batch:
             events += process(state, waiting)
         if due:
-            state.checkpoint(offsets[partition])
+            checkpoint(state, offsets[partition])
     for state, waiting in zip(states, held, strict=True):
         events += process(state, waiting)
     return events

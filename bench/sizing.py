@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
+sys.path.append(str(ROOT))  # for devtools and the tests' support: `worker` stays the installed package
 
+from tests.stream._support import checkpoint  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.stream import PartitionState, SourceRecord  # noqa: E402
 
@@ -124,7 +125,7 @@ def held_per_run(
     warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
     for record in records[:200]:
         warm.process(record)
-    warm.checkpoint(200)
+    checkpoint(warm, 200)
     del warm
     gc.collect()
     tracemalloc.start()
@@ -134,7 +135,7 @@ def held_per_run(
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.reset_peak()
-    changelog = state.checkpoint(offset)
+    changelog = checkpoint(state, offset)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     del changelog

@@ -53,11 +53,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import RecordMetadata
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
+sys.path.append(str(ROOT))  # for devtools and the tests' support: `worker` stays the installed package
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # noqa: E402
 from devtools.kafka_tools import GroupLag  # noqa: E402
 from devtools.sample_runs import SampleRun, interleave, load_samples, make_copy  # noqa: E402
+from tests.stream._support import checkpoint  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.client import partition_for  # noqa: E402
 from worker.contract import TERMINAL_TYPES, TYPE  # noqa: E402
@@ -157,10 +158,10 @@ def measure_cost(name: str) -> float:
         state = PartitionState("cost", 0, display_interval_ms=DISPLAY_INTERVAL_MS, max_open_streams=count + 1000,
                                closed_stream_memory=count + 1000)  # fmt: skip
         offset = _feed(state, _copies("warm", 1000), half=False, offset=0)  # the allocator and the caches warmed
-        state.checkpoint(offset)
+        checkpoint(state, offset)
         before = _settled()
         offset = _feed(state, _copies("cost", count), half=name == "open run", offset=offset)
-        changelog = state.checkpoint(offset)  # each changed run's record, alive beside its state until it is sent
+        changelog = checkpoint(state, offset)  # each changed run's record, alive beside its state until it is sent
         held = _settled()
         del changelog
         return (held - before) / count

@@ -263,7 +263,7 @@ def test_peer_talk_planted_in_the_api_is_found() -> None:
 # A PartitionState's methods that change it; every other public method only reads (a test below keeps the two lists
 # covering the class, so a new method is placed on purpose).
 STATE_CHANGES = frozenset({
-    "process", "process_batch", "checkpoint", "checkpoint_parts", "adopt_changelog_keys", "adopt_replay",
+    "process", "process_batch", "checkpoint_parts", "adopt_changelog_keys", "adopt_replay",
     "take_display_tally",
 })  # fmt: skip
 STATE_READS = frozenset({"replay_from"})
@@ -307,9 +307,9 @@ def test_only_the_partition_task_changes_a_partition_state() -> None:
 
 def test_a_state_change_planted_in_the_commit_pipeline_is_found() -> None:
     sources = _sources("worker/live")
-    sources["worker/live/pipeline.py"] += "\n\ndef _planted(state):\n    return state.checkpoint(7)\n"
+    sources["worker/live/pipeline.py"] += "\n\ndef _planted(state):\n    return state.checkpoint_parts(7)\n"
     (found,) = _state_changes_outside_the_task(sources)
-    assert found.startswith("worker/live/pipeline.py:") and found.endswith(" .checkpoint()"), found
+    assert found.startswith("worker/live/pipeline.py:") and found.endswith(" .checkpoint_parts()"), found
 
 
 # Modules whose reason to exist is reaching into another library's private attributes, each saying which.

@@ -23,6 +23,7 @@ from tests.golden_bytes import changelog_value
 from tests.kafka.adversarial import adversarial_source
 from tests.native import native_core, use_build
 from tests.observe._runs import wire_runs
+from tests.stream._support import checkpoint, restore
 from worker.stream import PartitionState, SourceRecord, default_core, reference_core
 
 TOPIC = "src"
@@ -71,7 +72,7 @@ def transcript(
             shown = tuple((r.destination.value, r.key, r.value, r.headers) for r in outcome.records)
             out.append(("outcome", outcome.verdict.value, outcome.reason, shown))
         if (start + first) // every != (start + first + len(chunk)) // every:
-            changelog = state.checkpoint(chunk[-1].offset + 1)
+            changelog = checkpoint(state, chunk[-1].offset + 1)
             out.append(("checkpoint", _changelog(changelog)))
             for key, value in changelog:
                 if value is None:
@@ -99,7 +100,7 @@ def assert_same(fed: Fed, options: dict[str, Any], monkeypatch: pytest.MonkeyPat
         _, latest = transcript(writer, fed[:half], options, monkeypatch, every=half)
         use_build(reader, monkeypatch)
         core = default_core() if reader == "native" else reference_core()
-        restored, offset = PartitionState.restore(TOPIC, 0, latest, core=core, **options)
+        restored, offset = restore(TOPIC, 0, latest, core=core, **options)
         rest, _ = transcript(reader, fed, options, monkeypatch, state=restored, start=offset)
         whole, _ = transcript(reader, fed, options, monkeypatch)
         outcomes = [entry for entry in whole if entry[0] == "outcome"][offset:]

@@ -222,7 +222,7 @@ def test_a_run_not_known_to_its_owner_yet_is_asked_again_and_one_not_held_is_pas
         owners.refuse["run-a"] = [404, 403]
         owners.gone.add("run-b")
         got = await _take(streams, owners, ThreadRequest(T, None, "sse", follow=False), 100)
-        assert got == [*owners.frames["run-a"], b": run run-b is no longer held\n\n"]
+        assert got == [*owners.frames["run-a"], b": run run-b is no longer retained\n\n"]
 
     asyncio.run(scenario())
 

@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import TOPIC
 from worker.client import Names
-from worker.live.publishing import KeyRouter, Routes
+from worker.live.publishing import Destinations, KeyPartitioner
 from worker.live.task import Deadlines, PartitionTask, TaskContext
 from worker.live.topics import TopicLimits
 from worker.ops import Health, Metrics
@@ -117,10 +117,10 @@ class TaskWorld:
         self.health = Health()
         self.fetch = Fetch()
         self.rebuilder = rebuilder
-        self.routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name, KeyRouter(1),
-                             limits)  # fmt: skip
+        self.destinations = Destinations(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
+                                         KeyPartitioner(1), limits)  # fmt: skip
         self.context = TaskContext(s, self.metrics, self.health, Deadlines.from_settings(s), rebuilder, self.fetch,
-                             lambda: self.routes)  # fmt: skip
+                             lambda: self.destinations)  # fmt: skip
 
     def start(self, partition: int, parked: Parked | None = None) -> PartitionTask:
         return PartitionTask(self.context, TopicPartition(TOPIC, partition), parked)

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.kafka.support import produce
-from tests.stream._support import golden_source
+from tests.stream._support import checkpoint, golden_source
 from worker.errors import GapError, ShardedReplayError
 from worker.recovery.replay import ReplayWindow, replay_into
 from worker.stream import GapPolicy, PartitionState, ReplayPool, SourceRecord
@@ -134,6 +134,6 @@ async def test_an_in_process_replay_passes_over_a_gap_and_replays_the_rest_of_it
         except GapError:
             passed.append(rec.offset)
     assert passed == [i for i, (key, _) in enumerate(pairs) if key == x_key and i >= 2]
-    changelog = list(state.checkpoint(len(pairs)))
-    assert changelog == list(one.checkpoint(len(pairs)))
+    changelog = list(checkpoint(state, len(pairs)))
+    assert changelog == list(checkpoint(one, len(pairs)))
     assert any(b'"items"' in (value or b"") and y_key in key for key, value in changelog), "y's display was folded"

@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.gateway.metrics import GatewayMetrics
-from worker.ops.metrics import PREFIX, TRANSACTION_RESULTS, VERDICTS, BatchHistogram, Metrics
+from worker.ops.metrics import PREFIX, TRANSACTION_RESULTS, BatchHistogram, Metrics
+from worker.stream import Verdict
 
 # The contract the Kafka layer codes against: attribute -> (type, label names).
 EXPECTED = {
@@ -67,8 +68,8 @@ UNITS = ("_total", "_seconds", "_ratio", "_records", "_streams", "_partitions", 
 
 def _touch_everything(m: Metrics, topic: str = "harness.events", partition: int = 0) -> None:
     tp = {"topic": topic, "partition": partition}
-    for verdict in VERDICTS:
-        m.source_records_total.labels(**tp, verdict=verdict).inc()
+    for verdict in Verdict:  # the labels the reporter gives (`verdict.value`)
+        m.source_records_total.labels(**tp, verdict=verdict.value).inc()
     m.output_events_total.labels(type="TEXT_MESSAGE_CONTENT").inc()
     m.dead_letter_records_total.labels(reason="decode_error").inc()
     m.transactions_total.labels(result="committed").inc()

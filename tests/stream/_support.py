@@ -3,13 +3,15 @@ by the stream tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Unpack
 
 import orjson
 
-from worker.stream import PartitionState, SourceRecord, read_checkpoint_header
+from worker.stream import PartitionState, SourceRecord, StateOptions, StreamCore, read_checkpoint_header
 
 TOPIC = "harness.events"
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -92,9 +94,31 @@ def header(headers: tuple[tuple[str, bytes], ...], name: str) -> str:
 
 
 Changelog = dict[bytes, bytes]
+Delta = list[tuple[bytes, bytes | None]]
 
 
-def fold(changelog: Changelog, delta: list[tuple[bytes, bytes | None]]) -> Changelog:
+def checkpoint(state: PartitionState, offset: int) -> Delta:
+    """The changelog records a checkpoint of `state` at source offset `offset` writes, taken at once: the parts
+    production cuts (`checkpoint_parts`), joined."""
+    return [record for part in state.checkpoint_parts(offset, math.inf) for record in part]
+
+
+def restore(
+    topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
+    **options: Unpack[StateOptions],
+) -> tuple[PartitionState, int]:  # fmt: skip
+    """The state a changelog partition holds (`values`) and the offset it covers, restored at once: the parts
+    production restores in (`restore_in_parts`), run to their end."""
+    parts = PartitionState.restore_in_parts(topic, partition, values, options, core=core, part_s=math.inf)
+    while True:
+        try:
+            next(parts)
+        except StopIteration as done:
+            restored: tuple[PartitionState, int] = done.value
+            return restored
+
+
+def fold(changelog: Changelog, delta: Delta) -> Changelog:
     """`changelog` (latest value per key) after a checkpoint's `delta` is written to it and compacted; fails on a
     checkpoint that writes a key twice."""
     keys = [key for key, _ in delta]
@@ -113,7 +137,7 @@ def image(state: PartitionState, offset: int) -> Changelog:
     the state checkpointed at `offset`, with no change left for its next checkpoint: take it after the state's own
     checkpoints are checked. Fails unless the keys written are those the partition record and the state count."""
     state.adopt_changelog_keys(())
-    values = fold({}, state.checkpoint(offset))
+    values = fold({}, checkpoint(state, offset))
     head = read_checkpoint_header(values, state.topic, state.partition)
     assert head is not None and head.offset == offset, head
     streams = sum(key.startswith(b"stream:") for key in values)

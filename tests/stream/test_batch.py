@@ -10,7 +10,7 @@ import pytest
 from ag_ui.core import BaseEvent
 
 from tests.stream._fakes import FAKE_CORE, fake_encode
-from tests.stream._support import TOPIC, golden_names, golden_source, item, records
+from tests.stream._support import TOPIC, checkpoint, golden_names, golden_source, item, records
 from tests.stream.test_display import displayed, interleaved, run_id
 from worker.errors import GapError
 from worker.stream import GapPolicy, Outcome, PartitionState, SourceRecord
@@ -19,7 +19,7 @@ from worker.stream import GapPolicy, Outcome, PartitionState, SourceRecord
 def _one_by_one(recs: list[SourceRecord], **options: Any) -> tuple[list[Outcome], list[Any]]:
     state = PartitionState(TOPIC, 0, **options)
     outcomes = [state.process(rec) for rec in recs]
-    return outcomes, list(state.checkpoint(recs[-1].offset + 1))
+    return outcomes, list(checkpoint(state, recs[-1].offset + 1))
 
 
 def _batched(recs: list[SourceRecord], size: int, **options: Any) -> tuple[list[Outcome], list[Any]]:
@@ -29,7 +29,7 @@ def _batched(recs: list[SourceRecord], size: int, **options: Any) -> tuple[list[
         done, error = state.process_batch(recs[start : start + size])
         assert error is None
         outcomes += done
-    return outcomes, list(state.checkpoint(recs[-1].offset + 1))
+    return outcomes, list(checkpoint(state, recs[-1].offset + 1))
 
 
 def _gapped() -> list[SourceRecord]:
@@ -81,4 +81,4 @@ def test_a_batch_stops_at_the_record_that_raises_with_the_outcomes_before_it_com
     assert isinstance(error, GapError)
     assert displayed(outcomes) and outcomes == expected
     # the refused record changed nothing: the state checkpoints where the reference stands
-    assert list(state.checkpoint(recs[gap_at].offset)) == list(reference.checkpoint(recs[gap_at].offset))
+    assert list(checkpoint(state, recs[gap_at].offset)) == list(checkpoint(reference, recs[gap_at].offset))

@@ -13,7 +13,8 @@ import pytest
 
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE, FakeObserver
-from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, image, item, records
+from tests.stream._support import TOPIC, Changelog, checkpoint, fold, golden_source, header, image, item, records
+from tests.stream._support import restore as restore_state
 from worker.errors import CheckpointError, CheckpointVersionError, WorkerError
 from worker.stream import (
     CHECKPOINT_FORMAT_VERSION,
@@ -41,16 +42,16 @@ def feed(st: PartitionState, pairs: list[tuple[str, bytes]], start: int) -> list
 
 
 def restore(values: Changelog, **kw: Any) -> tuple[PartitionState, int]:
-    return PartitionState.restore(TOPIC, 0, values, core=FAKE_CORE, **kw)
+    return restore_state(TOPIC, 0, values, core=FAKE_CORE, **kw)
 
 
 def test_the_records_follow_the_documented_format() -> None:
     st = state()
     a0, a1 = item(A, 0, emit=2), item(A, 1, thread="thread_runa", announce=C)
     feed(st, [(A, a0), (B, item(B, 0)), (A, a1), (B, item(B, 1, terminal=True))], start=10)
-    delta = dict(st.checkpoint(14))
+    delta = dict(checkpoint(st, 14))
     assert sorted(delta) == [b"ended:run-b", b"partition", b"stream:run-a"]
-    assert list(dict(st.checkpoint(15))) == [b"partition"]  # the partition record comes last
+    assert list(dict(checkpoint(st, 15))) == [b"partition"]  # the partition record comes last
     assert orjson.loads(delta[b"stream:run-a"] or b"") == {
         "first_offset": 10, "thread_id": "thread_runa", "n": 4, "last": {A: 1, C: -1}, "widest": max(len(a0), len(a1)),
         "closed_by": None, "observer": {"accepted": 2, "threads": {A: "thread_runa"}},
@@ -68,7 +69,7 @@ def test_a_real_observer_is_stored_as_its_exported_continuation() -> None:
     root = orjson.loads(lines[0])["run_id"]
     for rec in records([(root, line) for line in lines[:6]]):
         st.process(rec, publish=False)
-    stored = orjson.loads(dict(st.checkpoint(6))[f"stream:{root}".encode()] or b"")
+    stored = orjson.loads(dict(checkpoint(st, 6))[f"stream:{root}".encode()] or b"")
     assert stored["observer"]["run_id"] == root
     assert set(stored["observer"]["state"]) == {"request_index", "parts", "children", "threads"}
 
@@ -76,26 +77,26 @@ def test_a_real_observer_is_stored_as_its_exported_continuation() -> None:
 def test_a_checkpoint_writes_only_what_changed_since_the_last_one() -> None:
     st = state()
     feed(st, [(A, item(A, 0)), (B, item(B, 0))], start=0)
-    assert {k for k, _ in st.checkpoint(2)} == {b"stream:run-a", b"stream:run-b", b"partition"}
+    assert {k for k, _ in checkpoint(st, 2)} == {b"stream:run-a", b"stream:run-b", b"partition"}
     feed(st, [(A, item(A, 1)), (A, item(A, 2)), (A, item(A, 1)), (B, b"junk")], start=2)
     # A changed (twice: written once); a duplicate and a poison record change nothing
-    assert [k for k, _ in st.checkpoint(6)] == [b"stream:run-a", b"partition"]
+    assert [k for k, _ in checkpoint(st, 6)] == [b"stream:run-a", b"partition"]
 
 
 def test_a_stream_that_opened_and_ended_between_two_checkpoints_writes_only_its_ended_record() -> None:
     st = state()
     feed(st, [(A, item(A, 0))], start=0)
-    st.checkpoint(1)
+    checkpoint(st, 1)
     feed(st, [(B, item(B, 0)), (B, item(B, 1, terminal=True))], start=1)
-    assert [(k, v is None) for k, v in st.checkpoint(3)] == [(b"ended:run-b", False), (b"partition", False)]
+    assert [(k, v is None) for k, v in checkpoint(st, 3)] == [(b"ended:run-b", False), (b"partition", False)]
 
 
 def test_a_written_stream_that_ends_is_tombstoned_and_remembered() -> None:
     st = state()
     feed(st, [(A, item(A, 0))], start=0)
-    st.checkpoint(1)
+    checkpoint(st, 1)
     feed(st, [(A, item(A, 1, terminal=True))], start=1)
-    delta = dict(st.checkpoint(2))
+    delta = dict(checkpoint(st, 2))
     assert delta[b"stream:run-a"] is None
     assert orjson.loads(delta[b"ended:run-a"] or b"") == {"last_sequence": 1, "ended_at": 1}
 
@@ -103,10 +104,10 @@ def test_a_written_stream_that_ends_is_tombstoned_and_remembered() -> None:
 def test_forgotten_ended_streams_are_tombstoned_only_when_written() -> None:
     st = state(closed_stream_memory=1)
     feed(st, [(A, item(A, 0, terminal=True))], start=0)
-    st.checkpoint(1)
+    checkpoint(st, 1)
     # B ends (forgetting A), then C ends (forgetting B, never written)
     feed(st, [(B, item(B, 0, terminal=True)), (C, item(C, 0, terminal=True))], start=1)
-    assert dict(st.checkpoint(3)) == {
+    assert dict(checkpoint(st, 3)) == {
         b"ended:run-a": None, b"ended:run-c": b'{"last_sequence":0,"ended_at":2}',
         b"partition": image(st, 3)[b"partition"],
     }
@@ -115,15 +116,15 @@ def test_forgotten_ended_streams_are_tombstoned_only_when_written() -> None:
 def test_a_key_that_ends_reopens_and_ends_again_is_still_tombstoned() -> None:
     st = state(closed_stream_memory=0)
     feed(st, [(A, item(A, 0))], start=0)
-    st.checkpoint(1)
+    checkpoint(st, 1)
     feed(st, [(A, item(A, 1, terminal=True)), (A, item(A, 0)), (A, item(A, 1, terminal=True))], start=1)
-    assert dict(st.checkpoint(4))[b"stream:run-a"] is None
+    assert dict(checkpoint(st, 4))[b"stream:run-a"] is None
     st2 = state(closed_stream_memory=0)
     feed(st2, [(A, item(A, 0))], start=0)
-    st2.checkpoint(1)
+    checkpoint(st2, 1)
     outs = feed(st2, [(A, item(A, 1, terminal=True)), (A, item(A, 0))], start=1)
     assert outs[1].verdict is Verdict.PROCESSED  # nothing remembered: a new stream under the same key
-    delta = dict(st2.checkpoint(3))
+    delta = dict(checkpoint(st2, 3))
     assert orjson.loads(delta[b"stream:run-a"] or b"")["first_offset"] == 2
 
 
@@ -140,7 +141,7 @@ def test_folded_checkpoints_equal_the_image_and_restore_it() -> None:
         feed(st, batch, start=offset)
         feed(twin, batch, start=offset)
         offset += len(batch) + 2  # transaction markers leave holes
-        fold(changelog, st.checkpoint(offset))
+        fold(changelog, checkpoint(st, offset))
         assert changelog == image(twin, offset)
         restored, k = restore(changelog, closed_stream_memory=2)
         assert k == offset
@@ -153,12 +154,12 @@ def test_folded_checkpoints_equal_the_image_and_restore_it() -> None:
 def test_restored_state_continues_as_the_original() -> None:
     st = state(closed_stream_memory=2, max_open_streams=2)
     feed(st, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0)), (A, item(A, 1, terminal=True))], start=0)
-    changelog = fold({}, st.checkpoint(4))
+    changelog = fold({}, checkpoint(st, 4))
     restored, _ = restore(changelog, closed_stream_memory=2, max_open_streams=2)
     later = [(A, item(A, 0)), (C, item(C, 0)), (B, item(B, 1)), (C, item(C, 0)), ("run-d", item("run-d", 0))]
     assert feed(restored, later, start=4) == feed(st, later, start=4)
     # the restored state's next checkpoint brings the changelog to the original's state
-    assert fold(dict(changelog), restored.checkpoint(9)) == fold(changelog, st.checkpoint(9))
+    assert fold(dict(changelog), checkpoint(restored, 9)) == fold(changelog, checkpoint(st, 9))
     assert image(restored, 9) == image(st, 9) == changelog
 
 
@@ -166,11 +167,11 @@ def test_checkpoints_never_go_back() -> None:
     st = state()
     feed(st, [(A, item(A, 0))], start=5)
     with pytest.raises(WorkerError, match="would go back"):
-        st.checkpoint(5)
-    st.checkpoint(9)
-    st.checkpoint(9)  # nothing new: the same offset again is fine
+        checkpoint(st, 5)
+    checkpoint(st, 9)
+    checkpoint(st, 9)  # nothing new: the same offset again is fine
     with pytest.raises(WorkerError, match="would go back"):
-        st.checkpoint(8)
+        checkpoint(st, 8)
     # every offset below a checkpoint counts as processed
     assert st.last_offset == 8
     with pytest.raises(WorkerError, match="must increase"):
@@ -186,7 +187,7 @@ def test_an_empty_changelog_has_no_header_and_nothing_to_restore() -> None:
 def test_the_header_tells_the_offset_and_the_format() -> None:
     st = state()
     feed(st, [(A, item(A, 0))], start=0)
-    header = read_checkpoint_header(fold({}, st.checkpoint(3)), TOPIC, 0)
+    header = read_checkpoint_header(fold({}, checkpoint(st, 3)), TOPIC, 0)
     assert header == CheckpointHeader(CHECKPOINT_FORMAT_VERSION, TOPIC, 0, 3, 1, 0,
                                       metadata.version("harness-agui-worker"))  # fmt: skip
 
@@ -194,7 +195,7 @@ def test_the_header_tells_the_offset_and_the_format() -> None:
 def _valid() -> Changelog:
     st = state()
     feed(st, [(A, item(A, 0)), (B, item(B, 0)), (B, item(B, 1, terminal=True))], start=0)
-    return fold({}, st.checkpoint(3))
+    return fold({}, checkpoint(st, 3))
 
 
 def _with(values: Changelog, key: bytes, **changes: object) -> Changelog:
@@ -257,11 +258,11 @@ def test_a_checkpoint_error_names_the_record_at_fault() -> None:
 def test_a_smaller_ended_memory_forgets_the_oldest_at_restore_and_tombstones_them() -> None:
     st = state()
     feed(st, [(k, item(k, 0, terminal=True)) for k in (C, A, B)], start=0)
-    changelog = fold({}, st.checkpoint(3))
+    changelog = fold({}, checkpoint(st, 3))
     restored, _ = restore(changelog, closed_stream_memory=1)
     assert restored.remembered_streams == 1
     assert feed(restored, [(B, item(B, 0)), (A, item(A, 0))], start=3)[0].verdict is Verdict.DUPLICATE
-    fold(changelog, restored.checkpoint(5))
+    fold(changelog, checkpoint(restored, 5))
     assert changelog == image(restored, 5)
     assert b"ended:run-c" not in changelog
 
@@ -269,11 +270,11 @@ def test_a_smaller_ended_memory_forgets_the_oldest_at_restore_and_tombstones_the
 def test_a_state_rebuilt_without_the_changelog_adopts_its_keys_and_overwrites_them() -> None:
     old = state()
     feed(old, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0, terminal=True))], start=0)
-    changelog = fold({b"junk-key": b"x"}, old.checkpoint(3))
+    changelog = fold({b"junk-key": b"x"}, checkpoint(old, 3))
     fresh = state()  # e.g. replayed from replay_from, where B had already ended
     feed(fresh, [(A, item(A, 0)), (A, item(A, 1))], start=10)
     fresh.adopt_changelog_keys(changelog)
-    fold(changelog, fresh.checkpoint(12))
+    fold(changelog, checkpoint(fresh, 12))
     assert changelog == image(fresh, 12)
     assert image(restore(changelog)[0], 12) == changelog
 
@@ -281,12 +282,12 @@ def test_a_state_rebuilt_without_the_changelog_adopts_its_keys_and_overwrites_th
 def test_adopted_keys_of_streams_that_end_before_the_next_checkpoint_are_tombstoned() -> None:
     old = state()
     feed(old, [(A, item(A, 0))], start=0)
-    changelog = fold({}, old.checkpoint(1))
+    changelog = fold({}, checkpoint(old, 1))
     fresh = state()
     feed(fresh, [(A, item(A, 0))], start=0)
     fresh.adopt_changelog_keys(changelog)
     feed(fresh, [(A, item(A, 1, terminal=True))], start=1)
-    fold(changelog, fresh.checkpoint(2))
+    fold(changelog, checkpoint(fresh, 2))
     assert changelog == image(fresh, 2)
     assert set(changelog) == {b"ended:run-a", b"partition"}
 
@@ -310,7 +311,7 @@ def test_a_restored_golden_stream_publishes_what_the_uninterrupted_one_does() ->
         whole = PartitionState(TOPIC, 0, core=REAL_CORE)
         head = [whole.process(r, publish=False) for r in recs[:cut]]
         assert all(o.records == () for o in head)
-        restored, k = PartitionState.restore(TOPIC, 0, fold({}, whole.checkpoint(recs[cut].offset)), core=REAL_CORE)
+        restored, k = restore_state(TOPIC, 0, fold({}, checkpoint(whole, recs[cut].offset)), core=REAL_CORE)
         assert k == recs[cut].offset
         tail = [SourceRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in recs[cut:]]
         assert [restored.process(r) for r in tail] == [whole.process(r) for r in tail]
@@ -322,7 +323,7 @@ def test_the_documented_examples_are_records_this_release_reads_and_writes() -> 
     partition, stream, ended = blocks
     values = {b"partition": orjson.dumps(partition), b"stream:run-a": orjson.dumps(stream),
               b"ended:run-b": orjson.dumps(ended)}  # fmt: skip
-    restored, offset = PartitionState.restore(TOPIC, 0, values, core=REAL_CORE)
+    restored, offset = restore_state(TOPIC, 0, values, core=REAL_CORE)
     assert offset == partition["offset"]
     written = image(restored, offset)
     assert written.keys() == values.keys()
@@ -333,7 +334,7 @@ def test_the_documented_examples_are_records_this_release_reads_and_writes() -> 
 def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_recount() -> None:
     st = state()
     feed(st, [(A, item(A, 0, emit=3)), (A, item(A, 1, emit=3))], start=0)  # RUN_STARTED + 6 CUSTOMs
-    changelog = fold({}, st.checkpoint(2))
+    changelog = fold({}, checkpoint(st, 2))
 
     class Terse(FakeObserver):  # a release converting each item to one event fewer
         def observe(self, item: Any, /) -> tuple[Any, ...]:
@@ -345,7 +346,7 @@ def test_event_numbers_continue_from_the_checkpoint_whatever_the_release_would_r
         return observer
 
     terse = dataclasses.replace(FAKE_CORE, restore_observer=restore_terse)
-    restored, _ = PartitionState.restore(TOPIC, 0, changelog, core=terse)
+    restored, _ = restore_state(TOPIC, 0, changelog, core=terse)
     (out,) = feed(restored, [(A, item(A, 2, emit=2))], start=2)
     assert [header(r.headers, "agui-event-id") for r in out.records] == [f"{A}:7"]
 
@@ -366,7 +367,7 @@ def test_a_restored_real_observer_keeps_the_cores_processor() -> None:
         first = PartitionState(TOPIC, 0, core=core)
         for r in recs[:cut]:
             first.process(r, publish=False)
-        restored, _ = PartitionState.restore(TOPIC, 0, fold({}, first.checkpoint(recs[cut].offset)), core=core)
+        restored, _ = restore_state(TOPIC, 0, fold({}, checkpoint(first, recs[cut].offset)), core=core)
         assert [restored.process(r) for r in recs[cut:]] == expected[cut:]
     deltas = [orjson.loads(r.value or b"")["delta"] for o in expected for r in o.records
               if r.event_type == "TEXT_MESSAGE_CONTENT"]  # fmt: skip
@@ -377,7 +378,7 @@ def _two_alike() -> tuple[PartitionState, PartitionState, Changelog]:
     """Two states fed alike, with open, ended, forgotten and adopted stale keys to write."""
     old = state()
     feed(old, [(A, item(A, 0)), (B, item(B, 0)), (C, item(C, 0, terminal=True))], start=0)
-    changelog = fold({b"junk-key": b"x"}, old.checkpoint(3))
+    changelog = fold({b"junk-key": b"x"}, checkpoint(old, 3))
     pair = []
     for _ in range(2):
         st = state(closed_stream_memory=1)
@@ -395,11 +396,11 @@ def test_a_checkpoint_in_parts_writes_what_one_checkpoint_writes_and_marks_the_s
     assert len(first) == 1 and in_parts.checkpointed == -1  # nothing marked before the last part is taken
     taken = [first, *parts]
     assert len(taken) == 4  # A, run-d, run-g, then the tombstones, the ended records and the partition record
-    assert [record for part in taken for record in part] == whole.checkpoint(15)
+    assert [record for part in taken for record in part] == checkpoint(whole, 15)
     assert in_parts.checkpointed == whole.checkpointed == 15
     feed(whole, [(A, item(A, 1))], start=15)
     feed(in_parts, [(A, item(A, 1))], start=15)
-    assert in_parts.checkpoint(16) == whole.checkpoint(16)
+    assert checkpoint(in_parts, 16) == checkpoint(whole, 16)
     assert image(in_parts, 16) == image(whole, 16)
 
 
@@ -409,12 +410,12 @@ def test_a_cut_left_before_its_last_part_leaves_every_change_to_the_next_checkpo
     next(parts)
     next(parts)
     del parts  # the transaction failed, say: the cut was never finished
-    assert left.checkpoint(15) == whole.checkpoint(15)
+    assert checkpoint(left, 15) == checkpoint(whole, 15)
 
 
 def test_a_restore_in_parts_yields_between_streams_and_restores_what_restore_does() -> None:
     st, _, changelog = _two_alike()
-    values = fold(dict(changelog), st.checkpoint(15))
+    values = fold(dict(changelog), checkpoint(st, 15))
     parts = PartitionState.restore_in_parts(TOPIC, 0, values, {"closed_stream_memory": 1}, core=FAKE_CORE, part_s=0)
     yields = 0
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from tests.stream._convert import convert_partition
 from tests.stream._cores import REAL_CORE
 from tests.stream._fakes import FAKE_CORE
 from tests.stream._support import (
@@ -21,7 +22,7 @@ from tests.stream._support import (
 )
 from worker.convert import convert_lines
 from worker.errors import WorkerError
-from worker.stream import Destination, OutboundRecord, PartitionState, SourceRecord, convert_partition
+from worker.stream import Destination, OutboundRecord, PartitionState, SourceRecord
 
 GOLDEN = golden_names()
 # Source lines of a run that is neither the root nor a child announced in the stream: the reference observer

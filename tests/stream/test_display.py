@@ -15,7 +15,18 @@ from ag_ui.core import BaseEvent
 
 from tests.display._flows import lines_of, reference_at_items
 from tests.stream._fakes import FAKE_CORE, fake_encode
-from tests.stream._support import TOPIC, Changelog, fold, golden_source, header, image, item, records
+from tests.stream._support import (
+    TOPIC,
+    Changelog,
+    checkpoint,
+    fold,
+    golden_source,
+    header,
+    image,
+    item,
+    records,
+    restore,
+)
 from worker.display import DisplaySnapshot
 from worker.errors import CheckpointError, ConfigError
 from worker.stream import Destination, OutboundRecord, Outcome, PartitionState, SourceRecord, Verdict
@@ -222,7 +233,7 @@ def test_a_stream_closed_by_a_gap_keeps_no_display_state() -> None:
     changelog = image(state, 6)
     (record,) = _stream_records(changelog).values()
     assert record["closed_by"] == "source_gap" and record["display"] is None
-    restored, _ = PartitionState.restore(TOPIC, 0, changelog, display_interval_ms=0)
+    restored, _ = restore(TOPIC, 0, changelog, display_interval_ms=0)
     assert image(restored, 6) == changelog
 
 
@@ -231,20 +242,20 @@ def _changelog_at(cut: int, **options: Any) -> tuple[list[SourceRecord], Changel
     state = PartitionState(TOPIC, 0, **options)
     for rec in recs[:cut]:
         state.process(rec)
-    return recs, fold({}, state.checkpoint(recs[cut].offset))
+    return recs, fold({}, checkpoint(state, recs[cut].offset))
 
 
 def test_a_restore_with_the_display_on_refuses_a_changelog_written_without_it() -> None:
     _, changelog = _changelog_at(30)
     with pytest.raises(CheckpointError, match="holds no display state: it was written with the display topic off"):
-        PartitionState.restore(TOPIC, 0, changelog, display_interval_ms=1000)
+        restore(TOPIC, 0, changelog, display_interval_ms=1000)
 
 
 def test_a_restore_with_the_display_off_ignores_display_state() -> None:
     recs, changelog = _changelog_at(30, display_interval_ms=1000)
     _, plain = _changelog_at(30)
-    restored, k = PartitionState.restore(TOPIC, 0, changelog)
-    expected, _ = PartitionState.restore(TOPIC, 0, plain)
+    restored, k = restore(TOPIC, 0, changelog)
+    expected, _ = restore(TOPIC, 0, plain)
     assert image(restored, k) == image(expected, k) == plain
     assert [restored.process(r) for r in recs[30:]] == [expected.process(r) for r in recs[30:]]
 
@@ -258,7 +269,7 @@ def test_a_restore_with_the_display_on_continues_exactly() -> None:
         head = PartitionState(TOPIC, 0, **options)
         for rec in recs[:cut]:
             head.process(rec, publish=False)
-        restored, k = PartitionState.restore(TOPIC, 0, fold({}, head.checkpoint(recs[cut].offset)), **options)
+        restored, k = restore(TOPIC, 0, fold({}, checkpoint(head, recs[cut].offset)), **options)
         assert k == recs[cut].offset
         assert [restored.process(r) for r in recs[cut:]] == outcomes[cut:]
 
@@ -278,7 +289,7 @@ def test_display_state_that_cannot_serve_its_stream_is_refused(change: Any, mess
     change(record["display"])
     changelog[key] = orjson.dumps(record)
     with pytest.raises(CheckpointError, match=message):
-        PartitionState.restore(TOPIC, 0, changelog, display_interval_ms=0)
+        restore(TOPIC, 0, changelog, display_interval_ms=0)
 
 
 def test_a_shard_result_pickles_with_its_projections() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.golden_bytes import Digest, changelog_value, check
 from tests.kafka.adversarial import adversarial_source
-from tests.stream._support import BASE_MS, TOPIC
+from tests.stream._support import BASE_MS, TOPIC, checkpoint, restore
 from worker.stream import GapPolicy, Outcome, PartitionState, SourceRecord
 
 SEED = 20261201
@@ -75,18 +75,18 @@ def _run(partition: int, recs: list[SourceRecord], options: dict[str, Any], dige
         since += len(chunk)
         if since >= CHECKPOINT_EVERY or done == len(recs) or done >= restored_at > done - len(chunk):
             since = 0
-            records = state.checkpoint(done)
+            records = checkpoint(state, done)
             digests["changelog"].add_all((key, changelog_value(value)) for key, value in records)
             _folded(changelog, records)
         if done >= restored_at > done - len(chunk):
-            state, offset = PartitionState.restore(TOPIC, partition, changelog, **options)
+            state, offset = restore(TOPIC, partition, changelog, **options)
             assert offset == done
             digests["replay-from"].add(state.replay_from(done), state.open_streams, state.remembered_streams)
     replay = PartitionState(TOPIC, partition, **options)
     outcomes, error = replay.process_batch(recs, publish=False)
     assert error is None, error
     assert all(not outcome.records for outcome in outcomes)
-    digests["replayed"].add_all((key, changelog_value(value)) for key, value in replay.checkpoint(len(recs)))
+    digests["replayed"].add_all((key, changelog_value(value)) for key, value in checkpoint(replay, len(recs)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

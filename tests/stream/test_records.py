@@ -93,7 +93,7 @@ def test_the_public_surface_is_pinned() -> None:
         "CheckpointHeader", "DeadLetterReason", "Destination", "GapPolicy", "OpenStreamPolicy", "OutboundRecord",
         "Outcome", "PartitionState",
         "ReplayPool", "ReplaySession", "SourceRecord", "StateOptions", "StreamCore", "StreamObserver", "Verdict",
-        "WireItem", "convert_partition", "decode_replay_metadata", "default_core", "encode_replay_metadata",
+        "WireItem", "decode_replay_metadata", "default_core", "encode_replay_metadata",
         "load_processor", "read_checkpoint_header", "record_size", "reference_core", "to_source_record",
         # the thread index's records, written by `worker index` with the worker's own builder
         "index_record",

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.stream._cores import CORES, REAL_CORE
 from tests.stream._fakes import FAKE_CORE, fake_decode
-from tests.stream._support import TOPIC, Changelog, fold, golden_source, image, item, records
+from tests.stream._support import TOPIC, Changelog, checkpoint, fold, golden_source, image, item, records, restore
 from worker.errors import DecodeError
 from worker.stream import Outcome, PartitionState, SourceRecord, StreamCore, Verdict
 
@@ -124,7 +124,7 @@ def uninterrupted(core: StreamCore, scenario: Scenario) -> Uninterrupted:
     outcomes = []
     for i in range(len(recs) + 1):
         if i in scenario.checkpoints:
-            fold(changelog, state.checkpoint(_next(recs, i)))
+            fold(changelog, checkpoint(state, _next(recs, i)))
             assert changelog == image(twin, _next(recs, i))
             changelogs[i] = dict(changelog)
         if i < len(recs):
@@ -142,7 +142,7 @@ def restored_then_live(
     if taken:
         start = max(taken)
         changelog = dict(run.changelogs[start])
-        state, offset = PartitionState.restore(TOPIC, 0, changelog, core=core, **scenario.options)
+        state, offset = restore(TOPIC, 0, changelog, core=core, **scenario.options)
         assert offset == _next(recs, start)
     else:
         start, changelog = 0, {}
@@ -165,7 +165,7 @@ def test_restoring_a_checkpoint_and_replaying_the_tail_continues_exactly_as_unin
         later, state, changelog = restored_then_live(core, scenario, run, cut)
         assert later == run.outcomes[cut:]
         # the restored state's next checkpoint brings its changelog to the same state
-        assert fold(changelog, state.checkpoint(end)) == whole
+        assert fold(changelog, checkpoint(state, end)) == whole
         assert image(state, end) == whole
 
 

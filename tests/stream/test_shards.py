@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.stream._cores import CORES, REAL_CORE
 from tests.stream._fakes import FAKE_CORE, fake_decode
-from tests.stream._support import TOPIC, golden_source, image, item, records
+from tests.stream._support import TOPIC, checkpoint, golden_source, image, item, records
 from tests.stream.test_rebuild import Scenario, scenarios
 from worker.errors import ShardedReplayError
 from worker.stream import Outcome, PartitionState, SourceRecord, StreamCore
@@ -64,7 +64,7 @@ def test_merged_shards_continue_exactly_as_one_replay(core: StreamCore, scenario
         # a changelog that held other keys is brought to the merged state by the next checkpoint
         merged.adopt_changelog_keys([b"stream:gone", b"ended:gone", b"partition", *expected])
         changelog = dict.fromkeys([b"stream:gone", b"ended:gone", b"partition", *expected], b"{}")
-        for key, value in merged.checkpoint(next_offset):
+        for key, value in checkpoint(merged, next_offset):
             if value is None:
                 del changelog[key]
             else:

@@ -8,7 +8,7 @@ import json
 
 import orjson
 
-from tests.stream._support import TOPIC, golden_source, records
+from tests.stream._support import TOPIC, checkpoint, golden_source, records, restore
 from worker.contract import INDEX_END, INDEX_START, SEQ, THREAD_ID, split_index_key
 from worker.stream import Destination, OutboundRecord, PartitionState
 
@@ -84,7 +84,7 @@ def test_a_restored_state_writes_the_index_records_an_uninterrupted_one_writes()
     half = len(lines) // 2
     first = PartitionState(TOPIC, 0, thread_index=True)
     before = _feed(first, run, lines[:half])
-    restored, offset = PartitionState.restore(TOPIC, 0, dict(first.checkpoint(half)), thread_index=True)
+    restored, offset = restore(TOPIC, 0, dict(checkpoint(first, half)), thread_index=True)
     after = _feed(restored, run, lines[half:], start=offset)
     assert before + after == whole
 

@@ -97,7 +97,7 @@ class GatewayApi:
         self.draining = False
 
     def application(self) -> web.Application:
-        """The routes of `ENDPOINTS`, each answered by the handler of its name, and a CORS preflight for any path."""
+        """The endpoints of `ENDPOINTS`, each answered by the handler of its name, and a CORS preflight for any path."""
         app = web.Application(client_max_size=self._settings.max_body_bytes, middlewares=[self._middleware])
         handlers: dict[str, Handler] = {"events": self.events, "agent": self.agent, "display": self.display,
                                         "view": self.view, "openapi": self.openapi, "thread": self.thread,
@@ -123,7 +123,7 @@ class GatewayApi:
         except web.HTTPRequestEntityTooLarge:
             response = self._error(GatewayError(413, "body-too-large", (
                 f"the request body is over max_body_bytes ({self._settings.max_body_bytes})")))
-        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:  # aiohttp's router: no such route
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:  # aiohttp's dispatcher: no such endpoint
             response = self._no_route(request, exc)
         except KafkaWorkerError as exc:  # a read of older records failed: the client may retry
             _log.warning("request %s %s failed reading Kafka: %s", request.method, request.path, exc)

@@ -9,7 +9,7 @@ from typing import Final, NamedTuple
 
 __all__ = ["BYTES_PER_INDEXED_RUN", "DisplayPointer", "RunDirectory"]
 
-# What one run the directory can find costs, held at the cap (its id, its packed pointer, the ordered table's share
+# What one run the directory can find costs, kept at the cap (its id, its packed pointer, the ordered table's share
 # as it stands after many runs came and went), measured by tests/gateway/test_directory.py with a 36-character run
 # id and thread id as the worker's sample runs have; docs/sizing.md counts the gateway's memory with it.
 BYTES_PER_INDEXED_RUN: Final = 360
@@ -30,7 +30,7 @@ class DisplayPointer(NamedTuple):
 class RunDirectory:
     """Run id -> latest display pointer, at most `max_runs` (least recently updated forgotten first), and the latest
     display values within `cache_bytes`. Updates come only from the display topic, in offset order. A pointer is
-    held packed in one bytes object: a million runs is what this table is for."""
+    kept packed in one bytes object: a million runs is what this table is for."""
 
     __slots__ = ("_cache", "_cache_bytes", "_cached", "_max_runs", "_pointers", "forgotten")
 
@@ -47,7 +47,7 @@ class RunDirectory:
 
     @property
     def cached_bytes(self) -> int:
-        """Bytes of display values held."""
+        """Bytes of display values kept."""
         return self._cached
 
     def update(self, run_id: str, pointer: DisplayPointer, value: bytes | None) -> None:

@@ -1,7 +1,7 @@
-"""The gateway's HTTP API as one table: every route (method, path, the GatewayApi method that answers it, what a
+"""The gateway's HTTP API as one table: every endpoint (method, path, the GatewayApi method that answers it, what a
 success is, which error codes it may answer) and every error code (status, meaning, whether a Retry-After comes
-with it). The router is built from `ENDPOINTS` (api.py), the answers' Retry-After from `ERRORS`, and the OpenAPI
-document from both (openapi.py), so the API and its description cannot part.
+with it). The aiohttp application is built from `ENDPOINTS` (api.py), the answers' Retry-After from `ERRORS`, and
+the OpenAPI document from both (openapi.py), so the API and its description cannot part.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Success(NamedTuple):
 
 
 class Endpoint(NamedTuple):
-    """One route: `method` and `path` (aiohttp's form), `name` (GatewayApi's handler, and the operationId), what a
+    """One endpoint: `method` and `path` (aiohttp's form), `name` (GatewayApi's handler, and the operationId), what a
     success is (and `also`, its other successes), the error codes it may answer, whether it needs an access token,
     and which of the parameters openapi.py describes it takes (query `after`, `token`; header `Last-Event-ID`; the
     `RunAgentInput` body)."""

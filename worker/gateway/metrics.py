@@ -110,7 +110,7 @@ class GatewayMetrics:
             _LATENCY_BUCKETS)  # fmt: skip
         registry.register(self.thread_notice)
         self.thread_index_runs = Gauge("harness_agui_gateway_thread_index_runs",
-                                       "Runs of the threads of this replica's index partitions held in memory.",
+                                       "Runs of the threads of this replica's index partitions kept in memory.",
                                        registry=registry)  # fmt: skip
         self.loop = LoopMetrics(registry, "harness_agui_gateway_")
         register_process_collectors(registry)

@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from worker.errors import ConfigError
 from worker.gateway.directory import BYTES_PER_INDEXED_RUN
+from worker.gateway.threads import BYTES_PER_INDEXED_THREAD_RUN
 from worker.ops import ProcessSettings
 
 __all__ = ["GatewaySettings"]
@@ -69,7 +70,8 @@ class GatewaySettings(ProcessSettings):
         "beyond, the least recently updated are forgotten and answered 404."
     ))
     max_thread_runs: int = Field(1_000_000, ge=1, description=(
-        "Runs of the threads of this replica's thread index partitions held in memory (about 400 bytes each); "
+        "Runs of the threads of this replica's thread index partitions kept in memory (about "
+        f"{BYTES_PER_INDEXED_THREAD_RUN} bytes each); "
         "beyond, the least recently changed threads no stream follows are forgotten and answered 404."
     ))
     display_cache_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(

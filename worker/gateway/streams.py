@@ -20,7 +20,7 @@ from worker.gateway.frames import KEEP_ALIVE, RunEnded, event_frame, synthetic_f
 from worker.gateway.hub import Attachment, Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.prelude import Prelude, build_prelude
-from worker.gateway.reader import HistoryEvent, HistoryReader, NotHeld
+from worker.gateway.reader import HistoryEvent, HistoryReader, NotRetained
 from worker.gateway.routing import Owners
 
 __all__ = ["PartitionMoved", "RunStream", "RunStreams", "StreamRequest"]
@@ -170,7 +170,7 @@ class RunStreams:
                 async for chunk in caught:
                     yield head + chunk if head else chunk
                     head = b""
-            except NotHeld:
+            except NotRetained:
                 if not await self._arrives_live(stream):
                     async for chunk in self._instead(stream):  # a prelude of its own, `head` never sent
                         yield chunk

@@ -174,7 +174,7 @@ class ThreadStreams:
                     wait = min(2 * wait, _RETRY_S)
                     continue
                 if exc.status == 410:  # the topics no longer hold it: nothing of it can be sent
-                    yield comment_frame(f"run {run.run_id} is no longer held")
+                    yield comment_frame(f"run {run.run_id} is no longer retained")
                     return
                 raise
             ended = False

@@ -93,7 +93,7 @@ class ThreadIndex:
 
     @property
     def runs(self) -> int:
-        """Runs held, over every thread."""
+        """Runs kept, over every thread."""
         return self._runs
 
     def gained(self, partitions: Collection[int]) -> None:
@@ -154,7 +154,7 @@ class ThreadIndex:
         return None if thread is None else thread.by_run.get(run_id)
 
     def watch(self, thread_id: str) -> ThreadWatch:
-        """A watch on the thread's changes (`unwatch` it when done); moved at once when the thread is not held."""
+        """A watch on the thread's changes (`unwatch` it when done); moved at once when the thread is not kept here."""
         watch = ThreadWatch(thread_id)
         thread = self._threads.get(thread_id)
         if thread is None:

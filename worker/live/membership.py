@@ -35,7 +35,7 @@ from worker.client import (
     wait_beating,
 )
 from worker.errors import AuthorizationError, ConfigError
-from worker.live.publishing import KeyRouter, Routes
+from worker.live.publishing import Destinations, KeyPartitioner
 from worker.live.task import Deadlines, PartitionTask, TaskContext
 from worker.live.topics import TopicInspector, TopicLimits, check_output_partitions, record_limit
 from worker.ops import Health, Metrics
@@ -121,7 +121,7 @@ class GroupMember:
         self._core = default_core(settings.processor) if settings.processor else None
         self._pool = ReplayPool(settings.replay_processes, settings.processor) if settings.replay_processes else None
         self._deadlines = Deadlines.from_settings(settings)
-        self._routes: Routes | None = None  # once the topics were checked
+        self._destinations: Destinations | None = None  # once the topics were checked
         self._inspector: TopicInspector | None = None  # on the admin client, once started
         self._fatal: ConfigError | None = None  # a topic layout that stopped working while running
         self._wire(_admin_client(settings), _group_consumer(settings))
@@ -137,10 +137,10 @@ class GroupMember:
                                     batch_bytes=self._batch_bytes, pool=self._pool,
                                     call_s=self._deadlines.call_s)  # fmt: skip
         self._context = TaskContext(self._s, self._metrics, self._health, self._deadlines, self._rebuilder,
-                                    _GroupFetch(consumer), self._current_routes)  # fmt: skip
+                                    _GroupFetch(consumer), self._current_destinations)  # fmt: skip
 
     def _limits(self) -> TopicLimits | None:
-        return self._routes.limits if self._routes is not None else None
+        return self._destinations.limits if self._destinations is not None else None
 
     def _batch_bytes(self) -> int:
         limits = self._limits()
@@ -149,9 +149,9 @@ class GroupMember:
     def _new_state(self, tp: TopicPartition) -> PartitionState:
         return partition_state(self._s, tp, self._limits(), self._core)
 
-    def _current_routes(self) -> Routes:
-        assert self._routes is not None, "partitions are assigned only after the topics were checked"
-        return self._routes
+    def _current_destinations(self) -> Destinations:
+        assert self._destinations is not None, "partitions are assigned only after the topics were checked"
+        return self._destinations
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -244,9 +244,10 @@ class GroupMember:
         self._health.set_blocked("")
         self._inspector = inspector
         s = self._s
-        threads = KeyRouter(limits.output_partitions, cap=10_000) if s.thread_index_topic else None
-        self._routes = Routes(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
-                              KeyRouter(limits.output_partitions), limits, s.thread_index_topic, threads)  # fmt: skip
+        threads = KeyPartitioner(limits.output_partitions, cap=10_000) if s.thread_index_topic else None
+        self._destinations = Destinations(s.output_topic, s.dlq_topic, s.display_topic, s.changelog_topic_name,
+                                          KeyPartitioner(limits.output_partitions), limits, s.thread_index_topic,
+                                          threads)  # fmt: skip
         _log.info("topics checked: output %d partitions, records up to %d bytes; dead letters up to %d bytes%s",
                   limits.output_partitions, limits.output_record_bytes, limits.dead_letter_record_bytes,
                   "" if limits.display_record_bytes is None else
@@ -266,12 +267,12 @@ class GroupMember:
         gone, the output's partition count changed) stops the worker with that error."""
         while True:
             await asyncio.sleep(self._s.topic_check_interval_ms / 1000)
-            routes, inspector = self._routes, self._inspector
-            if routes is None or inspector is None:
+            destinations, inspector = self._destinations, self._inspector
+            if destinations is None or inspector is None:
                 continue
             try:
                 limits = await inspector.limits()
-                check_output_partitions(self._s, routes.router.partitions, limits)
+                check_output_partitions(self._s, destinations.partitioner.partitions, limits)
             except ConfigError as exc:
                 self._fatal = exc
                 stop.set()
@@ -279,9 +280,9 @@ class GroupMember:
             except Exception as exc:
                 _log.warning("topics could not be checked again, keeping the last limits: %r", exc)
                 continue
-            if limits != routes.limits:
+            if limits != destinations.limits:
                 _log.info("topic limits changed: %s", limits)
-                self._routes = dataclasses.replace(routes, limits=limits)
+                self._destinations = dataclasses.replace(destinations, limits=limits)
 
     async def _shutdown(self) -> None:
         try:
@@ -344,7 +345,7 @@ class GroupMember:
             self._metrics.assigned_partitions.set(len(self._tasks))
             self._health.set_assigned(True)  # each partition is recorded rebuilding by now: ready once all are live
 
-    def hold(self, tps: Iterable[TopicPartition]) -> None:
+    def mark_failed(self, tps: Iterable[TopicPartition]) -> None:
         """Pause partitions whose assignment could not be handled, reported not ready."""
         for tp in tps:
             self._context.fetcher.pause(tp)
@@ -353,7 +354,7 @@ class GroupMember:
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    """aiokafka swallows listener exceptions: each callback logs its own failure and holds the partitions."""
+    """aiokafka swallows listener exceptions: each callback logs its own failure and marks the partitions failed."""
 
     def __init__(self, member: GroupMember) -> None:
         self._member = member
@@ -369,4 +370,4 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._member.on_assigned(assigned)
         except Exception:
             _log.exception("on_partitions_assigned failed; the partitions stay paused and not ready")
-            self._member.hold(assigned)
+            self._member.mark_failed(assigned)

@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from worker.client import ProducerView, observe_producer
-from worker.live.publishing import Routes, Sent, put_outcome, put_record
+from worker.live.publishing import Destinations, Sent, put_outcome, put_record
 from worker.live.transaction import Transaction
 from worker.ops import Metrics
 from worker.settings import Settings
@@ -95,12 +95,12 @@ class CommitPipeline:
     """
 
     __slots__ = (
-        "_by_type", "_checkpoint", "_committed", "_failed", "_label", "_metrics", "_next_offset", "_on_end",
-        "_on_failure", "_on_sent", "_policy", "_replay_from", "_routes", "_sent", "_task", "_tp", "_txn", "_waiting",
+        "_by_type", "_checkpoint", "_committed", "_destinations", "_failed", "_label", "_metrics", "_next_offset",
+        "_on_end", "_on_failure", "_on_sent", "_policy", "_replay_from", "_sent", "_task", "_tp", "_txn", "_waiting",
     )
 
     def __init__(
-        self, txn: Transaction, committed: int, *, policy: CommitPolicy, routes: Callable[[], Routes],
+        self, txn: Transaction, committed: int, *, policy: CommitPolicy, destinations: Callable[[], Destinations],
         metrics: Metrics, checkpoint: CheckpointCut, on_failure: OnFailure, on_sent: Callable[[int], None],
         on_end: Callable[[], None],
     ) -> None:  # fmt: skip
@@ -113,7 +113,7 @@ class CommitPipeline:
         self._tp = txn.tp
         self._label = (self._tp.topic, str(self._tp.partition))
         self._policy = policy
-        self._routes = routes
+        self._destinations = destinations
         self._metrics = metrics
         self._checkpoint = checkpoint
         self._on_failure = on_failure
@@ -237,14 +237,14 @@ class CommitPipeline:
 
     async def _put_waiting(self) -> bool:
         """Put the waiting records into the open transaction (opening one); False if the partition failed."""
-        txn, sent, routes = self._txn, self._sent, self._routes()
+        txn, sent, destinations = self._txn, self._sent, self._destinations()
         try:
             while self._waiting and not self._failed:
                 batch, self._waiting = self._waiting, []
                 await txn.begin()
                 until = time.perf_counter() + _SLICE_S
                 for outcome, timestamp, interval_start in batch:
-                    await put_outcome(txn, outcome, routes, sent, self._tp)
+                    await put_outcome(txn, outcome, destinations, sent, self._tp)
                     txn.note_source(timestamp, interval_start)
                     if time.perf_counter() >= until:  # what is added meanwhile waits behind this batch
                         await asyncio.sleep(0)
@@ -304,7 +304,7 @@ class CommitPipeline:
         started = txn.begun_at
         try:
             if changes is not None:
-                changelog = self._routes().changelog_topic
+                changelog = self._destinations().changelog_topic
                 until = time.perf_counter() + _SLICE_S
                 for key, value in changes:
                     await put_record(txn, changelog, key, value, (), partition=self._tp.partition)

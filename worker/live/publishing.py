@@ -1,4 +1,4 @@
-"""Where each record of an outcome goes and in what form, decided by the record and the routes alone.
+"""Where each record of an outcome goes and in what form, decided by the record and the destinations alone.
 
 An output event and its run's display record go to the output (display) partition of the run's key, as Kafka's
 default partitioner picks it (murmur2), so one run's events stay in order in one partition; a thread index record
@@ -21,13 +21,13 @@ from worker.contract import TERMINAL_TYPES, THREAD_ID
 from worker.live.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
-__all__ = ["KeyRouter", "Routes", "Sent", "fit_dead_letter", "put_outcome", "put_record"]
+__all__ = ["Destinations", "KeyPartitioner", "Sent", "fit_dead_letter", "put_outcome", "put_record"]
 
 _log = logging.getLogger(__name__)
 Header = tuple[str, bytes]
 
 
-class KeyRouter:
+class KeyPartitioner:
     """Maps a key to its partition (`partition_for`, a murmur2 hash in Python: tens of microseconds), caching the
     keys of runs under way: a run's key is forgotten once its terminal event is put (`ended`), so the cache follows
     the open runs, not every run seen; at `cap` keys it is emptied (more runs open at once than that)."""
@@ -48,24 +48,24 @@ class KeyRouter:
         return hit
 
     def ended(self, key: bytes) -> None:
-        """The run keyed `key` ended: nothing more of it is routed."""
+        """The run keyed `key` ended: nothing more of it is partitioned."""
         self._cache.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
-class Routes:
-    """The destinations as last checked: topic names, the output's key router, every topic's record limit (None
-    before the topics were read: dead letters then go uncut), and the thread index topic with its thread router
+class Destinations:
+    """The destinations as last checked: topic names, the output's key partitioner, every topic's record limit (None
+    before the topics were read: dead letters then go uncut), and the thread index topic with its thread partitioner
     ("" and None with the index off)."""
 
     output_topic: str
     dlq_topic: str
     display_topic: str
     changelog_topic: str
-    router: KeyRouter
+    partitioner: KeyPartitioner
     limits: TopicLimits | None = None
     index_topic: str = ""
-    thread_router: KeyRouter | None = None
+    thread_partitioner: KeyPartitioner | None = None
 
 
 @dataclass(slots=True)
@@ -107,58 +107,60 @@ async def put_record(
         await txn.send(topic, key, value, listed, partition)
 
 
-async def put_outcome(txn: _Open, outcome: Outcome, routes: Routes, sent: Sent, source: TopicPartition) -> None:
+async def put_outcome(
+    txn: _Open, outcome: Outcome, destinations: Destinations, sent: Sent, source: TopicPartition
+) -> None:
     """Put every record of one outcome of a record of `source` into the open transaction, in order."""
-    route = routes.router
+    partition_of = destinations.partitioner
     ended: bytes | None = None
     for out in outcome.records:
         destination, key = out.destination, out.key
         if destination is Destination.DEAD_LETTER:
-            await _dead_letter(txn, out, outcome, routes, sent, source=source)
+            await _dead_letter(txn, out, outcome, destinations, sent, source=source)
             continue
         if destination is Destination.INDEX:
-            await _index(txn, out, routes, sent)
+            await _index(txn, out, destinations, sent)
             continue
-        partition = route(key) if key is not None else None
+        partition = partition_of(key) if key is not None else None
         if destination is Destination.OUTPUT:
-            await put_record(txn, routes.output_topic, key, out.value, out.headers, partition=partition)
+            await put_record(txn, destinations.output_topic, key, out.value, out.headers, partition=partition)
             kind = out.event_type or ""
             sent.events[kind] = sent.events.get(kind, 0) + 1
             if kind in TERMINAL_TYPES:
                 ended = key
         else:
-            await put_record(txn, routes.display_topic, key, out.value, out.headers, partition=partition)
+            await put_record(txn, destinations.display_topic, key, out.value, out.headers, partition=partition)
             sent.display_records += 1
             sent.display_bytes += len(out.value or b"")
     if ended is not None:  # after the run's last display record, which follows its terminal event
-        route.ended(ended)
+        partition_of.ended(ended)
 
 
-async def _index(txn: _Open, out: OutboundRecord, routes: Routes, sent: Sent) -> None:
+async def _index(txn: _Open, out: OutboundRecord, destinations: Destinations, sent: Sent) -> None:
     """A thread index record into its thread's partition; one over the index topic's limit (a thread id of
     hundreds of kilobytes) is left out, decided by the record and the limit alone, and logged."""
-    router = routes.thread_router
-    if router is None:
+    partitioner = destinations.thread_partitioner
+    if partitioner is None:
         return  # the index is off: a state built with it on publishes into no topic
-    limit = routes.limits.index_record_bytes if routes.limits is not None else None
+    limit = destinations.limits.index_record_bytes if destinations.limits is not None else None
     if limit is not None and record_size(out) > limit:
         _log.warning("thread index record %r left out: %d bytes, over the thread index topic's limit of %d bytes",
                      (out.key or b"")[:200], record_size(out), limit)  # fmt: skip
         return
     thread = next((value for name, value in out.headers if name == THREAD_ID), b"")
-    await put_record(txn, routes.index_topic, out.key, out.value, out.headers, partition=router(thread))
+    await put_record(txn, destinations.index_topic, out.key, out.value, out.headers, partition=partitioner(thread))
     sent.index_records += 1
 
 
 async def _dead_letter(
-    txn: _Open, out: OutboundRecord, outcome: Outcome, routes: Routes, sent: Sent, *, source: TopicPartition
+    txn: _Open, out: OutboundRecord, outcome: Outcome, destinations: Destinations, sent: Sent, *, source: TopicPartition
 ) -> None:
-    limit = routes.limits.dead_letter_record_bytes if routes.limits is not None else None
+    limit = destinations.limits.dead_letter_record_bytes if destinations.limits is not None else None
     fitted = out if limit is None or record_size(out) <= limit else fit_dead_letter(out, limit)
     cut = fitted is not out
     if cut:
         sent.truncated += 1
-    await txn.send(routes.dlq_topic, fitted.key, fitted.value, list(fitted.headers))
+    await txn.send(destinations.dlq_topic, fitted.key, fitted.value, list(fitted.headers))
     reason = out.reason or ""
     sent.dead_letters[reason] = sent.dead_letters.get(reason, 0) + 1
     _log.warning("record dead-lettered (%s)%s: %s", out.reason,

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from worker.client import GRANT_HEALS_WITHIN_S, Diagnosis, Fault, Names, backoff_s, diagnose
 from worker.errors import CheckpointVersionError, DeadlineError, KafkaWorkerError, WorkerError
 from worker.live.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
-from worker.live.publishing import Routes
+from worker.live.publishing import Destinations
 from worker.live.reporter import TaskReporter
 from worker.live.transaction import Transaction
 from worker.ops import Health, Metrics, Readiness, working_on
@@ -138,7 +138,7 @@ class TaskContext:
     deadlines: Deadlines
     rebuilder: Rebuilding
     fetcher: Fetcher
-    routes: Callable[[], Routes]
+    destinations: Callable[[], Destinations]
 
 
 class BackPressure:
@@ -366,7 +366,7 @@ class PartitionTask:
         s, d = self._m.settings, self._m.deadlines
         self._state = rebuilt.state
         txn = Transaction(rebuilt.producer, self.tp, s.group_id, d.call_s)
-        self._pipeline = CommitPipeline(txn, rebuilt.committed, policy=self._policy, routes=self._m.routes,
+        self._pipeline = CommitPipeline(txn, rebuilt.committed, policy=self._policy, destinations=self._m.destinations,
                                         metrics=self._m.metrics, checkpoint=self._cut_checkpoint,
                                         on_failure=self._failed, on_sent=self._backlog.settled,
                                         on_end=self._wake.set)  # fmt: skip

@@ -100,7 +100,7 @@ def record_limit(
 
 @dataclass(frozen=True, slots=True)
 class TopicLimits:
-    """What the worker may write: the output topic's partition count (the key router's) and the largest
+    """What the worker may write: the output topic's partition count (the key partitioner's) and the largest
     `sizes.record_size` of an output record and of a dead letter; with the display topic on, its partition count
     and the largest display record; with the thread index on, its partition count and the largest index record."""
 
@@ -315,7 +315,7 @@ def config_value(resource: dict[str, Any], name: str) -> str | None:
 
 
 def check_output_partitions(settings: Settings, started: int, now: TopicLimits) -> None:
-    """ConfigError once the output topic's partition count differs from the one its keys are routed by, or the
+    """ConfigError once the output topic's partition count differs from the one its keys are partitioned by, or the
     display or thread index topic's from it."""
     if now.display_partitions is not None and now.display_partitions != now.output_partitions:
         raise ConfigError(

@@ -13,8 +13,8 @@ __all__ = ["BYTES_PER_DISPLAY_PARTITION", "BYTES_PER_DISPLAY_RUN", "BYTES_PER_OP
 
 # Measured by bench/sizing.py (docs/sizing.md), rounded up. A run's figure counts what its state holds and what a
 # checkpoint allocates beside it while writing the run's changelog record.
-BYTES_PER_OPEN_RUN: Final = 2_200  # observer state and tables, display off (1.5 KiB held + 0.6 KiB checkpoint)
-BYTES_PER_DISPLAY_RUN: Final = 86_000  # the same with its display projection (50.3 KiB held + 30.9 KiB checkpoint)
+BYTES_PER_OPEN_RUN: Final = 2_200  # observer state and tables, display off (1.5 KiB kept + 0.6 KiB checkpoint)
+BYTES_PER_DISPLAY_RUN: Final = 86_000  # the same with its display projection (50.3 KiB kept + 30.9 KiB checkpoint)
 BYTES_PER_REMEMBERED_RUN: Final = 300  # an ended run kept to recognise late duplicates (0.2 to 0.3 KiB)
 # A partition catching up on a backlog: its fetched records, those waiting for their transaction and their output,
 # its producer's batches, as the allocator keeps them (0.1 MiB idle): each partition beyond 12 added 17 MiB with

@@ -66,7 +66,7 @@ class RedactingFilter(logging.Filter):
 
 class RepeatFilter(logging.Filter):
     """Lets one record of `prefix` loggers per (logger, level, message template) through every `window_s`; the
-    next one that passes says how many were held back. A broker that is down makes the client repeat itself."""
+    next one that passes says how many it withheld. A broker that is down makes the client repeat itself."""
 
     def __init__(self, prefix: str, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
@@ -143,7 +143,7 @@ def _level(level: str) -> int:
 def configure_logging(
     format: Literal["auto", "json", "text"] = "auto", level: str = "INFO", stream: TextIO | None = None
 ) -> None:
-    """Route the root logger to `stream` (stderr) as JSON lines, or as text when `auto` sees a terminal."""
+    """Send the root logger's records to `stream` (stderr) as JSON lines, or as text when `auto` sees a terminal."""
     if format not in ("auto", "json", "text"):
         raise ConfigError(f"log_format must be auto, json or text, got {format!r}")
     out = stream if stream is not None else sys.stderr

@@ -31,7 +31,6 @@ __all__ = [
     "CONTENT_TYPE",
     "PREFIX",
     "TRANSACTION_RESULTS",
-    "VERDICTS",
     "BatchHistogram",
     "Metrics",
     "register_process_collectors",
@@ -39,7 +38,6 @@ __all__ = [
 
 PREFIX: Final = "harness_agui_"
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-VERDICTS: Final = ("processed", "duplicate", "gap", "dead_lettered")
 TRANSACTION_RESULTS: Final = ("committed", "aborted")
 
 _TP: Final = ("topic", "partition")

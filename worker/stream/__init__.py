@@ -13,7 +13,6 @@ from worker.stream._changelog import (
     split_key,
     stream_key,
 )
-from worker.stream._convert import convert_partition
 from worker.stream._core import StreamCore, StreamObserver, WireItem, default_core, reference_core
 from worker.stream._hook import load_processor
 from worker.stream._metadata import decode_replay_metadata, encode_replay_metadata
@@ -58,7 +57,6 @@ __all__ = [
     "StreamObserver",
     "Verdict",
     "WireItem",
-    "convert_partition",
     "decode_ended",
     "decode_replay_metadata",
     "decode_stream",

@@ -5,7 +5,6 @@ The changelog's change tracking and format live in `_changelog.py`, the display 
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -523,16 +522,12 @@ class PartitionState:
 
     # ---- changelog ------------------------------------------------------------------------------------
 
-    def checkpoint(self, offset: int) -> Changelog:
-        """The changelog records (key, value; None for a tombstone) that bring the changelog from the previous
-        checkpoint to this state at source offset `offset`: each key changed since, once, and the partition
-        record last. `offset` is the next offset to process; every record below it counts as processed."""
-        return [record for part in self.checkpoint_parts(offset, math.inf) for record in part]
-
     def checkpoint_parts(self, offset: int, part_s: float = PART_S) -> Iterator[Changelog]:
-        """The records of `checkpoint(offset)` in order, in parts that take about `part_s` each to encode: the
-        caller may let other work run between parts as long as nothing changes this state until the last part is
-        taken, which marks the state checkpointed."""
+        """The changelog records (key, value; None for a tombstone) that bring the changelog from the previous
+        checkpoint to this state at source offset `offset`: each key changed since, once, and the partition record
+        last; `offset` is the next offset to process, every record below it counts as processed. In order, in parts
+        that take about `part_s` each to encode: the caller may let other work run between parts as long as nothing
+        changes this state until the last part is taken, which marks the state checkpointed."""
         self._check_offset(offset)
         return self._checkpoint_parts(offset, part_s)
 
@@ -572,20 +567,6 @@ class PartitionState:
         self._ended = ended
         self._last_offset = last_offset
         self.adopt_changelog_keys(())
-
-    @classmethod
-    def restore(
-        cls, topic: str, partition: int, values: Mapping[bytes, bytes], *, core: StreamCore | None = None,
-        **options: Unpack[StateOptions],
-    ) -> tuple[PartitionState, int]:  # fmt: skip
-        """`restore_in_parts` run to its end at once."""
-        parts = cls.restore_in_parts(topic, partition, values, options, core=core, part_s=math.inf)
-        while True:
-            try:
-                next(parts)
-            except StopIteration as done:
-                restored: tuple[PartitionState, int] = done.value
-                return restored
 
     @classmethod
     def restore_in_parts(

@@ -64,7 +64,7 @@ class IndexBackfill:
     without_start: list[str] = field(default_factory=list)  # runs whose event 0 the output topic no longer holds
     starts_written: int = 0
     ends_written: int = 0
-    already: int = 0  # records the index held already
+    already: int = 0  # records the index had already
 
     def as_json(self) -> dict[str, Any]:
         return {"runs": self.runs, "starts_written": self.starts_written, "ends_written": self.ends_written,
@@ -124,13 +124,14 @@ async def backfill_index(settings: Settings, *, dry_run: bool = False) -> IndexB
     if not s.thread_index_topic:
         raise ConfigError("thread_index_topic is not set: name the thread index topic to write")
     seen: dict[str, _Seen] = {}
-    held: set[bytes] = set()
+    indexed: set[bytes] = set()
     consumer = replay_consumer(s)
     await consumer.start()
     try:
         outputs = await _read_all(consumer, s.output_topic, "output_topic", s, lambda r: _note_output(seen, r))
         partitions = await _read_all(consumer, s.thread_index_topic, "thread_index_topic", s,
-                                     lambda r: held.add(r.key) if r.key is not None and r.value is not None else None)
+                                     lambda r: indexed.add(r.key) if r.key is not None and r.value is not None
+                                     else None)  # fmt: skip
     except UnknownTopicOrPartitionError as exc:
         raise ConfigError(f"{exc}: create it, or start the workers with --thread-index-topic (they create it), "
                           "then run this again") from None  # fmt: skip
@@ -145,12 +146,12 @@ async def backfill_index(settings: Settings, *, dry_run: bool = False) -> IndexB
         if run.start is None:
             done.without_start.append(run_id)
             continue  # no event 0 (retention took it): no thread, no place in the order
-        if index_key(INDEX_START, run_id) in held:
+        if index_key(INDEX_START, run_id) in indexed:
             done.already += 1
         else:
             due.append((run.start[0], 0, index_record(run_id, run.thread_id, 0, run.start[1], None)))
         if run.end is not None:
-            if index_key(INDEX_END, run_id) in held:
+            if index_key(INDEX_END, run_id) in indexed:
                 done.already += 1
             else:
                 stamp, at, n, kind = run.end

@@ -42,8 +42,8 @@ def describe_group(found: dict[str, Any]) -> str:
         lines += rest
     display = found["display"]
     if display is not None:
-        held = ", ".join(f"p{p['partition']} {p['log_start']}..{p['end_offset']}" for p in display["partitions"])
-        lines.append(f"display {display['topic']}: {held or 'not created yet'}")
+        offsets = ", ".join(f"p{p['partition']} {p['log_start']}..{p['end_offset']}" for p in display["partitions"])
+        lines.append(f"display {display['topic']}: {offsets or 'not created yet'}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@ display record, with a small pool of group-less consumers (any replica may read 
 Kafka has no index by key: the reader finds a start at or before the wanted event by the records' timestamps
 (CreateTime, appended in order by the partition's producer) and checks it by the event numbers it finds, going
 back further until the first event of the run it meets is at or before the wanted one, or the log no longer holds
-it (`NotHeld`).
+it (`NotRetained`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from worker.gateway.directory import DisplayPointer
 from worker.gateway.reader._records import TERMINAL_TYPE_BYTES, gateway_consumer, seq_and_kind
 from worker.gateway.settings import GatewaySettings
 
-__all__ = ["HistoryEvent", "HistoryReader", "NotHeld"]
+__all__ = ["HistoryEvent", "HistoryReader", "NotRetained"]
 
 _FIRST_MARGIN_MS = 2_000  # how far before the hint the first look starts; each miss looks four times further back
 _READ_DEADLINE_S = 30.0  # a history read that makes no progress this long fails
@@ -39,7 +39,7 @@ class HistoryEvent(NamedTuple):
     terminal: bool
 
 
-class NotHeld(Exception):
+class NotRetained(Exception):
     """The output topic no longer holds the wanted event (retention removed it)."""
 
 
@@ -125,7 +125,7 @@ class HistoryReader:
         offset `until`, stopping after a terminal event. `start_at` is an offset at or before the wanted event's
         record when the caller knows one (the tail saw an earlier event there), else it is found from `hint_ms`,
         a time at or after the wanted event's record; `known_last` is the highest event number known to exist
-        (-1: none). NotHeld when the topic no longer holds `from_seq`."""
+        (-1: none). NotRetained when the topic no longer holds `from_seq`."""
         tp = TopicPartition(self._settings.output_topic, partition)
         key = run_id.encode()
         start = start_at
@@ -142,7 +142,7 @@ class HistoryReader:
             kept = [event for event in batch if event.seq >= next_seq]
             if kept:
                 if kept[0].seq != next_seq:  # the log no longer starts where it was expected to
-                    raise NotHeld(f"{tp.topic}[{tp.partition}] lacks event {next_seq} of {run_id}")
+                    raise NotRetained(f"{tp.topic}[{tp.partition}] lacks event {next_seq} of {run_id}")
                 next_seq = kept[-1].seq + 1
                 yield kept
                 if kept[-1].terminal:
@@ -191,7 +191,7 @@ class HistoryReader:
                 if first is None and from_seq > known_last:
                     return None  # nothing of the run before `until` from here: the wanted event is yet to come
                 if start <= log_start:
-                    raise NotHeld(f"{tp.topic}[{tp.partition}] starts after event {from_seq} of {key.decode()}")
+                    raise NotRetained(f"{tp.topic}[{tp.partition}] starts after event {from_seq} of {key.decode()}")
                 margin *= 4
 
     async def _first_of(

@@ -1,7 +1,7 @@
 """The gateway group's assignor: replicas share the output topic's partitions, and each learns who owns which.
 
-Each member puts its advertised URL and the partitions it holds now in its subscription's user data; the leader
-gives every member a balanced share (keeping what each holds where the balance allows, so a rebalance moves as few
+Each member puts its advertised URL and the partitions it owns now in its subscription's user data; the leader
+gives every member a balanced share (keeping what each owns where the balance allows, so a rebalance moves as few
 runs as it can) and puts the whole partition -> URL map in every member's assignment. No offsets are committed:
 the group only divides the reading and tells every replica where each run is served.
 """
@@ -20,10 +20,10 @@ __all__ = ["OwnersAssignor", "balanced"]
 _log = logging.getLogger(__name__)
 
 
-def balanced(partitions: Iterable[int], held: Mapping[str, Collection[int]]) -> dict[str, list[int]]:
-    """Every partition to one member, each member `len // members` or one more, a member keeping what it holds
-    (`held`) as far as that balance allows; members in sorted order break ties, so every leader computes the same."""
-    members = sorted(held)
+def balanced(partitions: Iterable[int], owned: Mapping[str, Collection[int]]) -> dict[str, list[int]]:
+    """Every partition to one member, each member `len // members` or one more, a member keeping what it owns
+    (`owned`) as far as that balance allows; members in sorted order break ties, so every leader computes the same."""
+    members = sorted(owned)
     if not members:
         return {}
     every = sorted(set(partitions))
@@ -31,7 +31,7 @@ def balanced(partitions: Iterable[int], held: Mapping[str, Collection[int]]) -> 
     kept: dict[str, list[int]] = {}
     claimed: set[int] = set()
     for member in members:
-        mine = [p for p in sorted(set(held[member])) if p in every and p not in claimed][: base + 1]
+        mine = [p for p in sorted(set(owned[member])) if p in every and p not in claimed][: base + 1]
         kept[member] = mine
         claimed.update(mine)
     over = [member for member in members if len(kept[member]) > base]
@@ -59,20 +59,21 @@ def _user_data(raw: bytes | None) -> dict[str, Any]:
 
 class OwnersAssignor:
     """The gateway group's partition assignment strategy (aiokafka calls `name`, `metadata`, `assign` and
-    `on_assignment`); `held()` tells the partitions this member holds now, `on_owners` takes every new map."""
+    `on_assignment`); `owned()` tells the partitions this member owns now, `on_owners` takes every new map."""
 
     name = "harness-agui-gateway"
     version = 0
 
     def __init__(
-        self, url: str, held: Callable[[], Collection[int]], on_owners: Callable[[dict[int, str]], None]
+        self, url: str, owned: Callable[[], Collection[int]], on_owners: Callable[[dict[int, str]], None]
     ) -> None:
         self._url = url
-        self._held = held
+        self._owned = owned
         self._on_owners = on_owners
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        data = orjson.dumps({"url": self._url, "held": sorted(self._held())})
+        # "held" is the key replicas of every version read: a rolling upgrade mixes them (kept, see the glossary).
+        data = orjson.dumps({"url": self._url, "held": sorted(self._owned())})
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data)
 
     def assign(
@@ -84,8 +85,8 @@ class OwnersAssignor:
         topic = topics[0] if topics else ""
         partitions = cluster.partitions_for_topic(topic) or set()
         data = {member: _user_data(metadata.user_data) for member, metadata in members.items()}
-        held = {member: [p for p in value.get("held", []) if isinstance(p, int)] for member, value in data.items()}
-        shares = balanced(partitions, held)
+        owned = {member: [p for p in value.get("held", []) if isinstance(p, int)] for member, value in data.items()}
+        shares = balanced(partitions, owned)
         urls = {str(p): str(data[member].get("url", "")) for member, parts in shares.items() for p in parts}
         owners = orjson.dumps({"owners": urls})
         return {

@@ -85,10 +85,6 @@ class Owners:
         """Own partitions loaded and served."""
         return len(self._loaded)
 
-    def owner_url(self, partition: int) -> str:
-        """The advertised URL of the partition's owner, "" when no replica owns it."""
-        return self._urls.get(partition, "")
-
     def partition_of(self, key: str) -> int:
         """The partition of a key's records in both topics (the worker keys them by run)."""
         return partition_for(key.encode(), self.partitions)

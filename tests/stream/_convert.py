@@ -1,13 +1,11 @@
-"""The whole-partition conversion: the expected output of processing a partition from its start."""
+"""The whole-partition conversion, test support: the expected output of processing a partition from its start,
+built from what production emits (`PartitionState.process`, record by record)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from worker.stream._core import StreamCore
-from worker.stream._partition import PartitionState
-from worker.stream._policies import GapPolicy, OpenStreamPolicy
-from worker.stream._records import OutboundRecord, SourceRecord
+from worker.stream import GapPolicy, OpenStreamPolicy, OutboundRecord, PartitionState, SourceRecord, StreamCore
 
 __all__ = ["convert_partition"]
 

@@ -1,5 +1,5 @@
-"""The output key router without a broker: each record of a run goes to its key's partition, and the router keeps
-the keys of the runs under way only, however many runs it has seen."""
+"""The output key partitioner without a broker: each record of a run goes to its key's partition, and the
+partitioner keeps the keys of the runs under way only, however many runs it has seen."""
 
 from __future__ import annotations
 
@@ -8,27 +8,12 @@ import tracemalloc
 
 from aiokafka import TopicPartition
 
+from tests.kafka.puts import PutLog
 from worker.client import partition_for
-from worker.live.publishing import KeyRouter, Routes, Sent, put_outcome
+from worker.live.publishing import Destinations, KeyPartitioner, Sent, put_outcome
 from worker.stream import Destination, OutboundRecord, Outcome, Verdict
 
 SOURCE = TopicPartition("source", 0)
-
-
-class _Txn:
-    """An open transaction that takes every record at once, remembering (topic, key, partition)."""
-
-    def __init__(self) -> None:
-        self.put: list[tuple[str, bytes | None, int | None]] = []
-
-    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
-               partition: int) -> bool:  # fmt: skip
-        self.put.append((topic, key, partition))
-        return True
-
-    async def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
-                   partition: int | None = None) -> None:  # fmt: skip
-        self.put.append((topic, key, partition))
 
 
 def _outcomes(run: str) -> list[Outcome]:
@@ -44,31 +29,31 @@ def _outcomes(run: str) -> list[Outcome]:
             Outcome(Verdict.PROCESSED, (event("RUN_FINISHED"), display), run, None)]  # fmt: skip
 
 
-def _routes(router: KeyRouter) -> Routes:
-    return Routes("output", "dead-letters", "display", "changelog", router)
+def _destinations(partitioner: KeyPartitioner) -> Destinations:
+    return Destinations("output", "dead-letters", "display", "changelog", partitioner)
 
 
 async def test_every_record_of_a_run_goes_to_its_keys_partition_its_display_records_too() -> None:
-    routes, txn = _routes(KeyRouter(12)), _Txn()
+    destinations, txn = _destinations(KeyPartitioner(12)), PutLog()
     for n in range(50):
         for outcome in _outcomes(f"run-{n}"):
-            await put_outcome(txn, outcome, routes, Sent(), SOURCE)
+            await put_outcome(txn, outcome, destinations, Sent(), SOURCE)
     assert len(txn.put) == 50 * 5
     assert all(partition == partition_for(key or b"", 12) for _, key, partition in txn.put)
     assert {topic for topic, _, _ in txn.put} == {"output", "display"}
 
 
 async def test_the_router_forgets_a_run_once_it_ended_so_it_holds_no_more_for_more_runs_seen() -> None:
-    """20,000 runs one after the other: what the router holds afterwards does not grow with them (it held each
+    """20,000 runs one after the other: what the partitioner holds afterwards does not grow with them (it held each
     run's key, about 150 bytes with its slot, until the cache's cap emptied it)."""
-    routes, txn = _routes(KeyRouter(12)), _Txn()
+    destinations, txn = _destinations(KeyPartitioner(12)), PutLog()
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for n in range(20_000):
             for outcome in _outcomes(f"run-{n:032x}"):
-                await put_outcome(txn, outcome, routes, Sent(), SOURCE)
+                await put_outcome(txn, outcome, destinations, Sent(), SOURCE)
             txn.put.clear()
         del outcome
         gc.collect()
