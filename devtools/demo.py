@@ -71,6 +71,25 @@ async def _create_topics(bootstrap: str, names: list[str], partitions: int) -> N
             await asyncio.to_thread(create_topic_on, bootstrap, name, partitions, 1)
 
 
+async def _topic_made(bootstrap: str, topic: str, maker: str, stop: asyncio.Event) -> bool:
+    """Whether `topic` exists before `stop`: the brokers' topic list is asked (a consumer subscribed to a topic not
+    made yet has the client complain on every metadata refresh), and a wait is said once."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    await admin.start()
+    said = False
+    try:
+        while not stop.is_set():
+            if topic in await admin.list_topics():
+                return True
+            if not said:
+                _say(f"waiting for {maker} to create {topic}")
+                said = True
+            await asyncio.sleep(0.5)
+        return False
+    finally:
+        await admin.close()
+
+
 async def _print_committed(
     bootstrap: str, topic: str, out: TextIO, counts: Counter[str], *,
     ready: asyncio.Event, stop: asyncio.Event, from_start: bool,
@@ -145,6 +164,8 @@ def _gateway_serves(url: str) -> bool:
 async def _announce_viewer(bootstrap: str, display_topic: str, port: int, stop: asyncio.Event) -> None:
     """Print the viewer page's URL of the first run that reaches the display topic, once the gateway serves that
     run's display (it reads the topic on its own, so the URL never answers 404)."""
+    if not await _topic_made(bootstrap, display_topic, "the worker", stop):
+        return
     consumer = AIOKafkaConsumer(display_topic, bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False, auto_offset_reset="earliest", group_id=None)  # fmt: skip
     await consumer.start()
@@ -299,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point of the demo."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="[demo] %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    logging.basicConfig(level=logging.WARNING, format="[demo] %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # the client's own lines are its internals: the demo says its own
+        handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
     return asyncio.run(run_demo(args))
 
 

@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_ID = re.compile(r"run-[0-9a-f]{32}")
 THREAD_ID = re.compile(r"thread_[0-9a-f]{32}")
 AGUI_TYPES = "|".join(re.escape(t.value) for t in EventType)
+SAID = re.compile(r"^\[demo\] [a-z0-9]")  # `_say`: "[demo] " and the demo's own words
+LIBRARY = re.compile(r"\baiokafka\b|cluster metadata")
 EVENT_LINE = re.compile(rf"^(run-[0-9a-f]{{32}}):(\d+)  ({AGUI_TYPES})  (\{{.*)$")
 
 
@@ -59,6 +61,13 @@ def test_demo_prints_committed_events_and_stops_everything() -> None:
         assert ns == list(range(len(ns))), f"{run}: ids {ns[:10]}"
     types = {m.group(3) for m in events}
     assert "RUN_STARTED" in types, types
+    # The first screen is the demo's own lines and the events: nothing a client library logs (aiokafka's "Topic
+    # agui.display not found in cluster metadata", four times while the worker had not made the topic yet).
+    assert len(events) == len(done.stdout.splitlines()), f"stdout holds more than events\n{detail}"
+    foreign = [line for line in done.stderr.splitlines() if not SAID.match(line) or LIBRARY.search(line)]
+    assert not foreign, f"lines not the demo's own: {foreign[:10]}"
+    waits = [line for line in done.stderr.splitlines() if "waiting for" in line]
+    assert len(waits) <= 1, waits
 
     workdir = re.search(r"workdir (\S+)\)", done.stderr)
     assert workdir, f"the demo did not name its broker workdir\n{detail}"
