@@ -9,7 +9,6 @@ from worker.errors import DecodeError
 __all__ = [
     "REQUIRED",
     "Shape",
-    "get_bool_or_none",
     "get_int",
     "get_obj",
     "get_str",
@@ -61,13 +60,6 @@ def get_str_or_none(obj: dict[str, Any], key: str, path: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
         raise DecodeError(f"{path}.{key}", f"expected a string or null, got {_kind(value)}")
-    return value
-
-
-def get_bool_or_none(obj: dict[str, Any], key: str, path: str) -> bool | None:
-    value = obj.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise DecodeError(f"{path}.{key}", f"expected a boolean or null, got {_kind(value)}")
     return value
 
 
