@@ -196,7 +196,6 @@ class Hub:
         self._queue_events = queue_events
         self._clock = clock
         self.positions: dict[int, int] = {}
-        self.subscriptions = 0
 
     def __len__(self) -> int:
         return len(self._logs)
@@ -269,7 +268,6 @@ class Hub:
                 for subscription in log.subscribers:
                     subscription.move()
                     subscription.close()
-                self.subscriptions -= len(log.subscribers)
                 del self._logs[run_id]
         for partition in partitions:
             self.positions.pop(partition, None)
@@ -313,7 +311,6 @@ class Hub:
         subscription = Subscription(run_id, self._queue_events, on_drop, blocked)
         log.subscribers.append(subscription)
         log.served_at = self._clock()
-        self.subscriptions += 1
         from_memory = None
         if log.covers(from_seq):
             from_memory = [Delivery(e.seq, event_frame(run_id, e.seq, e.value), e.terminal, e.read_at)
@@ -327,7 +324,6 @@ class Hub:
         if log is not None and subscription in log.subscribers:
             log.subscribers.remove(subscription)
             log.served_at = self._clock()
-            self.subscriptions -= 1
 
     def backfill(self, run_id: str, events: Sequence[tuple[int, bytes, int, bool]]) -> bool:
         """Hold `events` (number, value, record timestamp, terminal; consecutive, read back from the topic) where
