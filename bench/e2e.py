@@ -41,6 +41,7 @@ sys.path.append(str(ROOT))  # for devtools: `worker` stays the installed package
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # noqa: E402
 from devtools.kafka_tools import GroupLag  # noqa: E402
+from devtools.metrics_page import summed_by_name  # noqa: E402
 from devtools.sample_runs import SampleRun, interleave, load_samples, open_runs, produce  # noqa: E402
 from worker._native import describe  # noqa: E402
 from worker.settings import Settings  # noqa: E402
@@ -163,15 +164,7 @@ class Worker:
     async def metrics(self) -> dict[str, float]:
         """Each series of the metrics endpoint summed over its labels ({} while the endpoint is down)."""
         text = await self._metrics_text()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            series, _, value = line.rpartition(" ")
-            name = series.split("{", 1)[0]
-            with contextlib.suppress(ValueError):
-                out[name] = out.get(name, 0.0) + float(value)
-        return out
+        return summed_by_name(text)
 
     async def wait_ready(self, partitions: int, within_s: float = 90) -> dict[str, float]:
         """Wait until `partitions` partitions report ready; returns the metrics seen then."""

@@ -57,6 +57,7 @@ sys.path.append(str(ROOT))  # for devtools and the tests' support: `worker` stay
 
 from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port  # noqa: E402
 from devtools.kafka_tools import GroupLag  # noqa: E402
+from devtools.metrics_page import summed_by_name  # noqa: E402
 from devtools.sample_runs import SampleRun, interleave, load_samples, make_copy  # noqa: E402
 from tests.stream._support import checkpoint  # noqa: E402
 from worker._native import describe  # noqa: E402
@@ -329,15 +330,7 @@ class Proc:
             text = await asyncio.to_thread(fetch)
         except OSError:
             return {}
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            series, _, value = line.rpartition(" ")
-            name = series.split("{", 1)[0]
-            with contextlib.suppress(ValueError):
-                out[name] = out.get(name, 0.0) + float(value)
-        return out
+        return summed_by_name(text)
 
 
 # ---- checking sampled runs ---------------------------------------------------------------------------------------
