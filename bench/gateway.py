@@ -29,15 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -47,8 +46,9 @@ from typing import NamedTuple
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench._broker import heading, on_a_broker
 from bench._latency import p50_p99_ms
-from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
+from devtools.kafka_cluster import create_topic_on, free_port
 from devtools.sample_runs import SampleRun, interleave, load_samples, make_copy
 from worker.client import partition_for
 
@@ -845,20 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         routes = None if routes_file == "-" else json.loads(Path(routes_file).read_text())
         asyncio.run(_joiner(url, list(threads), threads, int(count), float(every), routes, args.on_go))
         return 0
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    cluster = None if external else KafkaCluster.start(nodes=1)
-    try:
-        logs = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-        broker = None if cluster is None else cluster._node(0).process.pid  # type: ignore[union-attr]
-        phases = asyncio.run(_bench(args, external or cluster.bootstrap_servers, logs, broker))  # type: ignore[union-attr]
-        if not os.environ.get("BENCH_KEEP_LOGS"):
-            shutil.rmtree(logs)
-    finally:
-        if cluster is not None:
-            cluster.stop()
-    build = subprocess.run([sys.executable, "-P", "-c", "from worker._native import describe; print(describe())"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    print(f"bench.gateway ({os.cpu_count()} cores; the installed package's conversion core: {build})")
+    phases = on_a_broker("gateway", functools.partial(_bench, args))
+    print(heading("gateway"))
     for figures in phases:
         if args.replicas:
             print(f"  -- {figures['replicas; started to the partitions divided, s'][0]} replica(s)")  # type: ignore[index]

@@ -35,21 +35,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import os
 import random
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from bench._broker import heading, on_a_broker
 from bench._latency import p50_p99_ms
 from bench.gateway import (
     _capacity,
@@ -65,7 +64,7 @@ from bench.gateway import (
     _rss_kb,
     _templates,
 )
-from devtools.kafka_cluster import KafkaCluster, create_topic_on, free_port
+from devtools.kafka_cluster import create_topic_on, free_port
 from devtools.sample_runs import SampleRun, interleave, make_copy
 
 __all__ = ["main"]
@@ -388,20 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         url, threads_file, per_thread, out = args.followers
         asyncio.run(_followers(url, json.loads(Path(threads_file).read_text()), int(per_thread), out))
         return 0
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    cluster = None if external else KafkaCluster.start(nodes=1)
-    try:
-        logs = Path(tempfile.mkdtemp(prefix="bench-threads-"))
-        broker = None if cluster is None else cluster._node(0).process.pid  # type: ignore[union-attr]
-        figures = asyncio.run(_bench(args, external or cluster.bootstrap_servers, logs, broker))  # type: ignore[union-attr]
-        if not os.environ.get("BENCH_KEEP_LOGS"):
-            shutil.rmtree(logs)
-    finally:
-        if cluster is not None:
-            cluster.stop()
-    build = subprocess.run([sys.executable, "-P", "-c", "from worker._native import describe; print(describe())"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    print(f"bench.threads ({os.cpu_count()} cores; the installed package's conversion core: {build})")
+    figures = on_a_broker("threads", functools.partial(_bench, args))
+    print(heading("threads"))
     for name, value in figures.items():
         print(f"  {name}: {value}")
     return 0

@@ -295,6 +295,11 @@ class KafkaCluster:
         """Whether node `i`'s JVM is alive."""
         return self._node(i).running
 
+    def pid(self, i: int) -> int | None:
+        """The process id of node `i`'s JVM while it runs, None once it stopped."""
+        node = self._node(i)
+        return node.process.pid if node.process is not None and node.running else None
+
     def log_path(self, i: int) -> Path:
         """Kafka's own log file of node `i` (it survives restarts; appended to)."""
         return self._node(i).log_path
