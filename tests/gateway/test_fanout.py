@@ -164,5 +164,24 @@ async def test_a_stream_whose_cursor_is_past_the_events_read_so_far_ends_when_th
     assert log is not None and not log.subscribers
 
 
+async def test_a_stream_whose_cursor_is_the_terminal_event_the_tail_reads_after_it_attached_is_told_the_end() -> None:
+    # The cursor is the run's terminal event, which the tail reads only after the stream attached: the stream has
+    # sent nothing, so it raises RunEnded (the client is answered 204), never a clean end of an empty stream.
+    hub = _hub()
+    streams = _run_streams(hub, RunDirectory(10, 1 << 20))
+    for seq in range(3):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
+    stream = streams.start(StreamRequest("run", 5, "sse"), lambda: None, lambda: False)
+    first = asyncio.ensure_future(streams.chunks(stream).__anext__())
+    await asyncio.sleep(0.02)  # attached, waiting for events after 5 (the keep-alive comes after 0.1 s)
+    log = hub.log("run")
+    assert not first.done() and log is not None and log.subscribers
+    for seq in range(3, 6):
+        hub.publish(0, seq, "run", seq, b"{}", 0, seq == 5, 0.0)
+    with pytest.raises(RunEnded):
+        await asyncio.wait_for(first, 1)
+    assert not log.subscribers
+
+
 async def _all(chunks: AsyncGenerator[bytes, None]) -> list[bytes]:
     return [chunk async for chunk in chunks]

@@ -3,8 +3,9 @@ exactly, the owner's prelude goes to the connection that opened it alone, a foll
 while its writer waits is dropped, the stream to the owner closes when nobody follows, and the forwarder relays
 whole frames, ending cleanly when the owner ends its stream and with UpstreamLost when the owner breaks off. A
 request reaches the owner with the target its client sent, so the owner reads the same run, query and signature. The
-owner's 204 (a cursor at its run's end) comes back as one, shared by no relay; an answer that is no gateway error is
-502 `peer-failed`, the peer's body kept from the client."""
+owner's 204 (a cursor at its run's end) comes back as one, shared by no relay, and a cursor at the terminal event a
+relay relayed is answered 204 while the owner's stream is still open; an answer that is no gateway error is 502
+`peer-failed`, the peer's body kept from the client."""
 
 from __future__ import annotations
 
@@ -298,6 +299,58 @@ def test_an_owner_s_204_comes_back_as_204_and_an_answer_that_is_no_gateway_error
                         assert f"answered {status}" in body["message"], body
             assert asked.count("/runs/ended/events?after=9") == 3
         finally:
+            await router.close()
+            for runner in runners:
+                await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_a_cursor_at_the_terminal_event_a_relay_relayed_is_answered_204_while_the_owner_s_stream_is_open() -> None:
+    ports = free_port(), free_port()
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    relaying, router = in_process_api(owner=urls[1], advertised_url=urls[0])
+    terminal = b'id: %s:2\ndata: {"type":"RUN_FINISHED","threadId":"t","runId":"%s"}\n\n' % (RUN.encode(), RUN.encode())
+    release = asyncio.Event()
+    asked: list[str] = []
+
+    async def owner(request: web.Request) -> web.StreamResponse:
+        """A stand-in owner whose stream of RUN ends with its terminal event, then stays open until released."""
+        asked.append(request.path_qs)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_frame(0) + _frame(1) + terminal)
+        await release.wait()
+        await response.write_eof()
+        return response
+
+    async def scenario() -> None:
+        stand_in = web.Application()
+        stand_in.router.add_get("/runs/{run_id}/events", owner)
+        runners = [web.AppRunner(relaying.application()), web.AppRunner(stand_in)]
+        for runner, port in zip(runners, ports, strict=True):
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await router.start()
+        try:
+            async with aiohttp.ClientSession() as session, session.get(f"{urls[0]}/runs/{RUN}/events") as opener:
+                got = b""
+                async for chunk in opener.content.iter_any():
+                    got += chunk
+                    if got.endswith(terminal):
+                        break
+                assert router.relays_open == 1, "the opener's relay still follows the owner"
+                loop = asyncio.get_running_loop()
+                loop.call_later(1.0, release.set)  # an empty stream that waited for the owner's end would end then
+                for headers, target in [({"Last-Event-ID": f"{RUN}:2"}, ""), ({}, "?after=2")]:
+                    async with session.get(f"{urls[0]}/runs/{RUN}/events{target}", headers=headers) as answer:
+                        assert (answer.status, await answer.read()) == (204, b""), (headers, target)
+                assert not release.is_set(), "answered while the owner's stream was open"
+                assert asked == [f"/runs/{RUN}/events"], "the relay told the end: nothing asked of the owner"
+                release.set()
+                assert await opener.content.read() == b"", "the opener's stream ends cleanly with the owner's"
+        finally:
+            release.set()
             await router.close()
             for runner in runners:
                 await runner.cleanup()

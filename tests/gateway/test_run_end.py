@@ -2,7 +2,8 @@
 owning one partition each: 204 No Content through the run's owner and through the other replica (forwarded), known
 from the events the owner holds or, for a run it forgot, from the run's latest display record; a cursor one before
 gets the terminal event and a clean end; and a bare `EventSource` in headless Chromium, through either replica,
-receives the run once and then stops reconnecting (a browser reconnects after every clean end by itself)."""
+receives the run once and then stops reconnecting (a browser reconnects after every clean end by itself); a cursor
+at a terminal event the replicas read only after the request came is answered 204 too, never an empty stream."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.gateway.support import (
     start_worker,
     until_one_partition_each,
     wait_converted,
+    wait_known,
 )
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, produce
@@ -110,6 +112,48 @@ def test_a_cursor_at_a_finished_run_s_end_is_answered_204_by_any_replica_and_eve
             assert owner.metric("harness_agui_gateway_resumes_total", kind="ended") == ended + 2, "one reconnect each"
             for gateway in gateways:
                 assert gateway.metric("harness_agui_gateway_connections") == 0, gateway.name
+
+    try:
+        run_scenario(scenario(), gateways[0], worker)
+    finally:
+        for gateway in gateways:
+            gateway.kill()
+
+
+def test_a_cursor_at_a_terminal_event_the_replicas_read_after_it_came_is_answered_204_not_an_empty_stream(
+    kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    # The client has the run's terminal event (from another replica, before its partition moved) before this
+    # replica's tail read it: its stream waits, and once the tail reads the event it is answered 204, as it would
+    # be after, through the owner and through the other replica alike. No keep-alive comes before (60 s).
+    topics = Topics.create(topic_factory)
+    _, run = _two_finished_runs_of_one_partition()
+    worker = start_worker(tmp_path, kafka_bootstrap, topics)
+    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--keepalive-ms", "60000"), name=f"g{i}").start()
+                for i in range(2)]  # fmt: skip
+    last = len(run.events) - 1
+
+    async def scenario() -> None:
+        until_one_partition_each(gateways)
+        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
+        *before, final = run.lines
+        await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in before])
+        await wait_converted(kafka_bootstrap, topics, [run.key])
+        async with aiohttp.ClientSession() as session:
+            for gateway in gateways:
+                await wait_known(session, gateway, [run.key])
+            url = f"/runs/{run.key}/events"
+            cursors = [(url, {"Last-Event-ID": f"{run.key}:{last}"}), (f"{url}?after={last}", {})]
+            waiting = [asyncio.create_task(read_stream(session, gateway.url + target, headers=headers, timeout_s=50))
+                       for gateway in (owner, other) for target, headers in cursors]  # fmt: skip
+            await asyncio.sleep(3)
+            assert not any(task.done() for task in waiting), "the run has not ended: every stream waits"
+            await produce(kafka_bootstrap, topics.source, [(run.key.encode(), final)])
+            for task in waiting:
+                status, frames, _ = await task
+                assert (status, frames[0].data if frames else None) == (204, ""), (status, frames)
+            assert owner.metric("harness_agui_gateway_resumes_total", kind="ended") == 4
+            assert other.metric("harness_agui_gateway_resumes_total", kind="ended") == 0
 
     try:
         run_scenario(scenario(), gateways[0], worker)

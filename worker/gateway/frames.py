@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
+from worker.contract import TERMINAL_TYPES
 from worker.errors import GatewayError
 
 __all__ = ["KEEP_ALIVE", "RunEnded", "comment_frame", "event_frame", "parse_after", "parse_cursor",
-           "parse_thread_cursor", "synthetic_frame"]
+           "parse_thread_cursor", "synthetic_frame", "terminal_in"]
 
 # A comment: EventSource and the AG-UI client both ignore it; proxies see traffic.
 KEEP_ALIVE = b": keep-alive\n\n"
 _CURSOR = re.compile(r"(?P<run>.+):(?P<seq>0|[1-9][0-9]{0,17})")
 _AFTER = re.compile(r"[0-9]{1,18}")
+_TERMINAL_MARKS: Final = (b"RUN_FINISHED", b"RUN_ERROR")
 
 
 class RunEnded(Exception):
@@ -53,6 +55,23 @@ def synthetic_frame(event: Mapping[str, Any]) -> bytes:
 def comment_frame(text: str) -> bytes:
     """A comment frame (`: text`), ignored by every reader; `text` is kept to one line."""
     return b": " + " ".join(text.split()).encode() + b"\n\n"
+
+
+def terminal_in(chunk: bytes) -> bool:
+    """Whether a frame of `chunk` carries a terminal event (a durable one, or the last of a made prelude)."""
+    if not any(mark in chunk for mark in _TERMINAL_MARKS):
+        return False
+    for frame in chunk.split(b"\n\n"):
+        if not any(mark in frame for mark in _TERMINAL_MARKS):
+            continue
+        data = b"\n".join(line[6:] for line in frame.split(b"\n") if line.startswith(b"data: "))
+        try:
+            event: Any = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
+            return True
+    return False
 
 
 def parse_cursor(text: str, run_id: str) -> int | None:

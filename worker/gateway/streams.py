@@ -119,12 +119,19 @@ class RunStreams:
         """A stream of `request`'s run; GatewayError 404 for a run the gateway cannot find."""
         return RunStream(request, self.known(request.run_id), on_drop, blocked)
 
+    def _read_end(self, run_id: str, after: int) -> bool | None:
+        """Whether the run's terminal event, read by the tail, is event `after` or an earlier one; None while the
+        tail has not read it."""
+        log = self._hub.log(run_id)
+        return log.next_seq - 1 <= after if log is not None and log.finished else None
+
     async def ended(self, run_id: str, after: int) -> bool:
         """Whether the run's terminal event is known to be event `after` or an earlier one: the tail read it, or the
         latest display record ends with it. Never a guess: a run whose end neither tells is read as any cursor."""
+        read = self._read_end(run_id, after)
+        if read is not None:
+            return read
         log = self._hub.log(run_id)
-        if log is not None and log.finished:
-            return log.next_seq - 1 <= after
         pointer = self._directory.pointer(run_id)
         if pointer is None or pointer.seq > after:
             return False
@@ -136,11 +143,11 @@ class RunStreams:
     async def chunks(self, stream: RunStream) -> AsyncGenerator[bytes, None]:
         """The stream's bytes, frame after frame (several at once where they were ready together). Raises
         GatewayError before the first chunk when the run cannot be served at all, RunEnded when its cursor is at or
-        past the run's terminal event."""
+        past the run's terminal event: told before the stream attaches, or by the tail reading that event after,
+        while the stream has sent nothing."""
         request, pointer = stream.request, stream.pointer
         if request.after is not None and await self.ended(request.run_id, request.after):
-            self._metrics.resumes.labels(kind="ended").inc()
-            raise RunEnded(request.run_id)
+            raise self._ended(request.run_id)
         if request.foreign:
             try:
                 async for chunk in self._instead(stream):
@@ -165,11 +172,14 @@ class RunStreams:
             await asyncio.shield(pending)
         attachment = self._attach(stream, first)
         try:
+            if request.after is not None and self._read_end(request.run_id, request.after):
+                raise self._ended(request.run_id)  # the tail read the end since `ended` was asked
             caught = self._catch_up(stream, attachment, first)
+            begun = False
             try:
                 async for chunk in caught:
                     yield head + chunk if head else chunk
-                    head = b""
+                    head, begun = b"", True
             except NotRetained:
                 if not await self._arrives_live(stream):
                     async for chunk in self._instead(stream):  # a prelude of its own, `head` never sent
@@ -177,9 +187,10 @@ class RunStreams:
                     return
             if head:
                 yield head
+                begun = True
             if stream.sent < 0:
                 return  # the terminal event was sent in the catch-up
-            async for chunk in self._live(stream):
+            async for chunk in self._live(stream, begun=begun):
                 yield chunk
         finally:
             self.close(stream)
@@ -274,12 +285,13 @@ class RunStreams:
         async for chunk in self._catch_up(stream, attachment, prelude.seq + 1):
             yield chunk
         if stream.sent >= 0:
-            async for chunk in self._live(stream):
+            async for chunk in self._live(stream, begun=True):
                 yield chunk
 
-    async def _live(self, stream: RunStream) -> AsyncIterator[bytes]:
+    async def _live(self, stream: RunStream, *, begun: bool) -> AsyncIterator[bytes]:
         """Events from the subscription's queue, numbers below `stream.sent` skipped, until the terminal one; all
-        that is queued when the writer comes back goes out in one write."""
+        that is queued when the writer comes back goes out in one write. A terminal event the client had already
+        ends the stream, or raises RunEnded while it has not `begun` (nothing sent: the client is told 204)."""
         subscription = stream.subscription
         assert subscription is not None
         latency, sent_total = self._metrics.latency, self._metrics.events
@@ -288,6 +300,7 @@ class RunStreams:
                 raise PartitionMoved(stream.request.run_id)
             if not await subscription.wait(self._quiet_period_s):
                 yield KEEP_ALIVE
+                begun = True
                 continue
             frames: list[bytes] = []
             reads: list[float] = []  # read times, each with how many events of its fetch follow in `frames`
@@ -311,13 +324,21 @@ class RunStreams:
             stream.sent = sent
             if frames:
                 yield frames[0] if len(frames) == 1 else b"".join(frames)  # resumed once handed to the socket
+                begun = True
                 now = time.monotonic()
                 for read_at, count in zip(reads, counts, strict=True):
                     latency.observe(now - read_at, count)
                 sent_total.inc(len(frames))
             if end:
                 stream.sent = -1
+                if not begun:
+                    raise self._ended(stream.request.run_id)
                 return
+
+    def _ended(self, run_id: str) -> RunEnded:
+        """The answer to a cursor at or past the run's terminal event, counted."""
+        self._metrics.resumes.labels(kind="ended").inc()
+        return RunEnded(run_id)
 
     def close(self, stream: RunStream) -> None:
         """Leave the fan-out (idempotent)."""

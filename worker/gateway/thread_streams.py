@@ -15,11 +15,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Literal, NamedTuple
 
-import orjson
-
-from worker.contract import TERMINAL_TYPES, IndexedRun
+from worker.contract import IndexedRun
 from worker.errors import GatewayError
-from worker.gateway.frames import KEEP_ALIVE, RunEnded, comment_frame
+from worker.gateway.frames import KEEP_ALIVE, RunEnded, comment_frame, terminal_in
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing import UpstreamLost
 from worker.gateway.streams import PartitionMoved
@@ -37,7 +35,6 @@ _RETRY_S: Final = 0.1
 # transaction): the first retry comes soon, each next one twice as late, up to _RETRY_S
 _FIRST_RETRY_S: Final = 0.01
 _END_RECORD_WAIT_S: Final = 2.0  # a cursor's run: how long to wait for its end record before opening it after it
-_TERMINAL_MARKS: Final = (b"RUN_FINISHED", b"RUN_ERROR")
 MAX_PAGE: Final = 500
 
 
@@ -75,23 +72,6 @@ def _last_seq(chunk: bytes, prefix: bytes) -> int | None:
     end = chunk.find(b"\n", start)
     number = chunk[start:end if end >= 0 else None]
     return int(number) if number.isdigit() else None
-
-
-def _terminal_in(chunk: bytes) -> bool:
-    """Whether a frame of `chunk` carries a terminal event (a durable one, or the last of a made prelude)."""
-    if not any(mark in chunk for mark in _TERMINAL_MARKS):
-        return False
-    for frame in chunk.split(b"\n\n"):
-        if not any(mark in frame for mark in _TERMINAL_MARKS):
-            continue
-        data = b"\n".join(line[6:] for line in frame.split(b"\n") if line.startswith(b"data: "))
-        try:
-            event: Any = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
-            return True
-    return False
 
 
 class ThreadStreams:
@@ -183,7 +163,7 @@ class ThreadStreams:
                     seq = _last_seq(chunk, prefix)
                     if seq is not None:
                         first = seq + 1
-                    ended = _terminal_in(chunk)
+                    ended = terminal_in(chunk)
                     yield chunk
                     if ended:
                         return

@@ -6,6 +6,8 @@ instead of opening another stream to the owner: from its wanted number on, in or
 frame a follower gets is a frame of the owner's stream, so a follower's stream is exact as the owner's is. The
 owner's own frames without an id (a late-join prelude) go only to the connection whose request opened the relay.
 A follower whose queue is over its bound while its writer waits on its socket is dropped, as the hub drops one.
+Once a relay relayed the run's terminal event, a connection whose cursor is at or past it follows nothing: the run
+ended (204), though the owner's stream may not have closed yet.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 
+from worker.gateway.frames import terminal_in
 from worker.gateway.routing.forwarding import UpstreamLost
 from worker.gateway.routing.owners import Target
 
@@ -87,6 +90,7 @@ class Relay:
         self._queue_events = queue_events
         self._recent: deque[tuple[int, bytes]] = deque()
         self.next_seq: int | None = None  # the number after the last durable frame relayed
+        self.last_seq: int | None = None  # the run's terminal event's number, once relayed
         self.followers: list[Follower] = []
         self.ended = False
         self.error: BaseException | None = None
@@ -101,6 +105,10 @@ class Relay:
             return want == self.start
         first = self._recent[0][0] if self._recent else self.next_seq
         return first <= want <= self.next_seq
+
+    def ended_before(self, want: int) -> bool:
+        """Whether the run's terminal event, relayed here, comes before event `want`: nothing is left to follow."""
+        return self.last_seq is not None and self.last_seq < want
 
     def join(self, want: int | None, *, creator: bool, on_drop: Callable[[], None],
              blocked: Callable[[], bool]) -> Follower:  # fmt: skip
@@ -154,6 +162,8 @@ class Relay:
             if len(self._recent) > self._bound:
                 self._recent.popleft()
             self.next_seq = seq + 1
+            if terminal_in(whole):
+                self.last_seq = seq
             for follower in self.followers:
                 if follower.lost:
                     continue

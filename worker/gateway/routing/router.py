@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, Callable
 
 from aiohttp import web
 
+from worker.gateway.frames import RunEnded
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.routing.forwarding import PEER_HEADER, THREAD_HEADER, Asked, Forwarder, PeerKey, Unavailable
 from worker.gateway.routing.owners import Owners, Route, Target, Where
@@ -85,13 +86,17 @@ class Router:
         """A run's `EventSource` stream from its owner, from event `want` on (None: a cursor of another run, the
         owner decides): a relay here that holds `want` is followed, else one is opened with this request; None when
         the run turned out to be served here. `grant` (None without access control) must allow the relay's thread
-        for a relay opened by another connection to be shared."""
+        for a relay opened by another connection to be shared. RunEnded when the relay followed relayed the run's
+        terminal event before `want`."""
         run_id = target.key
         relay = None if want is None else self._relays.find(run_id, want)
         if relay is not None and not relay.opened.done() and not await asyncio.shield(relay.opened):
             relay = None  # its opener was refused or is served here: this request asks for itself
         if relay is not None and grant is not None and not grant.allows(run_id, relay.thread_id or None):
             relay = None  # the owner decides on this token
+        if relay is not None and want is not None and relay.ended_before(want):
+            self._metrics.resumes.labels(kind="ended").inc()
+            raise RunEnded(run_id)  # the owner's stream may not have closed yet: nothing of the run is left
         if relay is None:
             relay = self._relays.reserve(run_id, want)
             try:
