@@ -212,9 +212,9 @@ async def _bench(args: argparse.Namespace, bootstrap: str, logs: Path, broker: i
         await _fill(bootstrap, source, args.capacity_items)
         procs.start("worker", "-P", "-m", "worker", "run", "--bootstrap-servers", bootstrap, "--source-topic",
                     source, "--output-topic", output, "--dlq-topic", f"{name}.dlq", "--group-id", group,
-                    "--display-topic", display, "--thread-index-topic", index, "--metrics-port", "0",
-                    "--log-format", "json")  # fmt: skip
-        capacity = await _capacity(bootstrap, source, group, PARTITIONS)
+                    "--display-topic", display, "--thread-index-topic", index, "--metrics-port",
+                    str(worker_metrics := free_port()), "--log-format", "json")  # fmt: skip
+        capacity = await _capacity(bootstrap, source, group, PARTITIONS, worker_metrics)
         ports = [(free_port(), free_port()) for _ in range(2)]
         common = ("-P", "-m", "worker", "gateway", "--bootstrap-servers", bootstrap, "--output-topic", output,
                   "--display-topic", display, "--insecure-no-auth", "--log-format", "json",
