@@ -10,7 +10,8 @@ relay relayed is answered 204 while the owner's stream is still open; an answer 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -22,7 +23,7 @@ from yarl import URL
 from tests.gateway.support import free_port, in_process_api
 from worker.gateway.frames import RunEnded
 from worker.gateway.metrics import GatewayMetrics
-from worker.gateway.routing import Ask, Owners, PeerKey, Target, UpstreamLost
+from worker.gateway.routing import Ask, Owners, PeerKey, Router, Target, UpstreamLost
 from worker.gateway.routing.forwarding import Forwarder
 from worker.gateway.routing.relay import Follower, Relay, Relays
 
@@ -72,6 +73,22 @@ def _opened(relays: Relays, owner: _Owner, thread_id: str, start: int) -> Relay:
     relay = relays.reserve(RUN, start)
     relays.start(relay, owner.stream(), thread_id)
     return relay
+
+
+@contextlib.asynccontextmanager
+async def _serving(router: Router, *apps: tuple[web.Application, int]) -> AsyncIterator[None]:
+    """Each application served on 127.0.0.1 at its port and the router started, until the block ends."""
+    runners = [web.AppRunner(app) for app, _ in apps]
+    try:
+        for runner, (_, port) in zip(runners, apps, strict=True):
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await router.start()
+        yield
+    finally:
+        await router.close()
+        for runner in runners:
+            await runner.cleanup()
 
 
 def _join(relay: Relay, want: int | None, *, creator: bool = False) -> Follower:
@@ -225,22 +242,13 @@ def test_a_forwarded_request_reaches_the_owner_as_its_client_sent_it(tmp_path: P
                "/runs/a%3Fb/events": "a?b", "/runs/a%25b/display": "a%b"}  # fmt: skip
 
     async def scenario() -> None:
-        runners = [web.AppRunner(api.application()) for api in (relaying, owner)]
-        for runner, port in zip(runners, ports, strict=True):
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-        await router.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                for target, run_id in targets.items():
-                    async with session.get(URL(urls[0] + target, encoded=True)) as answer:
-                        body = await answer.json()
-                        assert (answer.status, body["error"]) == (404, "unknown-run"), (target, body)
-                        assert repr(run_id) in body["message"], (target, body)
-        finally:
-            await router.close()
-            for runner in runners:
-                await runner.cleanup()
+        async with _serving(router, (relaying.application(), ports[0]), (owner.application(), ports[1])), \
+                aiohttp.ClientSession() as session:  # fmt: skip
+            for target, run_id in targets.items():
+                async with session.get(URL(urls[0] + target, encoded=True)) as answer:
+                    body = await answer.json()
+                    assert (answer.status, body["error"]) == (404, "unknown-run"), (target, body)
+                    assert repr(run_id) in body["message"], (target, body)
 
     asyncio.run(scenario())
 
@@ -270,12 +278,7 @@ def test_an_owner_s_204_comes_back_as_204_and_an_answer_that_is_no_gateway_error
         for path in ("/runs/{run_id}/events", "/runs/{run_id}/display"):
             stand_in.router.add_get(path, owner)
         stand_in.router.add_post("/runs/{run_id}", owner)
-        runners = [web.AppRunner(relaying.application()), web.AppRunner(stand_in)]
-        for runner, port in zip(runners, ports, strict=True):
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-        await router.start()
-        try:
+        async with _serving(router, (relaying.application(), ports[0]), (stand_in, ports[1])):
             async with aiohttp.ClientSession() as session:
                 for _ in range(2):  # and again: no relay kept the answer
                     async with session.get(f"{urls[0]}/runs/ended/events?after=9") as answer:
@@ -298,10 +301,6 @@ def test_an_owner_s_204_comes_back_as_204_and_an_answer_that_is_no_gateway_error
                         status = "200" if "proxied" in path else "500"
                         assert f"answered {status}" in body["message"], body
             assert asked.count("/runs/ended/events?after=9") == 3
-        finally:
-            await router.close()
-            for runner in runners:
-                await runner.cleanup()
 
     asyncio.run(scenario())
 
@@ -327,32 +326,22 @@ def test_a_cursor_at_the_terminal_event_a_relay_relayed_is_answered_204_while_th
     async def scenario() -> None:
         stand_in = web.Application()
         stand_in.router.add_get("/runs/{run_id}/events", owner)
-        runners = [web.AppRunner(relaying.application()), web.AppRunner(stand_in)]
-        for runner, port in zip(runners, ports, strict=True):
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-        await router.start()
-        try:
-            async with aiohttp.ClientSession() as session, session.get(f"{urls[0]}/runs/{RUN}/events") as opener:
-                got = b""
-                async for chunk in opener.content.iter_any():
-                    got += chunk
-                    if got.endswith(terminal):
-                        break
-                assert router.relays_open == 1, "the opener's relay still follows the owner"
-                loop = asyncio.get_running_loop()
-                loop.call_later(1.0, release.set)  # an empty stream that waited for the owner's end would end then
-                for headers, target in [({"Last-Event-ID": f"{RUN}:2"}, ""), ({}, "?after=2")]:
-                    async with session.get(f"{urls[0]}/runs/{RUN}/events{target}", headers=headers) as answer:
-                        assert (answer.status, await answer.read()) == (204, b""), (headers, target)
-                assert not release.is_set(), "answered while the owner's stream was open"
-                assert asked == [f"/runs/{RUN}/events"], "the relay told the end: nothing asked of the owner"
-                release.set()
-                assert await opener.content.read() == b"", "the opener's stream ends cleanly with the owner's"
-        finally:
+        # The owner's stream ends after 3 s at the latest (an empty stream that waited for it would end then).
+        asyncio.get_running_loop().call_later(3.0, release.set)
+        async with _serving(router, (relaying.application(), ports[0]), (stand_in, ports[1])), \
+                aiohttp.ClientSession() as session, session.get(f"{urls[0]}/runs/{RUN}/events") as opener:  # fmt: skip
+            got = b""
+            async for chunk in opener.content.iter_any():
+                got += chunk
+                if got.endswith(terminal):
+                    break
+            assert router.relays_open == 1, "the opener's relay still follows the owner"
+            for headers, target in [({"Last-Event-ID": f"{RUN}:2"}, ""), ({}, "?after=2")]:
+                async with session.get(f"{urls[0]}/runs/{RUN}/events{target}", headers=headers) as answer:
+                    assert (answer.status, await answer.read()) == (204, b""), (headers, target)
+            assert not release.is_set(), "answered while the owner's stream was open"
+            assert asked == [f"/runs/{RUN}/events"], "the relay told the end: nothing asked of the owner"
             release.set()
-            await router.close()
-            for runner in runners:
-                await runner.cleanup()
+            assert await opener.content.read() == b"", "the opener's stream ends cleanly with the owner's"
 
     asyncio.run(scenario())
