@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -254,6 +254,17 @@ def parse_frames(buffer: bytes) -> tuple[list[Frame], bytes]:
     return frames, buffer
 
 
+async def data_frames(resp: aiohttp.ClientResponse) -> AsyncIterator[Frame]:
+    """The data frames of an event stream's body as each completes (comments left out); it is LF-framed."""
+    buffer = b""
+    async for chunk in resp.content.iter_any():
+        assert b"\r" not in chunk, "frames must be LF-framed"
+        got, buffer = parse_frames(buffer + chunk)
+        for frame in got:
+            if not frame.comment:
+                yield frame
+
+
 async def read_stream(
     session: aiohttp.ClientSession, url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
     body: object = None, limit: int | None = None, timeout_s: float = 60,
@@ -266,13 +277,10 @@ async def read_stream(
             if resp.status != 200:
                 return resp.status, [Frame(None, await resp.text())], True
             assert resp.headers["Content-Type"].startswith("text/event-stream"), resp.headers
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                assert b"\r" not in chunk, "frames must be LF-framed"
-                got, buffer = parse_frames(buffer + chunk)
-                frames.extend(f for f in got if not f.comment)
-                if limit is not None and len(frames) >= limit:
-                    return resp.status, frames[:limit], False
+            async for frame in data_frames(resp):
+                frames.append(frame)
+                if len(frames) == limit:
+                    return resp.status, frames, False
             return resp.status, frames, True
 
 

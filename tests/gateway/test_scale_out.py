@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import Frame, GatewayProcess, Topics, parse_frames, run_scenario, start_worker
+from tests.gateway.support import Frame, GatewayProcess, Topics, data_frames, run_scenario, start_worker
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Run, corpus, interleave, produce
 
@@ -65,16 +65,11 @@ class _Reader:
                     if resp.status != 200:  # 404 before the run's first record, 503 while no owner answers
                         await asyncio.sleep(0.3)
                         continue
-                    buffer = b""
-                    async for chunk in resp.content.iter_any():
-                        got, buffer = parse_frames(buffer + chunk)
-                        for frame in got:
-                            if frame.comment:
-                                continue
-                            assert frame.id is not None, f"{self.run.key}: a frame without an id: {frame.data[:200]}"
-                            self.frames.append(frame)
-                            if frame.id == f"{self.run.key}:{len(self.run.events) - 1}":
-                                return  # the run's last event
+                    async for frame in data_frames(resp):
+                        assert frame.id is not None, f"{self.run.key}: a frame without an id: {frame.data[:200]}"
+                        self.frames.append(frame)
+                        if frame.id == f"{self.run.key}:{len(self.run.events) - 1}":
+                            return  # the run's last event
             except (aiohttp.ClientError, OSError, TimeoutError):
                 pass  # the replica went away: attach again elsewhere, as a browser does
             await asyncio.sleep(0.1)

@@ -23,8 +23,8 @@ from tests.gateway.support import (
     GatewayProcess,
     Topics,
     compile_thread_agent,
+    data_frames,
     node_results,
-    parse_frames,
     partition_of,
     read_stream,
     reference_messages,
@@ -94,16 +94,11 @@ class _Reader:
                     if resp.status != 200:
                         await asyncio.sleep(0.3)
                         continue
-                    buffer = b""
-                    async for chunk in resp.content.iter_any():
-                        got, buffer = parse_frames(buffer + chunk)
-                        for frame in got:
-                            if frame.comment:
-                                continue
-                            assert frame.id is not None, f"a frame without an id: {frame.data[:200]}"
-                            self.frames.append(frame)
-                            if len(self.frames) == total:
-                                return
+                    async for frame in data_frames(resp):
+                        assert frame.id is not None, f"a frame without an id: {frame.data[:200]}"
+                        self.frames.append(frame)
+                        if len(self.frames) == total:
+                            return
             except (aiohttp.ClientError, OSError, TimeoutError):
                 pass
             await asyncio.sleep(0.1)
