@@ -146,15 +146,20 @@ async def test_a_run_ended_at_or_before_a_cursor_is_told_by_its_events_or_its_di
     assert hub.log("shown") is None, "nothing attached for it"
 
 
+def _past_the_tail(hub: Hub) -> AsyncGenerator[bytes, None]:
+    """The chunks of a stream of "run" from cursor 5, of which the hub read events 0 to 2 so far (the keep-alive
+    comes after 0.1 s)."""
+    streams = _run_streams(hub, RunDirectory(10, 1 << 20))
+    for seq in range(3):
+        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
+    return streams.chunks(streams.start(StreamRequest("run", 5, "sse"), lambda: None, lambda: False))
+
+
 async def test_a_stream_whose_cursor_is_past_the_events_read_so_far_ends_when_the_terminal_one_comes() -> None:
     # The client had events this replica's tail had not read yet (from another replica, before a partition moved):
     # the stream waits, and ends once the tail reads a terminal event the client already has.
     hub = _hub()
-    streams = _run_streams(hub, RunDirectory(10, 1 << 20))
-    for seq in range(3):
-        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
-    stream = streams.start(StreamRequest("run", 5, "sse"), lambda: None, lambda: False)
-    chunks = streams.chunks(stream)
+    chunks = _past_the_tail(hub)
     assert await asyncio.wait_for(chunks.__anext__(), 1) == KEEP_ALIVE
     for seq in range(3, 6):
         hub.publish(0, seq, "run", seq, b"{}", 0, seq == 5, 0.0)
@@ -168,11 +173,7 @@ async def test_a_stream_whose_cursor_is_the_terminal_event_the_tail_reads_after_
     # The cursor is the run's terminal event, which the tail reads only after the stream attached: the stream has
     # sent nothing, so it raises RunEnded (the client is answered 204), never a clean end of an empty stream.
     hub = _hub()
-    streams = _run_streams(hub, RunDirectory(10, 1 << 20))
-    for seq in range(3):
-        hub.publish(0, seq, "run", seq, b"{}", 0, False, 0.0)
-    stream = streams.start(StreamRequest("run", 5, "sse"), lambda: None, lambda: False)
-    first = asyncio.ensure_future(streams.chunks(stream).__anext__())
+    first = asyncio.ensure_future(_past_the_tail(hub).__anext__())
     await asyncio.sleep(0.02)  # attached, waiting for events after 5 (the keep-alive comes after 0.1 s)
     log = hub.log("run")
     assert not first.done() and log is not None and log.subscribers
