@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
 from aiokafka.partitioner import murmur2
@@ -73,6 +73,30 @@ def start_worker(tmp_path: Path, bootstrap: str, topics: Topics, *extra: str, na
     return WorkerProcess(tmp_path, name, bootstrap, topics.source, topics.output, topics.dlq,
                          f"group-{topics.source}", "--display-topic", topics.display, "--commit-interval-ms", "20",
                          *extra).start()
+
+
+THREAD_KEY = b"k" * 40  # the key the thread tests' gateways check tokens with
+
+
+class ThreadSite(NamedTuple):
+    """Topics with a thread index, the worker writing them, and the flags of a gateway that serves their threads to
+    tokens signed with THREAD_KEY."""
+
+    topics: Topics
+    index: str
+    worker: WorkerProcess
+    flags: tuple[str, ...]
+
+
+def thread_site(topic_factory: TopicFactory, bootstrap: str, tmp_path: Path,
+                partitions: int = PARTITIONS) -> ThreadSite:  # fmt: skip
+    """New topics and a thread index of `partitions` partitions, and a worker writing them, started."""
+    topics = Topics.create(topic_factory, partitions)
+    index = topic_factory("index", partitions, {"cleanup.policy": "compact"})
+    key_file = tmp_path / "gateway.key"
+    key_file.write_bytes(THREAD_KEY)
+    worker = start_worker(tmp_path, bootstrap, topics, "--thread-index-topic", index)
+    return ThreadSite(topics, index, worker, ("--thread-index-topic", index, "--auth-key-file", str(key_file)))
 
 
 def partition_of(key: str, partitions: int = PARTITIONS) -> int:

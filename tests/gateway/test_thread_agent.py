@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.support import (
+    THREAD_KEY,
     GatewayProcess,
-    Topics,
     compile_thread_agent,
     node_results,
     reference_messages,
     run_scenario,
     start_node,
-    start_worker,
+    thread_site,
     wait_converted,
 )
-from tests.gateway.test_threads import KEY, start_order, thread_runs
+from tests.gateway.test_threads import start_order, thread_runs
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import produce
 from worker.gateway.tokens import mint_jwt
@@ -36,18 +36,13 @@ def test_connect_agent_applies_a_threads_runs_and_its_later_run(
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     module = compile_thread_agent(tmp_path / "agent")
-    topics = Topics.create(topic_factory)
-    index = topic_factory("index", 2, {"cleanup.policy": "compact"})
-    key_file = tmp_path / "gateway.key"
-    key_file.write_bytes(KEY)
-    worker = start_worker(tmp_path, kafka_bootstrap, topics, "--thread-index-topic", index)
-    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--thread-index-topic", index, "--auth-key-file",
-                                                                 str(key_file))).start()  # fmt: skip
+    topics, index, worker, flags = thread_site(topic_factory, kafka_bootstrap, tmp_path)
+    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics, flags).start()
     # The later run finishes: the client, let go right after a RUN_ERROR, would report the abort as a second one.
     *earlier, later = sorted(thread_runs(["s01_hello", "s05_failed", "s02_tool_roundtrip", "r0000"], THREAD),
                              key=lambda run: "run-0002" in run.key)  # fmt: skip
     runs = {run.key: run for run in [*earlier, later]}
-    token = mint_jwt(KEY, "thread", THREAD, 600)
+    token = mint_jwt(THREAD_KEY, "thread", THREAD, 600)
 
     async def scenario() -> None:
         for run in earlier:

@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 
 from tests.gateway.support import (
+    THREAD_KEY,
     Frame,
     GatewayProcess,
-    Topics,
     compile_thread_agent,
     data_frames,
     node_results,
@@ -30,10 +30,10 @@ from tests.gateway.support import (
     reference_messages,
     run_scenario,
     start_node,
-    start_worker,
+    thread_site,
     wait_converted,
 )
-from tests.gateway.test_threads import KEY, start_order
+from tests.gateway.test_threads import start_order
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import GOLDEN, Run, converted, in_thread, interleave, produce, read_lines, rekey
 from worker.gateway.tokens import mint_jwt
@@ -109,13 +109,9 @@ def test_a_thread_through_a_replica_owning_none_of_it_survives_its_owners_kill_e
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     module = compile_thread_agent(tmp_path / "agent")
-    topics = Topics.create(topic_factory, partitions=PARTITIONS)
-    index = topic_factory("index", PARTITIONS, {"cleanup.policy": "compact"})
-    key_file = tmp_path / "gateway.key"
-    key_file.write_bytes(KEY)
-    worker = start_worker(tmp_path, kafka_bootstrap, topics, "--thread-index-topic", index)
-    flags = (*FLAGS, "--thread-index-topic", index, "--auth-key-file", str(key_file))
-    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, flags, name=f"g{i}").start() for i in range(3)]
+    topics, index, worker, flags = thread_site(topic_factory, kafka_bootstrap, tmp_path, PARTITIONS)
+    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, (*FLAGS, *flags), name=f"g{i}").start()
+                for i in range(3)]  # fmt: skip
     everyone = list(gateways)
 
     async def scenario() -> None:
@@ -130,7 +126,7 @@ def test_a_thread_through_a_replica_owning_none_of_it_survives_its_owners_kill_e
         runs = {run.key: run for run in (first, failed, *overlap, single, later)}
         assert len({partition_of(key, PARTITIONS) for key in runs}) == len(runs) == 6
         assert not {partition_of(key, PARTITIONS) for key in runs} & owned[0]
-        token = mint_jwt(KEY, "thread", thread, 900)
+        token = mint_jwt(THREAD_KEY, "thread", thread, 900)
         for run in (first, failed):
             await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines])
             await wait_converted(kafka_bootstrap, topics, [run.key], partitions=PARTITIONS)
@@ -169,7 +165,7 @@ def test_a_thread_through_a_replica_owning_none_of_it_survives_its_owners_kill_e
             assert got == want, "the thread stream is not exactly its runs' events in start order"
             assert reader.attachments > 1, "the reader never attached again"
 
-            run_token = mint_jwt(KEY, "run", first.key, 600)
+            run_token = mint_jwt(THREAD_KEY, "run", first.key, 600)
             status, frames, _ = await read_stream(session, f"{entry.url}/threads/{thread}/events",
                                                   headers={"Authorization": f"Bearer {run_token}"})
             assert (status, frames[0].event()["error"]) == (403, "forbidden")

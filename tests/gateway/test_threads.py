@@ -12,7 +12,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.gateway.support import Frame, GatewayProcess, Topics, read_stream, run_scenario, start_worker, wait_converted
+from tests.gateway.support import (
+    THREAD_KEY,
+    Frame,
+    GatewayProcess,
+    read_stream,
+    run_scenario,
+    thread_site,
+    wait_converted,
+)
 from tests.kafka.conftest import TopicFactory
 from tests.kafka.support import Rec, Run, corpus, in_thread, produce, read_topic
 from worker.gateway.tokens import mint_jwt
@@ -21,7 +29,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 THREAD = "thread-conversation"
 NAMES = ["s01_hello", "s05_failed", "r0000", "s02_tool_roundtrip"]
-KEY = b"k" * 40
 
 
 def thread_runs(names: list[str], thread: str, copy: int = 0) -> list[Run]:
@@ -47,16 +54,11 @@ def got(frames: list[Frame]) -> list[tuple[str | None, bytes]]:
 def test_a_thread_is_its_runs_in_start_order_listed_resumed_and_guarded(
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    topics = Topics.create(topic_factory)
-    index = topic_factory("index", 2, {"cleanup.policy": "compact"})
-    key_file = tmp_path / "gateway.key"
-    key_file.write_bytes(KEY)
-    worker = start_worker(tmp_path, kafka_bootstrap, topics, "--thread-index-topic", index)
-    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--thread-index-topic", index, "--auth-key-file",
-                                                                 str(key_file))).start()  # fmt: skip
+    topics, index, worker, flags = thread_site(topic_factory, kafka_bootstrap, tmp_path)
+    gateway = GatewayProcess(tmp_path, kafka_bootstrap, topics, flags).start()
     runs = {run.key: run for run in thread_runs(NAMES, THREAD)}
     (alone,) = thread_runs(["s09_big_fragments"], "thread-alone", copy=1)
-    token = mint_jwt(KEY, "thread", THREAD, 600)
+    token = mint_jwt(THREAD_KEY, "thread", THREAD, 600)
     bearer = {"Authorization": f"Bearer {token}"}
 
     async def scenario() -> None:
@@ -101,19 +103,19 @@ def test_a_thread_is_its_runs_in_start_order_listed_resumed_and_guarded(
             assert status == 200 and got(frames) == want and not ended  # following: the stream stays open
             assert time.monotonic() - started < 30
 
-            run_token = mint_jwt(KEY, "run", order[0], 600)
-            other = mint_jwt(KEY, "thread", "another-thread", 600)
+            run_token = mint_jwt(THREAD_KEY, "run", order[0], 600)
+            other = mint_jwt(THREAD_KEY, "thread", "another-thread", 600)
             for headers, code in (({}, "no-token"), ({"Authorization": f"Bearer {run_token}"}, "forbidden"),
                                   ({"Authorization": f"Bearer {other}"}, "forbidden")):  # fmt: skip
                 for path in ("", "/events"):
                     status, frames, _ = await read_stream(session, url + path, headers=headers)
                     assert (status, frames[0].event()["error"]) == (401 if code == "no-token" else 403, code)
-            unknown = mint_jwt(KEY, "thread", "no-such-thread", 600)
+            unknown = mint_jwt(THREAD_KEY, "thread", "no-such-thread", 600)
             status, frames, _ = await read_stream(session, f"{gateway.url}/threads/no-such-thread/events",
                                                   headers={"Authorization": f"Bearer {unknown}"})
             assert (status, frames[0].event()["error"]) == (404, "unknown-thread")
 
-            single = {"Authorization": f"Bearer {mint_jwt(KEY, 'thread', 'thread-alone', 600)}"}
+            single = {"Authorization": f"Bearer {mint_jwt(THREAD_KEY, 'thread', 'thread-alone', 600)}"}
             status, as_thread, _ = await read_stream(session, f"{gateway.url}/threads/thread-alone/events",
                                                      headers=single, limit=len(alone.events))
             status_run, as_run, _ = await read_stream(session, f"{gateway.url}/runs/{alone.key}/events",
