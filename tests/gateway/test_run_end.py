@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -65,18 +66,34 @@ def _owned(gateway: GatewayProcess) -> list[int]:
     return list(assigned[-1]["partitions"])
 
 
+def _on_two_replicas(kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, flags: tuple[str, ...],
+                     run: Run, scenario: Callable[[Topics, GatewayProcess, GatewayProcess], Awaitable[None]]) -> None:
+    """`scenario(topics, owner, other)` on new topics with a worker and two gateway replicas started with `flags`,
+    one partition each, `owner` the one owning `run`'s partition; the replicas are killed after."""
+    topics = Topics.create(topic_factory)
+    worker = start_worker(tmp_path, kafka_bootstrap, topics)
+    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, flags, name=f"g{i}").start() for i in range(2)]
+
+    async def on_both() -> None:
+        until_one_partition_each(gateways)
+        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
+        assert partition_of(run.key) in _owned(owner)
+        await scenario(topics, owner, other)
+
+    try:
+        run_scenario(on_both(), gateways[0], worker)
+    finally:
+        for gateway in gateways:
+            gateway.kill()
+
+
 def test_a_cursor_at_a_finished_run_s_end_is_answered_204_by_any_replica_and_eventsource_stops_reconnecting(
     kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
-    topics = Topics.create(topic_factory)
     forgotten, held = _two_finished_runs_of_one_partition()
-    worker = start_worker(tmp_path, kafka_bootstrap, topics)
-    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, FLAGS, name=f"g{i}").start() for i in range(2)]
 
-    async def scenario() -> None:
-        until_one_partition_each(gateways)
-        owner, other = sorted(gateways, key=lambda g: partition_of(held.key) not in _owned(g))
-        assert partition_of(held.key) in _owned(owner)
+    async def scenario(topics: Topics, owner: GatewayProcess, other: GatewayProcess) -> None:
+        gateways = (owner, other)
         for run in (forgotten, held):  # one after the other: the owner's hub reads the held run last
             await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines])
             await wait_converted(kafka_bootstrap, topics, [run.key])
@@ -113,11 +130,7 @@ def test_a_cursor_at_a_finished_run_s_end_is_answered_204_by_any_replica_and_eve
             for gateway in gateways:
                 assert gateway.metric("harness_agui_gateway_connections") == 0, gateway.name
 
-    try:
-        run_scenario(scenario(), gateways[0], worker)
-    finally:
-        for gateway in gateways:
-            gateway.kill()
+    _on_two_replicas(kafka_bootstrap, topic_factory, tmp_path, FLAGS, held, scenario)
 
 
 def test_a_cursor_at_a_terminal_event_the_replicas_read_after_it_came_is_answered_204_not_an_empty_stream(
@@ -126,21 +139,15 @@ def test_a_cursor_at_a_terminal_event_the_replicas_read_after_it_came_is_answere
     # The client has the run's terminal event (from another replica, before its partition moved) before this
     # replica's tail read it: its stream waits, and once the tail reads the event it is answered 204, as it would
     # be after, through the owner and through the other replica alike. No keep-alive comes before (60 s).
-    topics = Topics.create(topic_factory)
     _, run = _two_finished_runs_of_one_partition()
-    worker = start_worker(tmp_path, kafka_bootstrap, topics)
-    gateways = [GatewayProcess(tmp_path, kafka_bootstrap, topics, ("--keepalive-ms", "60000"), name=f"g{i}").start()
-                for i in range(2)]  # fmt: skip
     last = len(run.events) - 1
 
-    async def scenario() -> None:
-        until_one_partition_each(gateways)
-        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
+    async def scenario(topics: Topics, owner: GatewayProcess, other: GatewayProcess) -> None:
         *before, final = run.lines
         await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in before])
         await wait_converted(kafka_bootstrap, topics, [run.key])
         async with aiohttp.ClientSession() as session:
-            for gateway in gateways:
+            for gateway in (owner, other):
                 await wait_known(session, gateway, [run.key])
             url = f"/runs/{run.key}/events"
             cursors = [(url, {"Last-Event-ID": f"{run.key}:{last}"}), (f"{url}?after={last}", {})]
@@ -155,8 +162,4 @@ def test_a_cursor_at_a_terminal_event_the_replicas_read_after_it_came_is_answere
             assert owner.metric("harness_agui_gateway_resumes_total", kind="ended") == 4
             assert other.metric("harness_agui_gateway_resumes_total", kind="ended") == 0
 
-    try:
-        run_scenario(scenario(), gateways[0], worker)
-    finally:
-        for gateway in gateways:
-            gateway.kill()
+    _on_two_replicas(kafka_bootstrap, topic_factory, tmp_path, ("--keepalive-ms", "60000"), run, scenario)
