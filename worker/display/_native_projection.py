@@ -62,8 +62,6 @@ class NativeDisplayProjection(DisplayProjection):
         native = core()
         assert native is not None, "a native projection is made only where the native module is installed"
         self._engine: Any = native.DisplayProjection(run_id, thread_id, interval_ms, max_bytes)
-        self._thread_bytes = _utf8(thread_id)
-        self._headers_key = _utf8(run_id)
 
     @classmethod
     def restored(  # noqa: PLR0917  # the exported state's fields, in its order
@@ -166,8 +164,8 @@ class NativeDisplayProjection(DisplayProjection):
         if done is None:
             return None
         value, last, evicted = done
-        headers: Headers = ((SEQ, str(last).encode()), (THREAD_ID, self._thread_bytes))
-        return DisplayRecord(self._headers_key, value, headers, last, evicted)
+        headers: Headers = ((SEQ, str(last).encode()), (THREAD_ID, _utf8(self._engine.thread_id)))
+        return DisplayRecord(_utf8(self._engine.run_id), value, headers, last, evicted)
 
     def skip(self, first_seq: int, count: int) -> None:
         self._engine.skip(first_seq, count)

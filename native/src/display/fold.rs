@@ -1,6 +1,8 @@
 //! One run's AG-UI events folded into stably identified display items, exported and restored exactly
 //! (`worker/display/fold.py`'s `DisplayFold`, without its observer: the caller gives the observer's continuation).
 
+use std::borrow::Cow;
+
 use super::bounding::Policy;
 use super::customs::{CustomFolder, HeldArguments};
 use super::fragments::{Assembler, Assembly, Int};
@@ -36,8 +38,8 @@ pub struct Offered<'a> {
 pub struct Fold {
     pub ledger: Ledger,
     pub customs: CustomFolder,
-    /// The continuation of the fold's own observer, written when the caller gives none.
-    pub observer: Vec<u8>,
+    /// The continuation of the fold's own observer, written when the caller gives none (a fresh one's, shared).
+    pub observer: Cow<'static, [u8]>,
 }
 
 impl Fold {
@@ -45,7 +47,7 @@ impl Fold {
         Fold {
             ledger: Ledger::new(run_id, attempt, first, policy, Vec::new(), Evicted::default()),
             customs: CustomFolder::default(),
-            observer: FRESH_OBSERVER.to_vec(),
+            observer: Cow::Borrowed(FRESH_OBSERVER),
         }
     }
 
@@ -204,7 +206,11 @@ impl Fold {
 
     /// Bytes the fold holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.ledger.heap_bytes() + self.customs.heap_bytes() + super::heap::block(self.observer.capacity())
+        let observer = match &self.observer {
+            Cow::Borrowed(_) => 0,
+            Cow::Owned(observer) => super::heap::block(observer.capacity()),
+        };
+        self.ledger.heap_bytes() + self.customs.heap_bytes() + observer
     }
 
     /// The fold that continues from a snapshot's JSON as its model writes it (`DisplaySnapshot.model_dump_json()`,
@@ -315,6 +321,7 @@ impl Fold {
             flag(fragments.get("gap"))?,
             pending,
         );
+        let observer = if observer == FRESH_OBSERVER { Cow::Borrowed(FRESH_OBSERVER) } else { Cow::Owned(observer) };
         Ok(Fold { ledger, customs: CustomFolder { assembler, arguments, completed: None }, observer })
     }
 }

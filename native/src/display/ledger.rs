@@ -1,8 +1,9 @@
 //! The fold's item ledger (`worker/display/_ledger.py`): items by id in first-seen order, dense ordinals, position,
-//! per-scope context and paging. A finished item is held as its JSON alone (its content read back when it changes
-//! again); an open one as its content, with its JSON kept until the next change.
+//! per-scope context and paging. A finished item is held as its fields and its JSON from its content on (its
+//! content read back when it changes again); an open one as its content, with that JSON kept until the next change.
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -41,8 +42,59 @@ impl Hasher for IdHasher {
     }
 }
 
-type Ids<V> = HashMap<String, V, BuildHasherDefault<IdHasher>>;
 type IdSet = HashSet<String, BuildHasherDefault<IdHasher>>;
+
+/// An item id's hash (`IdHasher`'s).
+fn id_hash(key: &str) -> u64 {
+    let mut hasher = IdHasher::default();
+    hasher.write(key.as_bytes());
+    hasher.finish()
+}
+
+/// Where each item is among the entries, by the hash of its id (the entries hold the ids): an id's place is the
+/// first one held for its hash, or one of `others`, the places of ids whose hash an earlier id has.
+#[derive(Default)]
+struct Places {
+    first: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    others: Vec<u32>,
+}
+
+impl Places {
+    fn with_capacity(capacity: usize) -> Places {
+        Places { first: HashMap::with_capacity_and_hasher(capacity, Default::default()), others: Vec::new() }
+    }
+
+    fn find(&self, entries: &[Entry], key: &str) -> Option<usize> {
+        let place = *self.first.get(&id_hash(key))? as usize;
+        if entries[place].key == key {
+            return Some(place);
+        }
+        self.others.iter().map(|&other| other as usize).find(|&other| entries[other].key == key)
+    }
+
+    /// Add the place of an id not held yet.
+    fn insert(&mut self, key: &str, place: usize) {
+        let place = u32::try_from(place).expect("fewer than 2^32 items");
+        match self.first.entry(id_hash(key)) {
+            Slot::Occupied(_) => self.others.push(place),
+            Slot::Vacant(slot) => {
+                slot.insert(place);
+            }
+        }
+    }
+
+    fn rebuild(&mut self, entries: &[Entry]) {
+        self.first.clear();
+        self.others.clear();
+        for (place, entry) in entries.iter().enumerate() {
+            self.insert(&entry.key, place);
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.first.capacity() * (std::mem::size_of::<(u64, u32)>() + 1) + super::heap::block(self.others.capacity() * 4)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -142,6 +194,7 @@ pub struct Entry {
     ended: Option<Time>,
     /// None once only `json` holds the item (a finished one).
     content: Option<Map>,
+    /// The item's JSON from its content on (the rest its fields write, `write_head`): what a finished item keeps.
     json: Option<Vec<u8>>,
     /// The `content_refs` an export held, as its model wrote them (the fold never makes any).
     refs: Option<Box<str>>,
@@ -152,7 +205,7 @@ impl Entry {
     pub fn contents(&self) -> Map {
         match &self.content {
             Some(content) => content.clone(),
-            None => self.json.as_deref().and_then(content_of_json).unwrap_or_default(),
+            None => self.held_content().unwrap_or_default(),
         }
     }
 
@@ -160,26 +213,39 @@ impl Entry {
     pub fn field(&self, name: &str) -> Option<Value> {
         match &self.content {
             Some(content) => content.get(name).cloned(),
-            None => self.json.as_deref().and_then(content_of_json).and_then(|mut c| c.remove(name)),
+            None => self.held_content().and_then(|mut c| c.remove(name)),
         }
     }
 
-    /// The item's JSON, written when it changed since the last call: `Item.model_dump_json()`'s bytes.
-    pub fn to_json(&mut self) -> &[u8] {
+    /// Write the item's JSON, `Item.model_dump_json()`'s bytes; its content's part is written anew only when it
+    /// changed since the last call.
+    pub fn write_json(&mut self, out: &mut Vec<u8>) {
         if self.json.is_none() {
-            self.json = Some(exact(|out| self.write(out)));
+            self.json = Some(exact(|tail| self.write_tail(tail)));
         }
-        self.json.as_deref().unwrap_or_default()
+        self.write_head(out);
+        out.extend_from_slice(self.json.as_deref().unwrap_or_default());
     }
 
-    fn write(&self, out: &mut Vec<u8>) {
-        self.write_head(out);
+    /// The content of a finished item, read back from its JSON (`write_tail`'s bytes: the content object, then
+    /// the content refs when any, then the item's closing brace).
+    fn held_content(&self) -> Option<Map> {
+        let tail = self.json.as_deref()?;
+        let refs = self.refs.as_ref().map_or(0, |refs| REFS_FIELD.len() + refs.len());
+        match parse(tail.get(..tail.len().checked_sub(1 + refs)?)?).ok()? {
+            Value::Object(content) => Some(content),
+            _ => None,
+        }
+    }
+
+    /// The item's JSON from its content on.
+    fn write_tail(&self, out: &mut Vec<u8>) {
         match &self.content {
             Some(content) => compact_object(out, content),
             None => out.extend_from_slice(b"{}"),
         }
         if let Some(refs) = &self.refs {
-            out.extend_from_slice(b",\"content_refs\":");
+            out.extend_from_slice(REFS_FIELD);
             out.extend_from_slice(refs.as_bytes());
         }
         out.push(b'}');
@@ -231,16 +297,8 @@ impl Entry {
     }
 }
 
-/// The content of an item's JSON (the ledger wrote it: the member `content` is an object).
-fn content_of_json(json: &[u8]) -> Option<Map> {
-    match parse(json).ok()? {
-        Value::Object(mut item) => match item.remove("content")? {
-            Value::Object(content) => Some(content),
-            _ => None,
-        },
-        _ => None,
-    }
-}
+/// What an item's JSON writes between its content and its content refs.
+const REFS_FIELD: &[u8] = b",\"content_refs\":";
 
 /// When an item changes: the time itself, or the event whose `event_time` it is (read only when the item starts or
 /// finishes, the only times an item keeps).
@@ -299,7 +357,7 @@ pub struct Ledger {
     pub attempt: i64,
     pub policy: Policy,
     entries: Vec<Entry>,
-    places: Ids<usize>,
+    places: Places,
     /// What an observation's id hashes but the sequence: `run\0observation\0attempt:`.
     observations: Vec<u8>,
     pub next_ordinal: i64,
@@ -397,7 +455,7 @@ impl Ledger {
             attempt,
             policy,
             entries: Vec::with_capacity(items.len()),
-            places: Ids::with_capacity_and_hasher(items.len(), Default::default()),
+            places: Places::with_capacity(items.len()),
             observations: format!("{run_id}\0observation\0{attempt}:").into_bytes(),
             next_ordinal: first,
             sequence: 0,
@@ -427,11 +485,11 @@ impl Ledger {
                 refs: item.refs,
             };
             // A repeated id keeps its first place and its last item, as a dict built from the list does.
-            match ledger.places.get(&entry.key) {
-                Some(&place) => ledger.entries[place] = entry,
+            match ledger.places.find(&ledger.entries, &entry.key) {
+                Some(place) => ledger.entries[place] = entry,
                 None => {
-                    ledger.places.insert(entry.key.clone(), ledger.entries.len());
-                    ledger.entries.push(entry);
+                    ledger.places.insert(&entry.key, ledger.entries.len());
+                    push(&mut ledger.entries, entry);
                 }
             }
         }
@@ -444,11 +502,11 @@ impl Ledger {
     }
 
     pub fn entry(&self, key: &str) -> Option<&Entry> {
-        self.places.get(key).map(|&place| &self.entries[place])
+        self.places.find(&self.entries, key).map(|place| &self.entries[place])
     }
 
     pub fn entry_mut(&mut self, key: &str) -> Option<&mut Entry> {
-        self.places.get(key).map(|&place| &mut self.entries[place])
+        self.places.find(&self.entries, key).map(|place| &mut self.entries[place])
     }
 
     pub fn is_evicted(&self, key: &str) -> bool {
@@ -493,7 +551,7 @@ impl Ledger {
             None => Map::new(),
             Some(entry) => match entry.content.take() {
                 Some(content) => content,
-                None => entry.json.as_deref().and_then(content_of_json).unwrap_or_default(),
+                None => entry.held_content().unwrap_or_default(),
             },
         }
     }
@@ -502,7 +560,7 @@ impl Ledger {
     /// `id_field`, at the current position: what the whole fold of a delta event records for it; false, changing
     /// nothing, when anything else could change (a new, finished or evicted item, or a response group to join).
     pub fn append_open(&mut self, key: &str, id_field: &str, source_id: &str, field: &str, delta: &str) -> bool {
-        let Some(&place) = self.places.get(key) else { return false };
+        let Some(place) = self.places.find(&self.entries, key) else { return false };
         let entry = &mut self.entries[place];
         if entry.state != State::InProgress {
             return false;
@@ -583,8 +641,8 @@ impl Ledger {
     ) -> Result<Option<String>, Fault> {
         let here = StreamId::At(self.attempt, self.sequence);
         let finished = state.finished();
-        let place = match self.places.get(&key) {
-            Some(&place) => {
+        let place = match self.places.find(&self.entries, &key) {
+            Some(place) => {
                 let ended = if finished { Some(at.time()?) } else { None };
                 let entry = &mut self.entries[place];
                 entry.ended = ended;
@@ -611,8 +669,8 @@ impl Ledger {
                     refs: None,
                 };
                 self.next_ordinal += 1;
-                self.places.insert(key.clone(), self.entries.len());
-                self.entries.push(entry);
+                self.places.insert(&key, self.entries.len());
+                push(&mut self.entries, entry);
                 self.entries.len() - 1
             }
         };
@@ -623,7 +681,7 @@ impl Ledger {
         entry.content = Some(content);
         entry.json = None;
         if finished && !growing {
-            entry.to_json();
+            entry.json = Some(exact(|tail| entry.write_tail(tail)));
             entry.content = None;
         }
         Ok(Some(key))
@@ -639,7 +697,7 @@ impl Ledger {
         content: &[u8],
         at: Time,
     ) -> Result<Option<String>, Fault> {
-        if self.places.contains_key(&key) || self.evicted_ids.contains(&key) {
+        if self.places.find(&self.entries, &key).is_some() || self.evicted_ids.contains(&key) {
             let content = match parse(content) {
                 Ok(Value::Object(content)) => content,
                 _ => Map::new(),
@@ -661,13 +719,12 @@ impl Ledger {
             refs: None,
         };
         entry.json = Some(exact(|json| {
-            entry.write_head(json);
             json.extend_from_slice(content);
             json.push(b'}');
         }));
         self.next_ordinal += 1;
-        self.places.insert(key.clone(), self.entries.len());
-        self.entries.push(entry);
+        self.places.insert(&key, self.entries.len());
+        push(&mut self.entries, entry);
         Ok(Some(key))
     }
 
@@ -682,7 +739,7 @@ impl Ledger {
         let mut removed = 0;
         let mut gone = vec![false; self.entries.len()];
         for key in keys {
-            let Some(&place) = self.places.get(key) else { continue };
+            let Some(place) = self.places.find(&self.entries, key) else { continue };
             if gone[place] {
                 continue;
             }
@@ -706,10 +763,7 @@ impl Ledger {
                 index += 1;
                 !gone[index - 1]
             });
-            self.places.clear();
-            for (place, entry) in self.entries.iter().enumerate() {
-                self.places.insert(entry.key.clone(), place);
-            }
+            self.places.rebuild(&self.entries);
         }
         removed
     }
@@ -722,7 +776,7 @@ impl Ledger {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(entry.to_json());
+            entry.write_json(out);
             if entry.state.finished() {
                 entry.content = None;
             }
@@ -741,8 +795,7 @@ impl Ledger {
         let entries: usize = self.entries.iter().map(Entry::heap_bytes).sum();
         entries
             + block(self.entries.capacity() * std::mem::size_of::<Entry>())
-            + self.places.capacity() * (std::mem::size_of::<(String, usize)>() + 1)
-            + self.places.keys().map(|k| block(k.capacity())).sum::<usize>()
+            + self.places.heap_bytes()
             + block(self.run_id.capacity())
             + self.response_groups.iter().map(|(s, g)| block(s.capacity()) + block(g.capacity())).sum::<usize>()
             + self.evicted.ids.iter().map(|id| 2 * block(id.capacity())).sum::<usize>()
@@ -751,9 +804,20 @@ impl Ledger {
 
     /// Write the JSON of one held item.
     pub fn item_json(&mut self, key: &str) -> Option<Vec<u8>> {
-        let place = *self.places.get(key)?;
-        Some(self.entries[place].to_json().to_vec())
+        let place = self.places.find(&self.entries, key)?;
+        let mut json = Vec::new();
+        self.entries[place].write_json(&mut json);
+        Some(json)
     }
+}
+
+/// Append an entry, growing the entries by a quarter when full (held for the run's life: a doubling would leave up
+/// to half of them spare).
+fn push(entries: &mut Vec<Entry>, entry: Entry) {
+    if entries.len() == entries.capacity() {
+        entries.reserve_exact((entries.len() / 4).max(4));
+    }
+    entries.push(entry);
 }
 
 /// Inclusive ordinal ranges sorted and joined where they touch.
@@ -783,6 +847,43 @@ mod tests {
         // hashlib.sha256(b"run-1\0text_message\0m1").hexdigest()[:32]
         assert_eq!(item_id("run-1", Kind::TextMessage, "m1").len(), 36);
         assert_eq!(hashed_id(b"abc"), "itm_ba7816bf8f01cfea414140de5dae2223");
+    }
+
+    /// Two ASCII ids of 16 bytes with the same `id_hash`: the second's last eight bytes undo the first eight's
+    /// difference.
+    fn colliding_ids() -> (String, String) {
+        let step = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        let first = *b"aaaaaaaabbbbbbbb";
+        let (w1, w2) =
+            (u64::from_le_bytes(first[..8].try_into().unwrap()), u64::from_le_bytes(first[8..].try_into().unwrap()));
+        let target = step(0, w1).rotate_left(5) ^ w2;
+        for n in 0u64.. {
+            let other: [u8; 8] = std::array::from_fn(|i| b'a' + ((n >> (3 * i)) & 7) as u8 + 8 * (i as u8 % 2));
+            let word = target ^ step(0, u64::from_le_bytes(other)).rotate_left(5);
+            if word.to_le_bytes().iter().all(|b| b.is_ascii_alphanumeric()) {
+                let mut second = other.to_vec();
+                second.extend_from_slice(&word.to_le_bytes());
+                return (String::from_utf8(first.to_vec()).unwrap(), String::from_utf8(second).unwrap());
+            }
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn ids_of_one_hash_keep_their_own_items() {
+        let (a, b) = colliding_ids();
+        assert_ne!(a, b);
+        assert_eq!(id_hash(&a), id_hash(&b));
+        let mut ledger = Ledger::new("run-1", 0, 1, Policy::default(), Vec::new(), Evicted::default());
+        let at = || At::Time(Time::Ms(0));
+        ledger.put(a.clone(), Kind::ToolCall, State::InProgress, Map::new(), at(), false).unwrap();
+        ledger.put(b.clone(), Kind::TextMessage, State::InProgress, Map::new(), at(), false).unwrap();
+        assert_eq!(ledger.entry(&a).map(|e| e.kind), Some(Kind::ToolCall));
+        assert_eq!(ledger.entry(&b).map(|e| (e.kind, e.ordinal)), Some((Kind::TextMessage, 2)));
+        assert!(ledger.entry("aaaaaaaabbbbbbbc").is_none());
+        assert_eq!(ledger.evict(std::slice::from_ref(&a)), 1);
+        assert!(ledger.entry(&a).is_none());
+        assert_eq!(ledger.entry(&b).map(|e| e.ordinal), Some(2));
     }
 
     #[test]
