@@ -5,6 +5,8 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 
+import { reportEach } from "./jobs.mjs";
+
 const require = createRequire(process.env.GATEWAY_NODE_MODULES + "/");
 const { HttpAgent } = require("@ag-ui/client");
 
@@ -26,10 +28,4 @@ async function runJob(job) {
   }
 }
 
-const jobs = JSON.parse(readFileSync(process.argv[2], "utf8"));
-console.warn = () => {};  // the client warns about event types it ignores; results carry what matters
-console.error = () => {};  // and logs each failed run; the result line carries the error
-await Promise.all(jobs.map(async (job) => {
-  const result = await runJob(job);
-  process.stdout.write(JSON.stringify(result) + "\n");
-}));
+await reportEach(runJob);

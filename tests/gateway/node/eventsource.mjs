@@ -2,19 +2,10 @@
 // page that leaves a finished run's stream open would: no handler closes it. Prints one JSON line once the
 // EventSource is closed for good and `quietS` (argv[5]) more seconds passed, or after the timeout (argv[4]): the ids
 // of the events it received, how often it opened and failed, and its readyState (2: closed, no more reconnects).
-import { createRequire } from "node:module";
-
-const require = createRequire(process.env.GATEWAY_NODE_MODULES + "/");
-const puppeteer = require("puppeteer-core");
-const chromium = require("@sparticuz/chromium");
+import { launchBrowser } from "./browser.mjs";
 
 const [pageUrl, streamUrl, timeoutS = "60", quietS = "5"] = process.argv.slice(2);
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM ?? await chromium.executablePath(),
-  headless: "shell",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"],
-});
+const browser = await launchBrowser();
 try {
   const page = await browser.newPage();
   await page.goto(pageUrl, { waitUntil: "domcontentloaded" });

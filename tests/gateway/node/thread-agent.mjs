@@ -2,7 +2,7 @@
 // prints one JSON line per job: {"label", "ok", "error", "messages", "runs"}. A job is {"label", "module" (the
 // compiled example), "gateway", "threadId", "token", "follow"}: without follow, openThread() resolves once the
 // stream ended; with "stopAfterRuns": N, the agent is aborted once N runs ended, as a page that navigates away.
-import { readFileSync } from "node:fs";
+import { reportEach } from "./jobs.mjs";
 
 async function runJob(job) {
   const { ThreadAgent, openThread } = await import(job.module);
@@ -31,10 +31,4 @@ async function runJob(job) {
   }
 }
 
-const jobs = JSON.parse(readFileSync(process.argv[2], "utf8"));
-console.warn = () => {};  // the client warns about event types it ignores; results carry what matters
-console.error = () => {};  // and logs each failed run; the result line carries the error
-await Promise.all(jobs.map(async (job) => {
-  const result = await runJob(job);
-  process.stdout.write(JSON.stringify(result) + "\n");
-}));
+await reportEach(runJob);
