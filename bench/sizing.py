@@ -76,6 +76,22 @@ def _records(runs: list[list[dict[str, object]]], streams: int, *, ended: bool) 
     return records, offset
 
 
+def _warmed_state(
+    runs: list[list[dict[str, object]]], streams: int, *, display: bool, ended: bool
+) -> tuple[PartitionState, list[SourceRecord], int]:
+    """An empty partition state with room for `streams` runs, their records and the offset after them; another
+    state has processed and checkpointed the first 200 records before, so what the process allocates once for the
+    first of them (imports, caches) is not counted per run."""
+    state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
+                           display_interval_ms=1000 if display else None)  # fmt: skip
+    records, offset = _records(runs, streams, ended=ended)
+    warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
+    for record in records[:200]:
+        warm.process(record)
+    checkpoint(warm, 200)
+    return state, records, offset
+
+
 def _resident() -> int:
     """This process's resident bytes, after the allocator gave back what it could."""
     gc.collect()
@@ -90,13 +106,7 @@ def _resident() -> int:
 def resident_per_run(runs: list[list[dict[str, object]]], streams: int, *, display: bool) -> float:
     """Resident bytes a partition's state adds per open run, in this process: everything, the native engine's
     allocations included (which tracemalloc does not see)."""
-    state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
-                           display_interval_ms=1000 if display else None)  # fmt: skip
-    records, _ = _records(runs, streams, ended=False)
-    warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
-    for record in records[:200]:
-        warm.process(record)
-    del warm
+    state, records, _ = _warmed_state(runs, streams, display=display, ended=False)
     before = _resident()
     for record in records:
         state.process(record)
@@ -119,14 +129,7 @@ def held_per_run(
     """Bytes a partition's state keeps per run: `streams` runs fed their first half (open), or whole (`ended`:
     what a remembered ended run costs); and the most a checkpoint of them all (every run changed since the last)
     allocates beside that, per run, while its changelog records are alive."""
-    state = PartitionState(TOPIC, 0, max_open_streams=streams + 1, closed_stream_memory=streams + 1,
-                           display_interval_ms=1000 if display else None)  # fmt: skip
-    records, offset = _records(runs, streams, ended=ended)
-    warm = PartitionState(TOPIC, 0, display_interval_ms=1000 if display else None)
-    for record in records[:200]:
-        warm.process(record)
-    checkpoint(warm, 200)
-    del warm
+    state, records, offset = _warmed_state(runs, streams, display=display, ended=ended)
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
