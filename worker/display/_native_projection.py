@@ -167,6 +167,10 @@ class NativeDisplayProjection(DisplayProjection):
         headers: Headers = ((SEQ, str(last).encode()), (THREAD_ID, _utf8(self._engine.thread_id)))
         return DisplayRecord(_utf8(self._engine.run_id), value, headers, last, evicted)
 
+    def follow(self, observer: object) -> None:
+        """A native `observer` keeps each item's events from now on, for the engine to fold in place."""
+        self._engine.follow(observer)
+
     def skip(self, first_seq: int, count: int) -> None:
         self._engine.skip(first_seq, count)
 

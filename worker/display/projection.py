@@ -307,6 +307,9 @@ class DisplayProjection:
             value = fold.export_json(observer_json=continuation)
         return value, evicted
 
+    def follow(self, observer: object) -> None:
+        """`observer` makes the events this projection is fed (the reference keeps nothing for it)."""
+
     def skip(self, first_seq: int, count: int) -> None:
         """Pass over `count` events from n = `first_seq` that were never published (their encoding failed, or a
         RUN_ERROR was too large): they are not folded, and the next event offered is n = `first_seq + count`."""

@@ -33,9 +33,11 @@ class DisplayBatch:
         self._evicted = 0
         self._withheld = 0
 
-    def projection(self, run_id: str, thread_id: str) -> DisplayProjection:
-        """A new stream's projection."""
-        return DisplayProjection(run_id, thread_id, interval_ms=self.interval_ms, max_bytes=self.max_bytes)
+    def projection(self, run_id: str, thread_id: str, observer: StreamObserver) -> DisplayProjection:
+        """A new stream's projection, fed the events of the stream's `observer`."""
+        display = DisplayProjection(run_id, thread_id, interval_ms=self.interval_ms, max_bytes=self.max_bytes)
+        display.follow(observer)
+        return display
 
     def take_tally(self) -> tuple[int, int]:
         """(items evicted, display records withheld) by the records processed with publishing since the last call."""

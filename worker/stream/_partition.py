@@ -309,7 +309,7 @@ class PartitionState:
         observer = self._core.new_observer()
         stream = OpenStream(observer=observer, first_offset=step.record.offset, thread_id=item.thread_id)
         if self._display is not None:
-            stream.display = self._display.projection(key, item.thread_id)
+            stream.display = self._display.projection(key, item.thread_id, observer)
         self._streams[key] = stream
         return self._continue(step, item, stream, observer)
 

@@ -366,6 +366,9 @@ fn value_size(value: &Value, published: Option<&[u8]>, typed: bool) -> usize {
         .and_then(|json| members(json, typed.then_some(&b"value"[..])))
         .and_then(|found| found.into_iter().find(|(key, _)| *key == b"value").map(|(_, span)| span));
     let Some(span) = span else { return pyish::json_size(value) };
+    if span.is_ascii() && !span.contains(&0x7F) {
+        return span.len();
+    }
     span.iter().fold(span.len(), |size, byte| {
         size + match byte {
             0xC0..=0xDF => 4,

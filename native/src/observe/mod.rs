@@ -400,4 +400,19 @@ impl Observer {
         out.push("state", self.state.to_value());
         Value::Object(out)
     }
+
+    /// `export()`'s compact JSON, written without building it.
+    pub fn write_export(&self, out: &mut Vec<u8>) {
+        let text = |out: &mut Vec<u8>, found: &Option<String>| match found {
+            Some(text) => crate::json::write::string(out, text),
+            None => out.extend_from_slice(b"null"),
+        };
+        out.extend_from_slice(b"{\"thread_id\":");
+        text(out, &self.thread_id);
+        out.extend_from_slice(b",\"run_id\":");
+        text(out, &self.run_id);
+        out.extend_from_slice(b",\"state\":");
+        self.state.write_json(out);
+        out.push(b'}');
+    }
 }

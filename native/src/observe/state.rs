@@ -126,6 +126,64 @@ impl RunState {
         );
         Value::Object(out)
     }
+
+    /// `to_value()`'s compact JSON, written without building it.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use crate::json::write::{compact, string};
+        let distinct =
+            self.parts.iter().enumerate().all(|(i, (index, _))| self.parts[..i].iter().all(|(o, _)| o != index));
+        if !distinct {
+            // A repeated index keeps its first place and its last cursor, as `to_value` builds it.
+            return compact(out, &self.to_value());
+        }
+        out.extend_from_slice(b"{\"request_index\":");
+        compact(out, &self.request_index);
+        out.extend_from_slice(b",\"parts\":{");
+        for (i, (index, cursor)) in self.parts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, &python_str(index));
+            out.extend_from_slice(b":{\"kind\":");
+            string(out, cursor.kind.name());
+            out.extend_from_slice(b",\"part_id\":");
+            string(out, &cursor.part_id);
+            out.extend_from_slice(b",\"tool_name\":");
+            match &cursor.tool_name {
+                Some(name) => string(out, name),
+                None => out.extend_from_slice(b"null"),
+            }
+            out.extend_from_slice(if cursor.emitted_content {
+                b",\"emitted_content\":true"
+            } else {
+                b",\"emitted_content\":false"
+            });
+            out.extend_from_slice(if cursor.emitted_signature {
+                b",\"emitted_signature\":true}"
+            } else {
+                b",\"emitted_signature\":false}"
+            });
+        }
+        out.extend_from_slice(b"},\"children\":{");
+        for (i, (run, state)) in self.children.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, run);
+            out.push(b':');
+            state.write_json(out);
+        }
+        out.extend_from_slice(b"},\"threads\":{");
+        for (i, (run, thread)) in self.threads.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, run);
+            out.push(b':');
+            string(out, thread);
+        }
+        out.extend_from_slice(b"}}");
+    }
 }
 
 /// Staged changes to one run's state: its request index, and its parts copied on the first change.
@@ -192,5 +250,36 @@ impl Changes {
         if let Some(parts) = self.parts {
             state.parts = parts;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::write::compact_bytes;
+
+    fn written(state: &RunState) -> Vec<u8> {
+        let mut out = Vec::new();
+        state.write_json(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_state_is_written_as_its_value_is() {
+        let mut tool = Cursor::new(CursorKind::ToolCall, "p\"1".into());
+        tool.tool_name = Some("search".into());
+        tool.emitted_content = true;
+        let mut child = RunState { request_index: Value::Bool(true), ..RunState::default() };
+        child.parts.push((Value::Big("123456789012345678901234".into()), Cursor::new(CursorKind::Text, "t".into())));
+        let mut state = RunState { request_index: Value::Int(3), ..RunState::default() };
+        state.parts.push((Value::Int(0), tool));
+        state.parts.push((Value::Int(-2), Cursor::new(CursorKind::Reasoning, "r\u{e9}".into())));
+        state.children.push(("child".into(), child));
+        state.threads.push(("child".into(), "thread \n".into()));
+        assert_eq!(written(&state), compact_bytes(&state.to_value()));
+        assert_eq!(written(&RunState::default()), compact_bytes(&RunState::default().to_value()));
+        let repeated = Cursor::new(CursorKind::Text, "again".into());
+        state.parts.push((Value::Int(0), repeated));
+        assert_eq!(written(&state), compact_bytes(&state.to_value()));
     }
 }

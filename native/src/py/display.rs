@@ -328,7 +328,11 @@ impl DisplayProjection {
         let native = observer.and_then(|o| o.cast::<Observer>().ok());
         let continuation = match (due, native, observer) {
             (None, _, _) | (_, _, None) => None,
-            (Some(_), Some(native), _) => Some(compact_bytes(&native.borrow().core.export())),
+            (Some(_), Some(native), _) => {
+                let mut out = Vec::with_capacity(256);
+                native.borrow().core.write_export(&mut out);
+                Some(out)
+            }
             (Some(_), None, Some(observer)) => Some(compact_bytes(&to_value(&observer.call_method0("export_data")?)?)),
         };
         let mut held = native.map(|n| n.borrow_mut());
@@ -360,6 +364,14 @@ impl DisplayProjection {
             observer.last_events = Vec::new(); // folded: an open run holds no event between its records
         }
         Ok((self.projection.hand_out(token), due))
+    }
+
+    /// A native `observer` keeps each item's events from now on (what `accept` folds in place); any other is left
+    /// as it is.
+    fn follow(&self, observer: &Bound<'_, PyAny>) {
+        if let Ok(native) = observer.cast::<Observer>() {
+            native.borrow_mut().keep_events = true;
+        }
     }
 
     fn skip(&mut self, py: Python<'_>, first_seq: i64, count: i64) -> PyResult<()> {
