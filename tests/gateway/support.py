@@ -186,6 +186,11 @@ class GatewayProcess:
         """The JSON lines of the log (`--log-format json`)."""
         return json_log_records(self.log())
 
+    def owned(self) -> set[int]:
+        """The partitions of the replica's latest gateway group assignment, from its log (none before the first)."""
+        assigned = [r for r in self.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
+        return set(assigned[-1]["partitions"]) if assigned else set()
+
     def metric(self, name: str, **labels: str) -> float:
         from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 

@@ -35,13 +35,6 @@ VIEWERS = 20
 FLAGS = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "500")
 
 
-def _owned(gateway: GatewayProcess) -> list[int]:
-    """The partitions of the replica's latest gateway group assignment, from its log."""
-    assigned = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
-    assert assigned, gateway.log()[-2000:]
-    return list(assigned[-1]["partitions"])
-
-
 def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_through_it(
     topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -54,8 +47,8 @@ def test_viewers_through_a_non_owner_share_one_stream_and_http_agent_joins_late_
         candidates = sorted((r for r in corpus() if r.events), key=lambda r: -len(r.lines))[:6]
         expected = await reference_results(tmp_path, candidates)
         run = next(r for r in candidates if expected[r.key]["ok"])  # a reference HttpAgent itself accepts
-        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
-        assert partition_of(run.key) in _owned(owner) and partition_of(run.key) not in _owned(other)
+        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in g.owned())
+        assert partition_of(run.key) in owner.owned() and partition_of(run.key) not in other.owned()
         half = len(run.lines) // 2
         await produce(kafka_bootstrap, topics.source, [(run.key.encode(), line) for line in run.lines[:half]])
         async with aiohttp.ClientSession() as session:

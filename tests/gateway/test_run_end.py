@@ -60,12 +60,6 @@ async def _until_final_display(session: aiohttp.ClientSession, gateway: GatewayP
     raise AssertionError(f"run {run.key}'s last display record never came through {gateway.name}")
 
 
-def _owned(gateway: GatewayProcess) -> list[int]:
-    assigned = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
-    assert assigned, gateway.log()[-2000:]
-    return list(assigned[-1]["partitions"])
-
-
 def _on_two_replicas(kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, flags: tuple[str, ...],
                      run: Run, scenario: Callable[[Topics, GatewayProcess, GatewayProcess], Awaitable[None]]) -> None:
     """`scenario(topics, owner, other)` on new topics with a worker and two gateway replicas started with `flags`,
@@ -76,8 +70,8 @@ def _on_two_replicas(kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path
 
     async def on_both() -> None:
         until_one_partition_each(gateways)
-        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in _owned(g))
-        assert partition_of(run.key) in _owned(owner)
+        owner, other = sorted(gateways, key=lambda g: partition_of(run.key) not in g.owned())
+        assert partition_of(run.key) in owner.owned()
         await scenario(topics, owner, other)
 
     try:

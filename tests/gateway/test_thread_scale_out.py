@@ -45,16 +45,11 @@ FLAGS = ("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "500", "--fo
          "--keepalive-ms", "2000")  # fmt: skip
 
 
-def _owned(gateway: GatewayProcess) -> set[int]:
-    assigned = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
-    return set(assigned[-1]["partitions"]) if assigned else set()
-
-
 def _until_divided(gateways: list[GatewayProcess], timeout_s: float = 90) -> list[set[int]]:
     deadline = time.monotonic() + timeout_s
     while True:
         serving = [g.metric("harness_agui_gateway_partitions", state="serving") for g in gateways]
-        owned = [_owned(g) for g in gateways]
+        owned = [g.owned() for g in gateways]
         if serving == [4.0, 4.0, 4.0] and set().union(*owned) == set(range(PARTITIONS)):
             return owned
         assert time.monotonic() < deadline, f"partitions not divided: {serving}"

@@ -105,8 +105,7 @@ def test_the_viewer_page_on_a_non_owner_replica_survives_the_owner_kill_and_show
     third = len(lines) // 3
 
     def owns(gateway: GatewayProcess) -> bool:
-        assigned = [r for r in gateway.log_records() if str(r.get("msg", "")).startswith("gateway group assignment")]
-        return bool(assigned) and partition_of(run.key) in assigned[-1]["partitions"]
+        return partition_of(run.key) in gateway.owned()
 
     async def scenario() -> dict:
         await produce(kafka_bootstrap, topics.source, lines[:1])
