@@ -23,19 +23,15 @@ import atheris
 
 with atheris.instrument_imports(include=["worker.wire", "worker.observe"]):
     from worker.errors import DecodeError
-    from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, encode_event
+    from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver
     from worker.wire import decode_item, timestamp_ms
 
 from worker import _native_core as native  # type: ignore[attr-defined]
 
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # for the tests' support: `worker` stays installed
+from tests.observe._parity import observed_by_both
+
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-
-
-def _outcome(call: Any) -> tuple[str, Any]:
-    try:
-        return "ok", call()
-    except Exception as exc:  # compared: the refusal's type and message
-        return type(exc).__name__, str(exc)
 
 
 def _dump(item: Any) -> str:
@@ -59,13 +55,8 @@ def check(record: bytes) -> None:
         theirs = (HarnessAguiStreamObserver if stream else HarnessAguiObserver)(retain_events=False)
         mine = native.Observer(stream)
         for _ in range(2):
-            kind, expected = _outcome(lambda theirs=theirs: theirs.observe(reference))
-            if kind == "ok":
-                expected = ([e.type.value for e in expected], [encode_event(e) for e in expected])
-            got_kind, got = _outcome(lambda mine=mine: mine.observe(item))
-            if got_kind == "ok":
-                got = (list(got[0]), got[1])
-            assert (got_kind, got) == (kind, expected), f"the observers differ on {record[:200]!r}"
+            expected, got = observed_by_both(theirs, reference, mine, item)
+            assert got == expected, f"the observers differ on {record[:200]!r}"
 
 
 def _seed(directory: Path) -> None:

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 
 from tests.native import native_core
+from tests.observe._parity import observed_by_both
 from tests.observe._runs import wire_runs
 from worker.errors import DecodeError
-from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver, encode_event
+from worker.observe import HarnessAguiObserver, HarnessAguiStreamObserver
 from worker.wire import HarnessItem, decode_item, timestamp_ms
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
@@ -24,13 +25,6 @@ SOURCES = sorted(p for p in GOLDEN.rglob("*.jsonl") if ".agui." not in p.name an
 def _native_item(core: Any, record: bytes, reference: HarnessItem) -> Any:
     item = core.decode(record)
     return item if item is not None else core.import_item(reference, timestamp_ms(reference))
-
-
-def _outcome(call: Any) -> tuple[str, Any]:
-    try:
-        return "ok", call()
-    except Exception as exc:  # the refusal's type and message are compared
-        return "refused", (type(exc).__name__, str(exc))
 
 
 def compare(records: list[bytes], stream: bool) -> int:
@@ -46,13 +40,8 @@ def compare(records: list[bytes], stream: bool) -> int:
         except DecodeError:
             continue
         ours = _native_item(core, record, item)
-        kind, theirs = _outcome(lambda item=item: reference.observe(item))
-        if kind == "ok":
-            theirs = ([e.type.value for e in theirs], [encode_event(e) for e in theirs])
-        got_kind, got = _outcome(lambda ours=ours: native.observe(ours))
-        if got_kind == "ok":
-            got = (list(got[0]), got[1])
-        assert (got_kind, got) == (kind, theirs), record[:200]
+        theirs, got = observed_by_both(reference, item, native, ours)
+        assert got == theirs, record[:200]
         assert json.dumps(native.export_data()) == json.dumps(reference.export_data()), record[:200]
         observed += 1
     return observed
