@@ -39,12 +39,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from bench._broker import heading, on_a_broker
 from bench._latency import p50_p99_ms
@@ -62,6 +64,7 @@ _LATENCY = "harness_agui_gateway_delivery_latency_seconds"
 _RECORDS = "harness_agui_gateway_records_read_total"
 _SERVING = 'harness_agui_gateway_partitions{state="serving"}'
 _IDLE_S = 5.0  # with --replicas: each replica's CPU with nothing produced, before the reading window
+_V = TypeVar("_V")
 
 
 def _cpu_s(pid: int) -> float:
@@ -297,20 +300,34 @@ async def _wait_known(url: str, runs: list[str]) -> None:
                 raise RuntimeError(f"run {run} never reached the gateway")
 
 
-async def _probe(bootstrap: str, topic: str, keys: set[bytes], seen: dict[str, float], stop: asyncio.Event) -> None:
+async def _first_seen(bootstrap: str, topic: str, stop: asyncio.Event, seen: dict[str, _V],
+                      mark: Callable[[ConsumerRecord[bytes, bytes], float], tuple[str, _V] | None]) -> None:
+    """Until `stop` is set, `seen[name] = value` for the first record committed to `topic` from now on for which
+    `mark(record, time.time() it was fetched)` gives `(name, value)` (a read_committed consumer, fetching within
+    10 ms of a commit)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 fetch_max_wait_ms=10, auto_offset_reset="latest", enable_auto_commit=False)  # fmt: skip
     await consumer.start()
     try:
         while not stop.is_set():
-            for records in (await consumer.getmany(timeout_ms=100)).values():
+            for records in (await consumer.getmany(timeout_ms=50)).values():
                 now = time.time()
                 for record in records:
-                    if record.key in keys:
-                        ident = next(v for k, v in record.headers if k == "agui-event-id").decode()
-                        seen.setdefault(ident, now)
+                    if (marked := mark(record, now)) is not None:
+                        seen.setdefault(*marked)
     finally:
         await consumer.stop()
+
+
+async def _probe(bootstrap: str, topic: str, keys: set[bytes], seen: dict[str, float], stop: asyncio.Event) -> None:
+    """When each event of the runs keyed `keys` was first seen committed, by event id."""
+
+    def mark(record: ConsumerRecord[bytes, bytes], now: float) -> tuple[str, float] | None:
+        if record.key not in keys:
+            return None
+        return next(v for k, v in record.headers if k == "agui-event-id").decode(), now
+
+    await _first_seen(bootstrap, topic, stop, seen, mark)
 
 
 async def _fill(bootstrap: str, source: str, items: int) -> None:

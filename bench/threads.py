@@ -46,7 +46,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import ConsumerRecord
 
 from bench._broker import heading, on_a_broker
 from bench._latency import p50_p99_ms
@@ -54,6 +55,7 @@ from bench.gateway import (
     _capacity,
     _committed_all,
     _fill,
+    _first_seen,
     _get,
     _go,
     _line,
@@ -159,18 +161,13 @@ def _quantile_between(before: bytes, after: bytes, name: str, share: float) -> f
 
 async def _probe(bootstrap: str, topic: str, seen: dict[str, tuple[float, float]], stop: asyncio.Event) -> None:
     """When each run's event 0 was first seen committed, and its record's timestamp (the worker's append)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                auto_offset_reset="latest", fetch_max_wait_ms=10, enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
-    try:
-        while not stop.is_set():
-            for records in (await consumer.getmany(timeout_ms=50)).values():
-                now = time.time()
-                for record in records:
-                    if dict(record.headers).get("agui-seq") == b"0" and record.key is not None:
-                        seen.setdefault(record.key.decode(), (now, record.timestamp / 1000))
-    finally:
-        await consumer.stop()
+
+    def mark(record: ConsumerRecord[bytes, bytes], now: float) -> tuple[str, tuple[float, float]] | None:
+        if dict(record.headers).get("agui-seq") != b"0" or record.key is None:
+            return None
+        return record.key.decode(), (now, record.timestamp / 1000)
+
+    await _first_seen(bootstrap, topic, stop, seen, mark)
 
 
 async def _open(url: str, total: int) -> float:
