@@ -77,6 +77,8 @@ impl Fold {
                 }
             }
         }
+        let growing = self.customs.arguments.as_ref().filter(|h| h.sequence == self.ledger.sequence);
+        self.ledger.settle_growing(growing.map(|h| h.key.as_str()));
         Ok(keys)
     }
 

@@ -367,6 +367,8 @@ pub struct Ledger {
     pub evicted: Evicted,
     evicted_ids: IdSet,
     last_key: Option<(Kind, String, String)>,
+    /// The finished item that keeps its content because the next event may grow it (`put` with `growing`).
+    growing: Option<String>,
 }
 
 /// The hex id of a text: `itm_` and the first 128 bits of its SHA-256.
@@ -464,6 +466,7 @@ impl Ledger {
             evicted_ids: IdSet::default(),
             evicted: Evicted { ids: Vec::new(), ..evicted.clone() },
             last_key: None,
+            growing: None,
         };
         for id in evicted.ids {
             if ledger.evicted_ids.insert(id.clone()) {
@@ -471,7 +474,7 @@ impl Ledger {
             }
         }
         for item in items {
-            let entry = Entry {
+            let mut entry = Entry {
                 key: item.key,
                 ordinal: item.ordinal,
                 kind: item.kind,
@@ -484,6 +487,10 @@ impl Ledger {
                 json: None,
                 refs: item.refs,
             };
+            if entry.state.finished() {
+                entry.json = Some(exact(|tail| entry.write_tail(tail)));
+                entry.content = None;
+            }
             // A repeated id keeps its first place and its last item, as a dict built from the list does.
             match ledger.places.find(&ledger.entries, &entry.key) {
                 Some(place) => ledger.entries[place] = entry,
@@ -684,7 +691,34 @@ impl Ledger {
             entry.json = Some(exact(|tail| entry.write_tail(tail)));
             entry.content = None;
         }
+        if finished && growing && self.growing.as_deref() != Some(key.as_str()) {
+            if let Some(before) = self.growing.replace(key.clone()) {
+                self.settle(&before);
+            }
+        }
         Ok(Some(key))
+    }
+
+    /// The finished item kept growable is held as its JSON alone unless it is `still` growable: what the next record
+    /// would have written of it, written now.
+    pub fn settle_growing(&mut self, still: Option<&str>) {
+        if self.growing.is_some() && self.growing.as_deref() != still {
+            if let Some(key) = self.growing.take() {
+                self.settle(&key);
+            }
+        }
+    }
+
+    /// A finished item still holding its content is held as its JSON alone.
+    fn settle(&mut self, key: &str) {
+        let Some(place) = self.places.find(&self.entries, key) else { return };
+        let entry = &mut self.entries[place];
+        if entry.state.finished() && entry.content.is_some() {
+            if entry.json.is_none() {
+                entry.json = Some(exact(|tail| entry.write_tail(tail)));
+            }
+            entry.content = None;
+        }
     }
 
     /// Store the new finished item `key` whose content's JSON is `content` (as the output records spell it),
@@ -800,6 +834,7 @@ impl Ledger {
             + self.response_groups.iter().map(|(s, g)| block(s.capacity()) + block(g.capacity())).sum::<usize>()
             + self.evicted.ids.iter().map(|id| 2 * block(id.capacity())).sum::<usize>()
             + self.last_key.as_ref().map_or(0, |(_, s, k)| block(s.capacity()) + block(k.capacity()))
+            + self.growing.as_ref().map_or(0, |k| block(k.capacity()))
     }
 
     /// Write the JSON of one held item.

@@ -1,0 +1,36 @@
+"""An open run's native display holds each finished item in its written form: nothing more than writing a record
+of its items leaves behind, so an open run between records costs what it costs right after one."""
+
+from __future__ import annotations
+
+import pytest
+from ag_ui.core import BaseEvent, CustomEvent, TextMessageStartEvent
+
+from tests.display._events import BASE_TS, args_delta
+from tests.display._flows import offer
+from worker.display import DisplayProjection
+from worker.display._native_projection import NativeDisplayProjection
+
+
+def _held(events: list[BaseEvent]) -> tuple[int, int]:
+    """The engine's heap after the events, and after writing its items (its exported state)."""
+    projection = DisplayProjection("run-t", "thread_t", interval_ms=60_000)
+    assert isinstance(projection, NativeDisplayProjection)
+    offer(projection, events[:1], 0, timestamp_ms=BASE_TS, ended=False)  # the run's first record is due here
+    for n, event in enumerate(events[1:], start=1):
+        offer(projection, (event,), n, timestamp_ms=BASE_TS, ended=False)
+    held = projection.heap_bytes()
+    projection.export_json()
+    return held, projection.heap_bytes()
+
+
+def test_a_finished_argument_stream_is_held_written_once_another_event_follows(build: str) -> None:
+    if build == "pure":
+        pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
+    start = TextMessageStartEvent(message_id="m0", role="assistant", timestamp=BASE_TS)
+    stream = [CustomEvent.model_validate(args_delta(1, '{"path": "' + "a" * 400 * n, BASE_TS, n)) for n in (1, 2, 3)]
+    after = TextMessageStartEvent(message_id="m1", role="assistant", timestamp=BASE_TS)
+    held, written = _held([start, *stream, after])
+    assert held <= written  # writing keeps the open message's JSON beside its content
+    growing, written = _held([start, *stream])
+    assert growing > written, "a stream the next event may still grow keeps its content"
