@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from worker.gateway.directory import DisplayPointer, RunDirectory
-from worker.gateway.frames import KEEP_ALIVE, RunEnded
+from worker.gateway.frames import KEEP_ALIVE, RunEnded, event_frame
 from worker.gateway.hub import Hub, Subscription
 from worker.gateway.metrics import GatewayMetrics
 from worker.gateway.reader import HistoryReader
@@ -186,3 +186,23 @@ async def test_a_stream_whose_cursor_is_the_terminal_event_the_tail_reads_after_
 
 async def _all(chunks: AsyncGenerator[bytes, None]) -> list[bytes]:
     return [chunk async for chunk in chunks]
+
+
+async def test_a_new_run_whose_display_record_came_before_its_events_gets_them_from_the_tail_at_once() -> None:
+    # A new run's display record often reaches a replica before the tail reads its first events: its stream attaches
+    # with nothing of it in memory and searches the output topic (here a broker that never answers), which ends as
+    # soon as the tail brings event 0; what follows comes live, each event once.
+    hub = _hub()
+    streams = _run_streams(hub, directory := RunDirectory(10, 1 << 20))
+    hub.publish(0, 0, "other", 0, b"{}", 0, False, 0.0)
+    directory.update("new", DisplayPointer(0, 0, 0, 0, "t"), _final_display("s01_hello")[2])
+    chunks = streams.chunks(streams.start(StreamRequest("new", None, "sse"), lambda: None, lambda: False))
+    first = asyncio.ensure_future(chunks.__anext__())
+    await asyncio.sleep(0.05)
+    assert not first.done(), "nothing of the run was read yet"
+    for seq in range(2):
+        hub.publish(0, 1 + seq, "new", seq, b'{"n":%d}' % seq, 0, False, 0.0)
+    assert await asyncio.wait_for(first, 1) == event_frame("new", 0, b'{"n":0}') + event_frame("new", 1, b'{"n":1}')
+    hub.publish(0, 3, "new", 1, b'{"n":1}', 0, False, 0.0)  # read twice: held already
+    hub.publish(0, 4, "new", 2, b'{"n":2}', 0, True, 0.0)
+    assert await asyncio.wait_for(_all(chunks), 1) == [event_frame("new", 2, b'{"n":2}')]

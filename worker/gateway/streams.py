@@ -229,11 +229,11 @@ class RunStreams:
             self._reading[run_id] = reading
         read: list[HistoryEvent] | None = []  # kept for the hub, so the run's next readers find it in memory
         try:
-            async for batch in self._history.events(
-                partition, run_id, first, attachment.live_from,
-                hint_ms=await self._hint(run_id, pointer, first), known_last=self._known_last(run_id, pointer),
-                start_at=seen.offset if seen is not None and seen.seq <= first else None,
-            ):  # fmt: skip
+            start = (seen.offset if seen is not None and seen.seq <= first
+                     else await self._start(stream, partition, first, attachment.live_from))  # fmt: skip
+            if start is None:
+                return  # event `first` comes live
+            async for batch in self._history.events(partition, run_id, first, attachment.live_from, start_at=start):
                 if read is not None:
                     read.extend(batch)
                     if len(read) > self._backfill_events:
@@ -248,6 +248,38 @@ class RunStreams:
             if reading is not None:
                 del self._reading[run_id]
                 reading.set_result(None)
+
+    async def _start(self, stream: RunStream, partition: int, first: int, until: int) -> int | None:
+        """An offset at or before the record of event `first`, found in the output topic before offset `until`, or
+        None when the event comes live: told by the topic, or by the tail bringing the subscription an event at or
+        before `first` while the topic is searched (a run's events lie in `partition` in order, so none from there
+        on is before `until`, where the subscription joined). A new run's display record often reaches this
+        replica before its first events do: the search then ends as soon as the tail brings them."""
+        subscription, run_id, pointer = stream.subscription, stream.request.run_id, stream.pointer
+        assert subscription is not None
+
+        async def search() -> int | None:
+            return await self._history.locate(partition, run_id, first, until,
+                                              hint_ms=await self._hint(run_id, pointer, first),
+                                              known_last=self._known_last(run_id, pointer))  # fmt: skip
+
+        found = asyncio.ensure_future(search())
+        try:
+            while subscription.first_seq is None and not found.done():  # nothing came live yet: wait for either
+                arrival = asyncio.ensure_future(subscription.wait(self._quiet_period_s))
+                try:
+                    await asyncio.wait((found, arrival), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    arrival.cancel()
+                    await asyncio.wait((arrival,))  # its wait is over before the stream waits on the subscription
+            if subscription.first_seq is not None and subscription.first_seq <= first:
+                return None
+            return await found
+        finally:
+            if not found.done():
+                found.cancel()
+            elif not found.cancelled():
+                found.exception()  # told by the tail instead: the search's own outcome goes unused
 
     async def _arrives_live(self, stream: RunStream) -> bool:
         """Whether the events the output topic did not hold before the subscription's offset are in its queue: the

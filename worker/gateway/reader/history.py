@@ -118,22 +118,15 @@ class HistoryReader:
         raise KafkaWorkerError(f"reading display record {tp.topic}[{tp.partition}]@{pointer.offset} timed out")
 
     async def events(
-        self, partition: int, run_id: str, from_seq: int, until: int, *, hint_ms: int, known_last: int,
-        start_at: int | None = None,
+        self, partition: int, run_id: str, from_seq: int, until: int, *, start_at: int
     ) -> AsyncIterator[list[HistoryEvent]]:
-        """Batches of run `run_id`'s events from `from_seq` on, in order, among the records of `partition` before
-        offset `until`, stopping after a terminal event. `start_at` is an offset at or before the wanted event's
-        record when the caller knows one (the tail saw an earlier event there), else it is found from `hint_ms`,
-        a time at or after the wanted event's record; `known_last` is the highest event number known to exist
-        (-1: none). NotRetained when the topic no longer holds `from_seq`."""
+        """Batches of run `run_id`'s events from `from_seq` on, in order, among the records of `partition` from
+        offset `start_at` (at or before the wanted event's record: the tail saw an earlier event there, or `locate`
+        found it) to before offset `until`, stopping after a terminal event. NotRetained when the topic no longer
+        holds `from_seq`."""
         tp = TopicPartition(self._settings.output_topic, partition)
         key = run_id.encode()
-        start = start_at
-        if start is None:
-            start = await self._locate(tp, key, from_seq, until, hint_ms=hint_ms, known_last=known_last)
-        if start is None:
-            return
-        offset, next_seq = start, from_seq
+        offset, next_seq = start_at, from_seq
         while offset < until:
             batch: list[HistoryEvent] = []
             async with self._reader() as reader:
@@ -170,10 +163,14 @@ class HistoryReader:
         reader.at = -1  # read to `until`: paused there, sought again next time
         return until, True
 
-    async def _locate(
-        self, tp: TopicPartition, key: bytes, from_seq: int, until: int, *, hint_ms: int, known_last: int
+    async def locate(
+        self, partition: int, run_id: str, from_seq: int, until: int, *, hint_ms: int, known_last: int
     ) -> int | None:
-        """An offset at or before event `from_seq` of `key` (None: no such event before `until`, it comes live)."""
+        """An offset of `partition` at or before run `run_id`'s event `from_seq` (None: no such event before `until`,
+        it comes live), found from `hint_ms`, a time at or after the event's record; `known_last` is the highest event
+        number known to exist (-1: none). NotRetained when the topic no longer holds `from_seq`."""
+        tp = TopicPartition(self._settings.output_topic, partition)
+        key = run_id.encode()
         margin = _FIRST_MARGIN_MS
         async with self._reader() as reader:
             consumer = reader.consumer
