@@ -32,8 +32,9 @@ first chunk when the run cannot be served now, RunEnded when its terminal event 
 _RUN_WAIT_S: Final = 10.0  # a run the index lists may not be known to its owner for as long as its tail lags
 _RETRY_S: Final = 0.1
 # a new run's first events reach its owner's tail about when its start record reached the index (one
-# transaction): the first retry comes soon, each next one twice as late, up to _RETRY_S
+# transaction): retries come every _FIRST_RETRY_S for _FAST_RETRIES_S, then twice as late each, up to _RETRY_S
 _FIRST_RETRY_S: Final = 0.01
+_FAST_RETRIES_S: Final = 0.1
 _END_RECORD_WAIT_S: Final = 2.0  # a cursor's run: how long to wait for its end record before opening it after it
 MAX_PAGE: Final = 500
 
@@ -141,7 +142,8 @@ class ThreadStreams:
         if run.last_seq is not None and first > run.last_seq:
             return  # the cursor is the run's terminal event
         prefix = f"id: {run.run_id}:".encode()
-        deadline = time.monotonic() + _RUN_WAIT_S
+        began = time.monotonic()
+        deadline = began + _RUN_WAIT_S
         wait = _FIRST_RETRY_S
         while True:
             try:
@@ -151,7 +153,8 @@ class ThreadStreams:
             except GatewayError as exc:
                 if exc.status in (403, 404) and time.monotonic() < deadline:
                     await asyncio.sleep(wait)  # its owner has not read the run's first records yet
-                    wait = min(2 * wait, _RETRY_S)
+                    if time.monotonic() - began >= _FAST_RETRIES_S:
+                        wait = min(2 * wait, _RETRY_S)
                     continue
                 if exc.status == 410:  # the topics no longer hold it: nothing of it can be sent
                     yield comment_frame(f"run {run.run_id} is no longer retained")
