@@ -292,7 +292,7 @@ impl Fold {
                 Some(HeldArguments {
                     stream: held.get("stream").cloned().unwrap_or(Value::Null),
                     key: text(held.get("key"))?,
-                    at: Time::Text(text(held.get("at"))?.into()),
+                    at: Time::of_text(text(held.get("at"))?.into()),
                     sequence: int(held.get("sequence"))?,
                     event: match held.get("event") {
                         None | Some(Value::Null) => None,

@@ -167,6 +167,22 @@ pub enum StreamId {
 }
 
 impl StreamId {
+    /// A stream id read back from its text: held as its two numbers when the ledger writes them exactly so.
+    fn of_text(text: String) -> StreamId {
+        for (at, _) in text.match_indices('-').filter(|(at, _)| *at > 0) {
+            if let (Ok(attempt), Ok(sequence)) = (text[..at].parse::<i64>(), text[at + 1..].parse::<i64>()) {
+                let mut written = Vec::with_capacity(text.len());
+                decimal(&mut written, attempt);
+                written.push(b'-');
+                decimal(&mut written, sequence);
+                if written == text.as_bytes() {
+                    return StreamId::At(attempt, sequence);
+                }
+            }
+        }
+        StreamId::Text(text.into())
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             StreamId::At(attempt, sequence) => {
@@ -479,10 +495,10 @@ impl Ledger {
                 ordinal: item.ordinal,
                 kind: item.kind,
                 state: item.state,
-                first: StreamId::Text(item.first.into()),
-                last: StreamId::Text(item.last.into()),
-                started: Time::Text(item.started),
-                ended: item.ended.map(Time::Text),
+                first: StreamId::of_text(item.first),
+                last: StreamId::of_text(item.last),
+                started: Time::of_text(item.started),
+                ended: item.ended.map(Time::of_text),
                 content: Some(item.content),
                 json: None,
                 refs: item.refs,
@@ -919,6 +935,15 @@ mod tests {
         assert_eq!(ledger.evict(std::slice::from_ref(&a)), 1);
         assert!(ledger.entry(&a).is_none());
         assert_eq!(ledger.entry(&b).map(|e| e.ordinal), Some(2));
+    }
+
+    #[test]
+    fn stream_ids_read_back_are_held_as_numbers_only_when_written_the_same() {
+        assert_eq!(StreamId::of_text("0-12".into()), StreamId::At(0, 12));
+        assert_eq!(StreamId::of_text("-3--4".into()), StreamId::At(-3, -4));
+        for kept in ["0-012", "+1-2", "1-2-3", "a-1", "12", "-1", "0-"] {
+            assert_eq!(StreamId::of_text(kept.into()), StreamId::Text(kept.into()), "{kept}");
+        }
     }
 
     #[test]

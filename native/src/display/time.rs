@@ -72,7 +72,42 @@ thread_local! {
     static LAST: std::cell::RefCell<(i64, Vec<u8>)> = const { std::cell::RefCell::new((i64::MIN, Vec::new())) };
 }
 
+/// The day count from 1970-01-01 of a date of the proleptic Gregorian calendar (`civil`'s inverse).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+}
+
+/// The milliseconds of a time as `write` spells it (without the quotes), if it has that form.
+fn ms_of(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let number = |from: usize, digits: usize| -> Option<i64> {
+        let part = bytes.get(from..from + digits)?;
+        part.iter().try_fold(0i64, |n, &b| b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0')))
+    };
+    let days = days_from_civil(number(0, 4)?, number(5, 2)?, number(8, 2)?);
+    let seconds = number(11, 2)? * 3600 + number(14, 2)? * 60 + number(17, 2)?;
+    let millis = if bytes.get(19) == Some(&b'.') { number(20, 3)? } else { 0 };
+    Some(days * DAY_MS + seconds * 1000 + millis)
+}
+
 impl Time {
+    /// A time read back from its text: held as its milliseconds when `write` spells those exactly so, else as the
+    /// text itself.
+    pub fn of_text(text: Box<str>) -> Time {
+        if let Some(ms) = ms_of(&text).filter(|ms| (MIN_MS..=MAX_MS).contains(ms)) {
+            let mut written = Vec::with_capacity(text.len() + 2);
+            Time::write_ms(&mut written, ms);
+            if written.get(1..written.len() - 1) == Some(text.as_bytes()) {
+                return Time::Ms(ms);
+            }
+        }
+        Time::Text(text)
+    }
+
     /// The JSON string of the time (with its quotes).
     pub fn write(&self, out: &mut Vec<u8>) {
         match self {
@@ -134,6 +169,17 @@ mod tests {
         assert_eq!(text(-1), "\"1969-12-31T23:59:59.999000Z\"");
         assert_eq!(text(MIN_MS), "\"0001-01-01T00:00:00Z\"");
         assert_eq!(text(MAX_MS), "\"9999-12-31T23:59:59.999000Z\"");
+    }
+
+    #[test]
+    fn times_read_back_are_held_as_milliseconds_only_when_written_the_same() {
+        for ms in [0, 1_748_779_200_800, -1, MIN_MS, MAX_MS, 951_782_400_000, 4_107_542_399_999] {
+            let written = text(ms);
+            assert_eq!(Time::of_text(written[1..written.len() - 1].into()), Time::Ms(ms), "{written}");
+        }
+        for kept in ["2025-06-01T12:00:00.800Z", "2025-06-01T12:00:00+00:00", "2025-02-30T00:00:00Z", "1970-01-01"] {
+            assert_eq!(Time::of_text(kept.into()), Time::Text(kept.into()));
+        }
     }
 
     #[test]
