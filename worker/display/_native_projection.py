@@ -43,6 +43,7 @@ class NativeAccepted(Accepted):
         self.count = count
         self.due = due
         self.ended = ended
+        self.settled = not token
 
 
 class NativeDisplayProjection(DisplayProjection):

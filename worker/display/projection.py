@@ -113,9 +113,10 @@ class Accepted:
     """Events a projection has numbered and not yet folded (`DisplayProjection.accept`): `count` of them, `due` the
     agui-seq of the record due after them (None when none is), `continuation` the observer's JSON when that record
     was decided. The event objects themselves are kept only when neither their values nor their JSON objects
-    stand in for them, so a batch waiting for its folds holds no more than the folds read."""
+    stand in for them, so a batch waiting for its folds holds no more than the folds read. `settled`: `complete`
+    has nothing left to fold, give out or count (never here: the reference folds in `complete`)."""
 
-    __slots__ = ("continuation", "count", "data", "due", "encoded", "ended", "events", "failed")
+    __slots__ = ("continuation", "count", "data", "due", "encoded", "ended", "events", "failed", "settled")
 
     def __init__(  # noqa: PLR0917  # accept's values, in its order
         self, events: Sequence[BaseEvent] | int, encoded: Sequence[bytes] | None,
@@ -132,6 +133,7 @@ class Accepted:
         self.due = due
         self.continuation = continuation
         self.ended = ended
+        self.settled = False
 
 
 class DisplayProjection:

@@ -66,7 +66,8 @@ class DisplayBatch:
             encoded=values if count else None, data=data if count else None,
             observer=cast(ExportsContinuation, observer) if hasattr(observer, "export_data") else None,
         )  # fmt: skip
-        self._deferred.append((display, accepted))
+        if not accepted.settled:  # completing it would give out and count nothing
+            self._deferred.append((display, accepted))
 
     def owned_by(self, outcome: int) -> None:
         """The folds offered since the last call belong to outcome number `outcome` of the batch."""
