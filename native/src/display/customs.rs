@@ -3,7 +3,7 @@
 
 use super::bounding::{member, omitted, MAX_OBSERVATION_BYTES};
 use super::fragments::{Assembler, FRAGMENT_EVENT_NAME};
-use super::input::{members, set, EventRef, Field};
+use super::input::{decimal, members, set, EventRef, Field};
 use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
@@ -213,9 +213,9 @@ impl CustomFolder {
         let bounded = ledger.policy.bounds_observation(is(name, &SUMMARIES));
         let at = event_time(event)?;
         let published = if joined { None } else { published };
-        let content = observation(whole, name, found, value, bounded, published);
         let key = ledger.observation_key();
-        ledger.put_finished(key, Kind::Observation, State::Completed, &content, at)
+        let content = |out: &mut Vec<u8>| observation(out, whole, name, found, value, bounded, published);
+        ledger.put_finished(key, Kind::Observation, State::Completed, content, at)
     }
 
     /// Consecutive argument deltas of one part share one observation: the first delta's, growing. The item's value
@@ -286,61 +286,59 @@ impl CustomFolder {
     }
 }
 
-/// The JSON of the observation `{name, value, [metadata], [subagentRunId]}` a CUSTOM event makes; with `bounded` its
+/// Write the JSON of the observation `{name, value, [metadata], [subagentRunId]}` a CUSTOM event makes; with `bounded` its
 /// value is `{"omitted": true}` when its JSON (as `json.dumps` measures it) is over MAX_OBSERVATION_BYTES. `published`
 /// is the event's JSON as published, when at hand: a four-member event's observation is cut from it.
 fn observation(
+    out: &mut Vec<u8>,
     whole: EventRef<'_>,
     name: Option<&str>,
     found: Option<Field<'_>>,
     value: Option<&Value>,
     bounded: bool,
     published: Option<&[u8]>,
-) -> Vec<u8> {
+) {
     let null = Value::Null;
     let value = value.unwrap_or(&null);
     // Escaping writes a character at most six times as long as its UTF-8 and a number at most two longer: a
     // published event within a sixth of the bound holds a value within it.
     let surely_within = published.is_some_and(|json| 6 * json.len() <= MAX_OBSERVATION_BYTES);
     let omitted = bounded && !surely_within && json_size_upto(value, MAX_OBSERVATION_BYTES) > MAX_OBSERVATION_BYTES;
-    if !omitted && name.is_some() {
-        if let Some(cut) = published.and_then(|json| cut_observation(json, matches!(whole, EventRef::Typed(_)))) {
-            return cut;
-        }
+    let typed = matches!(whole, EventRef::Typed(_));
+    if !omitted && name.is_some() && published.is_some_and(|json| cut_observation(out, json, typed)) {
+        return;
     }
-    let mut out = Vec::with_capacity(published.map_or(256, <[u8]>::len));
     out.extend_from_slice(b"{\"name\":");
     match (name, found) {
-        (Some(name), _) => string(&mut out, name),
-        (None, Some(found)) => string(&mut out, &found.to_str()),
-        (None, None) => string(&mut out, "None"),
+        (Some(name), _) => string(out, name),
+        (None, Some(found)) => string(out, &found.to_str()),
+        (None, None) => string(out, "None"),
     }
     out.extend_from_slice(b",\"value\":");
     if omitted {
         out.extend_from_slice(b"{\"omitted\":true}");
     } else {
-        compact(&mut out, value);
+        compact(out, value);
     }
     for field in ["metadata", "subagentRunId"] {
         if let Some(value) = whole.get(field) {
             out.push(b',');
-            string(&mut out, field);
+            string(out, field);
             out.push(b':');
-            value.write(&mut out);
+            value.write(out);
         }
     }
     out.push(b'}');
-    out
 }
 
-/// The observation's JSON `{"name":N,"value":V[,"metadata":M][,"subagentRunId":S]}` cut from the event's JSON as
-/// the worker published it (`typed`: as the native encoder wrote a CUSTOM event, `value` last); None for any other
-/// text.
-fn cut_observation(published: &[u8], typed: bool) -> Option<Vec<u8>> {
-    let found = members(published, typed.then_some(&b"value"[..]))?;
+/// Write the observation's JSON `{"name":N,"value":V[,"metadata":M][,"subagentRunId":S]}` cut from the event's JSON
+/// as the worker published it (`typed`: as the native encoder wrote a CUSTOM event, `value` last); false, writing
+/// nothing, for any other text.
+fn cut_observation(out: &mut Vec<u8>, published: &[u8], typed: bool) -> bool {
+    let Some(found) = members(published, typed.then_some(&b"value"[..])) else { return false };
     let span = |key: &[u8]| found.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-    let (name, value) = (span(b"name")?, span(b"value")?);
-    let mut out = Vec::with_capacity(published.len());
+    let (Some(name), Some(value)) = (span(b"name"), span(b"value")) else { return false };
+    out.reserve(published.len());
     out.extend_from_slice(b"{\"name\":");
     out.extend_from_slice(name);
     out.extend_from_slice(b",\"value\":");
@@ -354,7 +352,7 @@ fn cut_observation(published: &[u8], typed: bool) -> Option<Vec<u8>> {
         }
     }
     out.push(b'}');
-    Some(out)
+    true
 }
 
 /// `json_size(value)` of an event's `value`, measured on the event's JSON as the worker published it when at hand
@@ -404,8 +402,13 @@ fn note_context(ledger: &mut Ledger, name: &str, whole: EventRef<'_>, source: &M
         kept.extend(fresh);
         ledger.set_memory(&scope, kept);
     } else if matches!(payload.get("type"), Some(Value::Str(t)) if t == "model_request_started") {
-        let group = format!("{}:{}:{}", ledger.run_id, ledger.attempt, ledger.sequence);
-        ledger.set_group(&scope, group);
+        let mut group = Vec::with_capacity(ledger.run_id.len() + 24);
+        group.extend_from_slice(ledger.run_id.as_bytes());
+        group.push(b':');
+        decimal(&mut group, ledger.attempt);
+        group.push(b':');
+        decimal(&mut group, ledger.sequence);
+        ledger.set_group(&scope, String::from_utf8(group).unwrap_or_default()); // text and ASCII digits: UTF-8
     }
 }
 

@@ -737,18 +737,21 @@ impl Ledger {
         }
     }
 
-    /// Store the new finished item `key` whose content's JSON is `content` (as the output records spell it),
-    /// started and ended `at`: what `put` records, written at once. An id held or evicted already goes through `put`.
+    /// Store the new finished item `key` whose content's JSON `content` writes (as the output records spell it),
+    /// started and ended `at`: what `put` records, written at once into the item's JSON. An id held or evicted
+    /// already goes through `put`.
     pub fn put_finished(
         &mut self,
         key: String,
         kind: Kind,
         state: State,
-        content: &[u8],
+        content: impl FnOnce(&mut Vec<u8>),
         at: Time,
     ) -> Result<Option<String>, Fault> {
         if self.places.find(&self.entries, &key).is_some() || self.evicted_ids.contains(&key) {
-            let content = match parse(content) {
+            let mut json = Vec::new();
+            content(&mut json);
+            let content = match parse(&json) {
                 Ok(Value::Object(content)) => content,
                 _ => Map::new(),
             };
@@ -769,7 +772,7 @@ impl Ledger {
             refs: None,
         };
         entry.json = Some(exact(|json| {
-            json.extend_from_slice(content);
+            content(json);
             json.push(b'}');
         }));
         self.next_ordinal += 1;

@@ -104,7 +104,7 @@ pub fn fold_standard(
                 &written
             }
         };
-        return ledger.put_finished(key, Kind::Observation, State::Completed, json, at);
+        return ledger.put_finished(key, Kind::Observation, State::Completed, |out| out.extend_from_slice(json), at);
     }
     let Some((kind, id_field)) = source_of(kind_name) else { return Ok(None) };
     let key = ledger.key(kind, text(event, id_field), event.get("subagentRunId"));
