@@ -4,7 +4,7 @@ of its items leaves behind, so an open run between records costs what it costs r
 from __future__ import annotations
 
 import pytest
-from ag_ui.core import BaseEvent, CustomEvent, TextMessageStartEvent
+from ag_ui.core import BaseEvent, CustomEvent, TextMessageContentEvent, TextMessageStartEvent
 
 from tests.display._events import BASE_TS, args_delta
 from tests.display._flows import offer
@@ -34,3 +34,19 @@ def test_a_finished_argument_stream_is_held_written_once_another_event_follows(b
     assert held <= written  # writing keeps the open message's JSON beside its content
     growing, written = _held([start, *stream])
     assert growing > written, "a stream the next event may still grow keeps its content"
+
+
+def test_an_open_item_is_held_once_after_a_record_wrote_it(build: str) -> None:
+    if build == "pure":
+        pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
+    held = []
+    for interval_ms in (0, 60_000):  # a record after every event, or after the first only
+        projection = DisplayProjection("run-t", "thread_t", interval_ms=interval_ms)
+        assert isinstance(projection, NativeDisplayProjection)
+        offer(projection, (TextMessageStartEvent(message_id="m", role="assistant"),), 0, timestamp_ms=BASE_TS,
+              ended=False)  # fmt: skip
+        record = offer(projection, (TextMessageContentEvent(message_id="m", delta="x" * 4000),), 1,
+                       timestamp_ms=BASE_TS, ended=False)  # fmt: skip
+        assert (record is not None) == (interval_ms == 0)
+        held.append(projection.heap_bytes())
+    assert held[0] == held[1], "the record of the open message left its JSON behind"

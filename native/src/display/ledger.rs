@@ -1,6 +1,7 @@
 //! The fold's item ledger (`worker/display/_ledger.py`): items by id in first-seen order, dense ordinals, position,
 //! per-scope context and paging. A finished item is held as its fields and its JSON from its content on (its
-//! content read back when it changes again); an open one as its content, with that JSON kept until the next change.
+//! content read back when it changes again); an open one as its fields and its content, its JSON written for each
+//! record.
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry as Slot;
@@ -233,13 +234,17 @@ impl Entry {
         }
     }
 
-    /// Write the item's JSON, `Item.model_dump_json()`'s bytes; its content's part is written anew only when it
-    /// changed since the last call.
+    /// Write the item's JSON, `Item.model_dump_json()`'s bytes. A finished item's is kept (its content's part
+    /// written anew only when it changed since); an open item's is not: it is held as its content alone.
     pub fn write_json(&mut self, out: &mut Vec<u8>) {
+        self.write_head(out);
+        if self.json.is_none() && !self.state.finished() {
+            self.write_tail(out);
+            return;
+        }
         if self.json.is_none() {
             self.json = Some(exact(|tail| self.write_tail(tail)));
         }
-        self.write_head(out);
         out.extend_from_slice(self.json.as_deref().unwrap_or_default());
     }
 
