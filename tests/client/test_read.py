@@ -33,6 +33,9 @@ class Log:
     async def position(self, tp: TopicPartition) -> int:
         return self.at[tp]
 
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.offsets)
+
     def pause(self, *tps: TopicPartition) -> None:
         self.paused.update(tps)
 
@@ -70,6 +73,31 @@ def test_a_partition_is_read_when_its_position_reaches_the_end_not_a_record() ->
     read = asyncio.run(_all(log, {A: 6, B: 5}))
     assert read == {A: [0, 1, 2, 3], B: [0, 1, 2, 3, 4]}, "records at or past an end are left out"
     assert log.paused == {A, B}, "each partition is paused once read"
+
+
+def test_a_partition_is_paused_before_its_last_records_are_given_out() -> None:
+    # The client's fetcher sends the next fetch at the loop's next turn: one from the end would be held by the
+    # broker and hold up the consumer's next read.
+    async def main() -> None:
+        log = Log({A: [0, 1, 2, 3], B: [0, 1, 2, 3, 4, 5]}, {A: 4, B: 6})
+        async for batch in read_to_end(log, {A: 4, B: 6}):
+            for tp, records in batch.items():
+                ended = records[-1].offset == log.ends[tp] - 1
+                assert (tp in log.paused) == ended, f"{tp} paused when given out up to {records[-1].offset}"
+
+    asyncio.run(main())
+
+
+def test_a_read_stopped_early_leaves_its_partitions_paused() -> None:
+    async def main() -> None:
+        log = Log({A: [0, 1, 2, 3], B: [0, 1, 2, 3]}, {A: 4, B: 4})
+        fetches = read_to_end(log, {A: 4, B: 4})
+        first = await anext(fetches)
+        assert set(first) == {A, B} and not log.paused, "read on after the first fetch"
+        await fetches.aclose()
+        assert log.paused == {A, B}, "nothing left fetching once the read stopped"
+
+    asyncio.run(main())
 
 
 def test_a_partition_already_at_its_end_is_not_fetched() -> None:

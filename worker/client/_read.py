@@ -106,24 +106,31 @@ async def read_to_end(
     max_records: int = 1_000, on_position: Callable[[TopicPartition, int], None] | None = None,
 ) -> AsyncGenerator[dict[TopicPartition, list[Any]], None]:  # fmt: skip
     """Each fetch's records below the end offsets, by partition, reading each partition of `ends` (assigned to
-    `consumer`) from its position to its end offset; a partition that has reached its end is paused. Other tasks
+    `consumer`) from its position to its end offset; a partition is paused once it has reached its end, before its
+    last records are given out, and every partition still read is paused when the read stops early. Other tasks
     get a turn of the event loop after every fetch (getmany does not yield while a fetch is buffered);
     `on_position` hears each partition's position after each fetch. StalledReadError by the stall rule."""
     watch = EndWatch(ends, stall_s=stall_s)
     await watch.reached(consumer)
     consumer.resume(*watch.ends)
-    while watch:
-        fetched = await consumer.getmany(*watch.ends, timeout_ms=_POLL_MS, max_records=max_records)
-        batch = {}
-        for tp, records in fetched.items():
-            end = watch.ends.get(tp)
-            if end is None or not records:
-                continue
-            below = records if records[-1].offset < end else [record for record in records if record.offset < end]
-            if below:
-                batch[tp] = below
-        if batch:
-            yield batch
-        await asyncio.sleep(0)
-        for tp in await watch.reached(consumer, on_position):
-            consumer.pause(tp)
+    try:
+        while watch:
+            fetched = await consumer.getmany(*watch.ends, timeout_ms=_POLL_MS, max_records=max_records)
+            batch = {}
+            for tp, records in fetched.items():
+                end = watch.ends.get(tp)
+                if end is None or not records:
+                    continue
+                below = records if records[-1].offset < end else [record for record in records if record.offset < end]
+                if below:
+                    batch[tp] = below
+            # Paused before the loop turns: the client's fetcher would otherwise send a fetch from the end, which
+            # the broker holds for up to fetch_max_wait_ms and which delays the consumer's next fetch and requests.
+            for tp in await watch.reached(consumer, on_position):
+                consumer.pause(tp)
+            if batch:
+                yield batch
+            await asyncio.sleep(0)
+    finally:
+        assigned = consumer.assignment()
+        consumer.pause(*(tp for tp in watch.ends if tp in assigned))  # a read stopped early leaves none fetching

@@ -44,7 +44,9 @@ class NotRetained(Exception):
 
 
 class _Reader:
-    """One pooled consumer and the partition it is positioned on (`at`: its next offset there, or -1)."""
+    """One pooled consumer and the partition it is positioned on (`at`: its next offset there, or -1), paused
+    whenever no read of it is under way: the client sends one fetch to a broker at a time, and the broker holds a
+    fetch from a partition's end for up to fetch_max_wait_ms, with every later request on the connection behind it."""
 
     __slots__ = ("at", "consumer", "tp")
 
@@ -56,6 +58,7 @@ class _Reader:
     def place(self, tp: TopicPartition, offset: int) -> None:
         if self.tp != tp:
             self.consumer.assign([tp])
+            self.consumer.pause(tp)  # a read resumes it
             self.tp = tp
             self.at = -1
         if self.at != offset:
@@ -98,6 +101,7 @@ class HistoryReader:
                 raise KafkaWorkerError(str(exc)) from exc
             raise
         finally:
+            reader.consumer.pause(*reader.consumer.assignment())  # before the loop turns: no fetch sent once done
             self._idle.put_nowait(reader)
 
     async def display_value(self, pointer: DisplayPointer) -> bytes | None:
@@ -105,6 +109,7 @@ class HistoryReader:
         tp = TopicPartition(self._settings.display_topic, pointer.partition)
         async with self._reader() as reader:
             reader.place(tp, pointer.offset)
+            reader.consumer.resume(tp)
             deadline = time.monotonic() + _READ_DEADLINE_S
             while time.monotonic() < deadline:
                 records = (await reader.consumer.getmany(tp, timeout_ms=500, max_records=1)).get(tp, [])
