@@ -122,8 +122,10 @@ async def put_outcome(
             await _index(txn, out, destinations, sent)
             continue
         partition = partition_of(key) if key is not None else None
-        if destination is Destination.OUTPUT:
-            await put_record(txn, destinations.output_topic, key, out.value, out.headers, partition=partition)
+        if destination is Destination.OUTPUT:  # put_record's, inline: one coroutine less per event
+            topic, value, headers = destinations.output_topic, out.value, list(out.headers)
+            if partition is None or not txn.append(topic, key, value, headers, partition):
+                await txn.send(topic, key, value, headers, partition)
             kind = out.event_type or ""
             sent.events[kind] = sent.events.get(kind, 0) + 1
             if kind in TERMINAL_TYPES:

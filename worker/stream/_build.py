@@ -45,20 +45,21 @@ def output_records(
     source: SourceRecord,
     source_sequence: int,
 ) -> tuple[OutboundRecord, ...]:
-    """`output_record` of each event one source record made, numbered from `first`: what they share made once."""
-    key = _utf8(root_run_id)
-    prefix = root_run_id + ":"
-    thread = (THREAD_ID, _utf8(thread_id))
-    partition = ("source-partition", str(source.partition).encode())
-    offset = ("source-offset", str(source.offset).encode())
-    sequence = ("source-sequence", str(source_sequence).encode())
+    """`output_record` of each event one source record made, numbered from `first`: what they share made once.
+
+    Each event's id is its key's bytes, `:` and its number (`_utf8` of `<root>:<n>`: UTF-8 and backslashreplace
+    encode code point by code point, so the parts concatenate)."""
+    key = root_run_id.encode("utf-8", "backslashreplace")  # _utf8's, without its call
+    shared = ((THREAD_ID, thread_id.encode("utf-8", "backslashreplace")),
+              ("source-partition", str(source.partition).encode()), ("source-offset", str(source.offset).encode()),
+              ("source-sequence", str(source_sequence).encode()))  # fmt: skip
+    prefix = key + b":"
     out = []
     for n, (event_type, value) in enumerate(zip(types, values, strict=True), first):
-        name, type_bytes = _type_names(event_type)
-        seq = str(n)
-        headers = ((EVENT_ID, _utf8(prefix + seq)), (SEQ, seq.encode()), (TYPE, type_bytes), thread, partition, offset,
-                   sequence)  # fmt: skip
-        out.append(OutboundRecord(Destination.OUTPUT, key, value, headers, name, None))
+        name, type_bytes = _TYPE_NAMES.get(event_type) or _type_names(event_type)
+        seq = b"%d" % n
+        headers = ((EVENT_ID, prefix + seq), (SEQ, seq), (TYPE, type_bytes), *shared)
+        out.append(OutboundRecord(_OUTPUT, key, value, headers, name, None))
     return tuple(out)
 
 
@@ -72,6 +73,7 @@ def index_record(run_id: str, thread_id: str, n: int, at_ms: int, terminal_type:
 
 
 _TYPE_NAMES: dict[str, tuple[str, bytes]] = {}
+_OUTPUT = Destination.OUTPUT  # an enum member's lookup on its class is slow
 
 
 def _type_names(event_type: str) -> tuple[str, bytes]:

@@ -225,8 +225,19 @@ class PartitionState:
         error: Exception | None = None
         batch = self._display
         try:
-            for record in records:
-                outcomes.append(self._process_one(record, publish))
+            for record in records:  # checked, classified, then its offset is the last processed
+                if record.topic != self.topic or record.partition != self.partition:
+                    raise WorkerError(
+                        f"record of {record.topic}[{record.partition}] fed to the state of "
+                        f"{self.topic}[{self.partition}]"
+                    )
+                if self._last_offset is not None and record.offset <= self._last_offset:
+                    raise WorkerError(
+                        f"offsets of {self.topic}[{self.partition}] must increase: got {record.offset} "
+                        f"after {self._last_offset}"
+                    )
+                outcomes.append(self._classify(record, publish))
+                self._last_offset = record.offset
                 if batch is not None:
                     batch.owned_by(len(outcomes) - 1)
         except Exception as exc:  # returned to the caller, which decides (raise, halt or fail)
@@ -236,23 +247,12 @@ class PartitionState:
         outcomes, failed = batch.fold(outcomes, publish, records)
         return outcomes, failed if failed is not None else error
 
-    def _process_one(self, record: SourceRecord, publish: bool) -> Outcome:
-        if record.topic != self.topic or record.partition != self.partition:
-            raise WorkerError(
-                f"record of {record.topic}[{record.partition}] fed to the state of "
-                f"{self.topic}[{self.partition}]"
-            )
-        if self._last_offset is not None and record.offset <= self._last_offset:
-            raise WorkerError(
-                f"offsets of {self.topic}[{self.partition}] must increase: got {record.offset} "
-                f"after {self._last_offset}"
-            )
-        outcome = self._classify(record, publish)
-        self._last_offset = record.offset
-        return outcome
-
     def _classify(self, record: SourceRecord, publish: bool) -> Outcome:
-        key = _decode_key(record.key)
+        raw = record.key
+        try:  # a non-empty UTF-8 root run id, else None
+            key = raw.decode("utf-8") if raw else None
+        except UnicodeDecodeError:
+            key = None
         if key is None:
             message = f"record key {_show(record.key)} is not a non-empty UTF-8 root run id"
             records = (dead_letter_record(record, _R.BAD_KEY, message),) if publish else ()
@@ -354,7 +354,9 @@ class PartitionState:
                     values, data = self._encode(events, display=display is not None)
                     encoded = [event.type for event in events]
                 if step.publish or measure:
-                    records = self._outputs(step, item, stream.n, encoded, values)
+                    records = output_records(encoded, values, root_run_id=step.key, first=stream.n,
+                                             thread_id=item.thread_id, source=step.record,
+                                             source_sequence=item.sequence)  # fmt: skip
             except Exception as exc:  # see process(): the stream moves on as if they were published
                 failed = exc
             if measure and failed is None and limit is not None:
@@ -501,12 +503,6 @@ class PartitionState:
         return step.dead(Verdict.DEAD_LETTERED, _R.RUN_CLOSED_BY_GAP,
                          f"stream {step.key} was closed by {cause}; run {item.run_id} "
                          f"sequence {item.sequence} is {what}")
-
-    def _outputs(
-        self, step: _Step, item: WireItem, n: int, types: Sequence[str], values: list[bytes]
-    ) -> tuple[OutboundRecord, ...]:
-        return output_records(types, values, root_run_id=step.key, first=n, thread_id=item.thread_id,
-                              source=step.record, source_sequence=item.sequence)  # fmt: skip
 
     def _close(self, key: str, last_root_sequence: int, at: int) -> None:
         stream = self._streams.pop(key, None)

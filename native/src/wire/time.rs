@@ -28,6 +28,15 @@ fn digits(bytes: &[u8], at: usize, count: usize) -> Option<u32> {
     Some(value)
 }
 
+/// The last `count` decimal digits of `value`, zero-padded (`value` has at most `count` digits where it is used).
+fn push_digits(out: &mut String, value: u32, count: u32) {
+    let mut scale = 10u32.pow(count - 1);
+    while scale > 0 {
+        out.push(char::from(b'0' + (value / scale % 10) as u8));
+        scale /= 10;
+    }
+}
+
 fn leap(year: i64) -> bool {
     (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
 }
@@ -102,35 +111,52 @@ impl Moment {
         valid.then_some(moment)
     }
 
-    fn civil(&self) -> String {
-        let mut out = format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-            self.year, self.month, self.day, self.hour, self.minute, self.second
-        );
+    /// `YYYY-MM-DDTHH:MM:SS[.ffffff]` into `out`, written digit by digit (the year is 1 to 9999, four digits).
+    fn civil_into(&self, out: &mut String) {
+        let year = self.year as u32;
+        push_digits(out, year, 4);
+        out.push('-');
+        push_digits(out, self.month, 2);
+        out.push('-');
+        push_digits(out, self.day, 2);
+        out.push('T');
+        push_digits(out, self.hour, 2);
+        out.push(':');
+        push_digits(out, self.minute, 2);
+        out.push(':');
+        push_digits(out, self.second, 2);
         if self.micro != 0 {
-            out.push_str(&format!(".{:06}", self.micro));
+            out.push('.');
+            push_digits(out, self.micro, 6);
         }
-        out
     }
 
-    fn offset_text(&self) -> String {
-        let sign = if self.offset < 0 { '-' } else { '+' };
+    fn offset_into(&self, out: &mut String) {
+        out.push(if self.offset < 0 { '-' } else { '+' });
         let minutes = self.offset.unsigned_abs();
-        format!("{sign}{:02}:{:02}", minutes / 60, minutes % 60)
+        push_digits(out, minutes / 60, 2);
+        out.push(':');
+        push_digits(out, minutes % 60, 2);
     }
 
     /// Python's `isoformat()`: the offset always as `±HH:MM` (UTC `+00:00`), the fraction only when non-zero.
     pub fn isoformat(&self) -> String {
-        self.civil() + &self.offset_text()
+        let mut out = String::with_capacity(32);
+        self.civil_into(&mut out);
+        self.offset_into(&mut out);
+        out
     }
 
     /// pydantic's JSON form: UTC as `Z`, other offsets kept, the fraction only when non-zero.
     pub fn pydantic_json(&self) -> String {
+        let mut out = String::with_capacity(32);
+        self.civil_into(&mut out);
         if self.offset == 0 {
-            self.civil() + "Z"
+            out.push('Z');
         } else {
-            self.isoformat()
+            self.offset_into(&mut out);
         }
+        out
     }
 
     /// Microseconds since the epoch.
@@ -169,6 +195,9 @@ mod tests {
         let m = Moment::parse("2025-06-01T12:00:00+05:30").unwrap();
         assert_eq!(m.isoformat(), "2025-06-01T12:00:00+05:30");
         assert_eq!(m.timestamp_ms(), Some(1748779200000 - 330 * 60_000));
+        let m = Moment::parse("0001-01-02T03:04:05.000060-09:07").unwrap();
+        assert_eq!(m.isoformat(), "0001-01-02T03:04:05.000060-09:07");
+        assert_eq!(m.pydantic_json(), "0001-01-02T03:04:05.000060-09:07");
         // The float arithmetic's known 1 ms low (conversion-spec §1e.1).
         assert_eq!(Moment::parse("2038-08-27T08:17:58.101000Z").unwrap().timestamp_ms(), Some(2166509878100));
         assert_eq!(Moment::parse("1969-12-31T23:59:59.999500Z").unwrap().timestamp_ms(), Some(0));
