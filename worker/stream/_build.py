@@ -50,15 +50,16 @@ def output_records(
     Each event's id is its key's bytes, `:` and its number (`_utf8` of `<root>:<n>`: UTF-8 and backslashreplace
     encode code point by code point, so the parts concatenate)."""
     key = root_run_id.encode("utf-8", "backslashreplace")  # _utf8's, without its call
-    shared = ((THREAD_ID, thread_id.encode("utf-8", "backslashreplace")),
-              ("source-partition", str(source.partition).encode()), ("source-offset", str(source.offset).encode()),
-              ("source-sequence", str(source_sequence).encode()))  # fmt: skip
+    thread = (THREAD_ID, thread_id.encode("utf-8", "backslashreplace"))
+    partition = ("source-partition", str(source.partition).encode())
+    offset = ("source-offset", str(source.offset).encode())
+    sequence = ("source-sequence", str(source_sequence).encode())
     prefix = key + b":"
     out = []
     for n, (event_type, value) in enumerate(zip(types, values, strict=True), first):
         name, type_bytes = _TYPE_NAMES.get(event_type) or _type_names(event_type)
         seq = b"%d" % n
-        headers = ((EVENT_ID, prefix + seq), (SEQ, seq), (TYPE, type_bytes), *shared)
+        headers = ((EVENT_ID, prefix + seq), (SEQ, seq), (TYPE, type_bytes), thread, partition, offset, sequence)
         out.append(OutboundRecord(_OUTPUT, key, value, headers, name, None))
     return tuple(out)
 

@@ -61,8 +61,23 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
+/// `value` in decimal, as `to_string` spells it, written without an allocation.
 pub fn int(out: &mut Vec<u8>, value: i64) {
-    out.extend_from_slice(value.to_string().as_bytes());
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The output records' spelling of `value` (pydantic's `model_dump_json`, orjson's).
@@ -212,6 +227,15 @@ mod tests {
         let mut out = Vec::new();
         string(&mut out, "a\"\\\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}/<\u{2028}é");
         assert_eq!(String::from_utf8(out).unwrap(), "\"a\\\"\\\\\\n\\r\\t\\b\\f\\u0001\\u001f\u{7f}/<\u{2028}é\"");
+    }
+
+    #[test]
+    fn integers_are_spelled_as_to_string_spells_them() {
+        for value in [0, 7, -7, 10, -10, 99, 1_000_000, i64::MAX, i64::MIN, i64::MIN + 1] {
+            let mut out = Vec::new();
+            int(&mut out, value);
+            assert_eq!(String::from_utf8(out).unwrap(), value.to_string());
+        }
     }
 
     #[test]
