@@ -13,7 +13,7 @@ from ag_ui.core import BaseEvent
 from pydantic_core import PydanticSerializationError
 
 from tests import processors
-from tests.native import native_core
+from tests.native import use_build
 from tests.stream._fakes import FAKE_CORE, fake_encode
 from tests.stream._support import TOPIC, golden_source, header, item, records
 from worker.display import DisplayRecord
@@ -211,7 +211,7 @@ def test_a_panic_of_the_native_display_fold_dead_letters_its_record_and_the_batc
 ) -> None:
     """The native fold's panic, caught at its boundary (NativePanicError), dead-letters the record whose display it
     was folding, that record's output records kept; the other records of the batch and the next batches go on."""
-    native_core()
+    use_build("native", monkeypatch)
     from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415  (native builds only)
 
     real = NativeDisplayProjection.complete
@@ -242,10 +242,12 @@ def test_a_panic_of_the_native_display_fold_dead_letters_its_record_and_the_batc
     assert error is None and all(o.verdict is Verdict.PROCESSED for o in more)
 
 
-def test_a_panic_of_the_native_observer_dead_letters_its_record_and_the_stream_goes_on() -> None:
+def test_a_panic_of_the_native_observer_dead_letters_its_record_and_the_stream_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The native observer's panic, caught at its boundary (NativePanicError, an Exception), dead-letters its record
     as internal-error, the stream unchanged: the next items of the run convert as if it had not come."""
-    native_core()
+    use_build("native", monkeypatch)
     core = default_core()
     assert core.observe_encoded is not None
     observe = core.observe_encoded
