@@ -289,6 +289,25 @@ async def test_ship_new_hands_over_only_partitions_new_to_the_transaction_and_th
     assert batches()[3:] == [(1, [b"a3"])]  # a new transaction: partition 1 is new to it again
 
 
+async def test_ship_new_leaves_the_batches_of_the_later_topic_to_the_commit() -> None:
+    producer = _BatchingProducer(capacity=100)
+    txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
+
+    def batches() -> list[tuple[str, int, list[bytes]]]:
+        return [(arg[0], arg[1], arg[2]) for name, arg in producer.calls if name == "batch"]
+
+    await txn.begin()
+    await txn.send("out", b"k", b"a0", [], partition=1)
+    await txn.send("index", b"t", b"i0", [], partition=1)
+    await txn.ship_new(later="index")
+    assert batches() == [("out", 1, [b"a0"])]  # the index partition is not in the transaction yet
+    await txn.send("index", b"t", b"i1", [], partition=1)
+    await txn.ship_new(later="index")
+    assert batches() == [("out", 1, [b"a0"])]
+    await txn.commit(5, "")
+    assert batches()[1:] == [("index", 1, [b"i0", b"i1"])]  # in order, in this transaction, at its commit
+
+
 async def test_append_fills_an_open_batch_without_waiting_and_hands_the_rest_to_send() -> None:
     producer = _BatchingProducer(capacity=2)
     txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]

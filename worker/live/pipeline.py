@@ -168,7 +168,7 @@ class CommitPipeline:
             return None
         txn = self._txn
         try:
-            await txn.ship_new()
+            await txn.ship_new(later=self._destinations().index_topic)  # index batches go at the commit (step 7)
             if txn.joins_group:  # every record below next_offset is in the transaction now
                 txn.join_group(self._next_offset, self._metadata())
         except Exception as exc:

@@ -6,7 +6,9 @@ The commit protocol, for one source partition and its transactional producer (`<
 2. **Send.** Every processed source record's outcome goes in, in offset order: its output events, dead letters and
    display record (`publishing.put_outcome`). Records of one destination partition fill one open batch, shipped
    when full; at the end of each fetched batch the batches of partitions new to the transaction are shipped, so
-   those partitions join it off the commit path.
+   those partitions join it off the commit path. The thread index topic's batches are the exception: they wait
+   for step 7, because an index partition is written by every source partition's transactions and a reader
+   sees none of its records past the first one of a transaction still open on it.
 3. **Join the group early.** Once those first batches are delivered, the partition's offset so far is sent into
    the transaction, so the broker adds the group to it while records still flow.
 4. **Decide.** The transaction commits once its oldest record has waited `commit_interval_ms` (counted from the
@@ -229,11 +231,12 @@ class Transaction:
         for where in list(self._batches):
             await self._ship_one(where)
 
-    async def ship_new(self) -> None:
+    async def ship_new(self, later: str = "") -> None:
         """Hand over the batches of partitions new to this transaction, so they join it now and not on the
-        commit path; other batches wait for the commit or until full (one produce request each, not one a poll).
+        commit path; other batches, and every batch of topic `later`, wait for the commit or until full (one
+        produce request each, not one a poll).
         """
-        for where in [w for w in self._batches if w not in self._joined]:
+        for where in [w for w in self._batches if w not in self._joined and w[0] != later]:
             await self._ship_one(where)
 
     async def _ship_one(self, where: tuple[str, int]) -> None:
