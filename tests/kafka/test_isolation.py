@@ -306,10 +306,13 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
             down_at = time.monotonic()
             not_ready: dict[int, int] = dict.fromkeys(range(6), 0)
             rss_peak, p0_pending_peak, ticks = rss_before, 0.0, 0
+            settled: dict[int, float] | None = None  # transaction failures per partition once settled
             while time.monotonic() - down_at < 20:
                 await scrape()
                 await watch.sample(admin, consumer)
                 if time.monotonic() - down_at >= _SETTLE_S:
+                    if settled is None:
+                        settled = {p: _metric(body, "transaction_failures_total", p) for p in range(6)}
                     ticks += 1
                     for p in range(6):
                         not_ready[p] += not ready(p)
@@ -345,6 +348,7 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
             await admin.close()
             await consumer.stop()
 
+        assert settled is not None
         stalls = {p: watch.longest_stall(p, down_at + _SETTLE_S, up_at) for p in range(6)}
         commits_during = {p: [s[1][p] for s in watch.samples if down_at <= s[0] <= up_at] for p in range(6)}
         advanced_by = {p: c[-1] - c[0] if c else 0 for p, c in commits_during.items()}
@@ -352,12 +356,13 @@ def test_an_unreachable_dead_letter_partition_stalls_only_the_partition_that_nee
               f"stall of partitions 1-5: {max(stalls[p] for p in range(1, 6)):.2f} s; partition 0 ready "
               f"{p0_recovery_s:.1f} s after the node was back; not-ready samples {not_ready} of {ticks}; RSS "
               f"{rss_before:.0f} -> peak {rss_peak:.0f} MiB; partition 0 pending peak {p0_pending_peak:.0f}; "
-              f"transaction failures during the outage {failures_up}")
+              f"transaction failures as the node left {settled}, during the outage {failures_up}")
         for p in range(1, 6):
             assert advanced_by[p] > 0, f"partition {p} committed nothing while the node was down"
             assert stalls[p] < 3.0, f"partition {p} stalled {stalls[p]:.1f} s while another partition was stuck"
             assert not_ready[p] == 0, f"partition {p} was reported not ready while the node was down\n{w.log()[-6000:]}"
-            assert failures_up[p] == 0, f"partition {p} failed {failures_up[p]} transactions while the node was down"
+            failed = failures_up[p]
+            assert failed == settled[p] <= 1, f"partition {p} failed {failed} transactions, {settled[p]} as it left"
         assert not_ready[0] > 0, "partition 0 cannot commit without its dead-letter partition: it must say so"
         assert _metric(body, "transaction_failures_total", 0) >= 1, "partition 0 was never isolated"
         assert p0_pending_peak <= _BOUND + 500, "partition 0's pending records passed the bound by more than a poll"
