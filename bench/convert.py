@@ -123,8 +123,9 @@ def load_runs(corpus: Path) -> list[list[bytes]]:
 
 def _observe(core: StreamCore, observer: Any, line: bytes) -> list[bytes]:
     item = core.decode(line)
-    if core.observe_encoded is not None:
-        return core.observe_encoded(observer, item)[1]
+    if core.observe_records is not None:  # values only: no records, no limit
+        values = core.observe_records(observer, item, (b"", 0, 0), 0, False, None, True)[2]
+        return values if values is not None else []
     return [core.encode_event(event) for event in observer.observe(item)]
 
 

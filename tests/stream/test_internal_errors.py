@@ -249,20 +249,20 @@ def test_a_panic_of_the_native_observer_dead_letters_its_record_and_the_stream_g
     as internal-error, the stream unchanged: the next items of the run convert as if it had not come."""
     use_build("native", monkeypatch)
     core = default_core()
-    assert core.observe_encoded is not None
-    observe = core.observe_encoded
+    assert core.observe_records is not None
+    observe = core.observe_records
     calls = [0]
 
-    def panicking(observer: Any, item: Any) -> Any:
+    def panicking(observer: Any, item: Any, *rest: Any) -> Any:
         calls[0] += 1
         if calls[0] == 3:
             raise NativePanicError("the native observer panicked: index out of bounds")
-        return observe(observer, item)
+        return observe(observer, item, *rest)
 
     lines = golden_source("s01_hello")
     key = orjson.loads(lines[0])["run_id"]
     recs = records((key, line) for line in lines)
-    state = PartitionState(TOPIC, 0, core=dataclasses.replace(core, observe_encoded=panicking))
+    state = PartitionState(TOPIC, 0, core=dataclasses.replace(core, observe_records=panicking))
     outcomes = [state.process(rec) for rec in recs]
     headers, error = _internal(outcomes[2])
     assert isinstance(error, NativePanicError)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -21,6 +21,7 @@ from worker.observe import (
     encode_event_data,
 )
 from worker.stream._hook import encodable
+from worker.stream._records import OutboundRecord
 from worker.wire import decode_item, is_terminal, timestamp_ms
 
 __all__ = ["StreamCore", "StreamObserver", "WireItem", "default_core", "reference_core"]
@@ -48,6 +49,13 @@ class WireItem(Protocol):
     def sequence(self) -> int: ...
 
 
+# (observer, item, (key, partition, offset), first, publish, limit, values) -> (count, records, values, over)
+ObserveRecords = Callable[
+    [Any, Any, tuple[bytes | None, int, int], int, bool, int | None, bool],
+    tuple[int, tuple[OutboundRecord, ...], list[bytes] | None, tuple[int, int, str] | None],
+]
+
+
 class StreamObserver(Protocol):
     """One root stream's observer: `observe` is atomic, raising leaves it unchanged."""
 
@@ -65,8 +73,12 @@ class StreamCore:
     run an accepted item announces in its stream, or None; `event_bound(item, widest)` bounds the encoded size
     of every event the item yields in a stream whose earlier accepted values were at most `widest` bytes, or is
     None when only encoding the events tells. A core that encodes as it observes (the native one) gives
-    `observe_encoded(observer, item)`: the events' types and record values, observing atomically as `observe`
-    does, with no event objects; `encode_event` then serves only the events the partition state makes itself.
+    `observe_records(observer, item, (key, partition, offset), first, publish, limit, values)`, observing atomically
+    as `observe` does, with no event objects: `(count, records, values, over)`, the number of events, their output
+    records as `output_records` builds them for that source record, numbered from `first` (empty unless `publish`,
+    or when one is over), their values when `values` is true (else None), and `(index, size, event type)` of the
+    first record whose `record_size` is over `limit` (None: none is, or no limit); `encode_event` then serves only
+    the events the partition state makes itself.
     """
 
     decode: Callable[[bytes], WireItem]
@@ -79,7 +91,7 @@ class StreamCore:
     announced_run: Callable[[Any], str | None]
     event_bound: Callable[[Any, int], int | None]
     encode_data: Callable[[BaseEvent], tuple[bytes, dict[str, Any] | None]] | None = None
-    observe_encoded: Callable[[StreamObserver, Any], tuple[Sequence[str], list[bytes]]] | None = None
+    observe_records: ObserveRecords | None = None
 
 
 def _export_observer(observer: StreamObserver) -> object:
@@ -129,7 +141,7 @@ def _native_core(native: ModuleType) -> StreamCore:
         restore_observer=restore_observer,
         announced_run=attrgetter("announced_child"),
         event_bound=bound,
-        observe_encoded=observer_type.observe,  # (observer, item) -> (types, values)
+        observe_records=observer_type.observe_records,
     )
 
 

@@ -322,55 +322,46 @@ class PartitionState:
         if seq > last + 1:
             return self._gap(step, item, stream, expected=last + 1)
         self._changes.changed(step.key)  # whatever follows, the item counts as delivered
-        observe_encoded = self._core.observe_encoded
+        observe_records = self._core.observe_records
+        display = stream.display
+        limit = self._settings.max_record_bytes
         events: tuple[BaseEvent, ...] | None = None
-        encoded: Sequence[str] = ()
-        values: list[bytes] = []
+        records: tuple[OutboundRecord, ...] = ()
+        values: list[bytes] | None = None
+        over: tuple[int, int, str] | None = None
         try:
-            if observe_encoded is None:
+            if observe_records is None:
                 events = observer.observe(item)
-            else:  # a core encoding as it observes: event types and record values, no event objects
-                encoded, values = observe_encoded(observer, item)
+            else:  # a core encoding as it observes: records, sizes and values, no event objects
+                source = step.record
+                count, records, values, over = observe_records(
+                    observer, item, (source.key, source.partition, source.offset), stream.n, step.publish, limit,
+                    display is not None,
+                )  # fmt: skip
         except (AguiObservationError, ValidationError) as exc:
             return _refused(step, item, stream, _R.OBSERVATION_ERROR, exc)
         except TypeError as exc:
             return _refused(step, item, stream, _R.TYPE_ERROR, exc)
         except Exception as exc:  # a conversion bug: observe is atomic, so the stream's state is unchanged
             return _refused(step, item, stream, _R.INTERNAL_ERROR, exc)
-        count = len(events) if events is not None else len(encoded)
         stream.last[run] = seq
         announced = self._core.announced_run(item)
         if announced is not None and announced not in stream.last:
             stream.last[announced] = -1
-        records: tuple[OutboundRecord, ...] = ()
         data: list[dict[str, Any] | None] | None = None
         failed: Exception | None = None
-        display = stream.display
-        limit = self._settings.max_record_bytes
-        measure = limit is not None and count > 0 and not self._surely_fit(step, item, stream)
-        if step.publish or measure or (display is not None and count):
-            try:
-                if events is not None:
-                    values, data = self._encode(events, display=display is not None)
-                    encoded = [event.type for event in events]
-                if step.publish or measure:
-                    records = output_records(encoded, values, root_run_id=step.key, first=stream.n,
-                                             thread_id=item.thread_id, source=step.record,
-                                             source_sequence=item.sequence)  # fmt: skip
-            except Exception as exc:  # see process(): the stream moves on as if they were published
-                failed = exc
-            if measure and failed is None and limit is not None:
-                for index, record in enumerate(records):
-                    size = record_size(record)
-                    if size > limit:
-                        message = (f"event {stream.n + index} ({record.event_type}) of run {run} sequence {seq} "
-                                   f"would be a {size}-byte output record, over the limit of {limit} bytes")
-                        return self._close_with_run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE,
-                                                          verdict=Verdict.DEAD_LETTERED, reason=_R.TOO_LARGE)
-            if not step.publish:
-                records = ()
-            elif records and failed is None and self._settings.thread_index:
-                records = self._indexed(records, step.key, item, stream.thread_id, stream.n)
+        if events is not None:
+            count = len(events)
+            records, values, data, over, failed = self._records(step, item, stream, events, limit=limit,
+                                                                       display=display is not None)
+        if over is not None:
+            index, size, event_type = over
+            message = (f"event {stream.n + index} ({event_type}) of run {run} sequence {seq} would be a "
+                       f"{size}-byte output record, over the limit of {limit} bytes")
+            return self._close_with_run_error(step, item, stream, message, code=EVENT_TOO_LARGE_CODE,
+                                              verdict=Verdict.DEAD_LETTERED, reason=_R.TOO_LARGE)
+        if records and failed is None and self._settings.thread_index:
+            records = self._indexed(records, step.key, item, stream.thread_id, stream.n)
         n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += count
@@ -386,6 +377,38 @@ class PartitionState:
                              f"events {n} to {n + count - 1} of run {run} sequence {seq} could not be "
                              f"encoded and are skipped: {type(failed).__name__}: {failed}", failed)
         return Outcome(Verdict.PROCESSED, records, step.key, None)
+
+    def _records(
+        self, step: _Step, item: WireItem, stream: OpenStream, events: tuple[BaseEvent, ...], *, limit: int | None,
+        display: bool,
+    ) -> tuple[
+        tuple[OutboundRecord, ...], list[bytes] | None, list[dict[str, Any] | None] | None, tuple[int, int, str] | None,
+        Exception | None,
+    ]:  # fmt: skip
+        """What `observe_records` gives for `events` (the record values and, for the display, their JSON objects)
+        and the exception that stopped encoding them, if any: the events are measured only when the core's bound
+        cannot prove they fit."""
+        count = len(events)
+        measure = limit is not None and count > 0 and not self._surely_fit(step, item, stream)
+        if not (step.publish or measure or (display and count)):
+            return (), None, None, None, None
+        records: tuple[OutboundRecord, ...] = ()
+        values: list[bytes] | None = None
+        data: list[dict[str, Any] | None] | None = None
+        try:
+            values, data = self._encode(events, display=display)
+            if step.publish or measure:
+                records = output_records([event.type for event in events], values, root_run_id=step.key,
+                                         first=stream.n, thread_id=item.thread_id, source=step.record,
+                                         source_sequence=item.sequence)  # fmt: skip
+        except Exception as exc:  # see process(): the stream moves on as if they were published
+            return (), values, data, None, exc
+        if measure and limit is not None:
+            for index, record in enumerate(records):
+                size = record_size(record)
+                if size > limit:
+                    return (), values, data, (index, size, record.event_type or ""), None
+        return (records if step.publish else ()), values, data, None, None
 
     def _indexed(
         self, records: tuple[OutboundRecord, ...], run_id: str, item: WireItem, thread_id: str, n: int

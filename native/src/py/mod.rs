@@ -5,4 +5,5 @@ pub mod errors;
 pub mod event;
 pub mod item;
 pub mod observer;
+pub mod records;
 pub mod value;

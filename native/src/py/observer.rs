@@ -11,8 +11,10 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::errors::{error_of, guarded};
 use super::item::Item;
+use super::records::{output_records, Ask};
 use super::value::{from_value, to_value};
 use crate::agui::Event;
+use crate::json::write::int;
 use crate::json::Value;
 use crate::observe::state::{Cursor, CursorKind, RunState};
 use crate::observe::{Observer as Core, Prepared, Refusal, Spans};
@@ -102,6 +104,16 @@ impl Observer {
     }
 
     fn observe_guarded<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
+        self.observe_with(py, item, |bytes, spans| encoded(py, bytes, spans))
+    }
+
+    /// Observe `item` (atomically: a refusal raises and changes nothing), then `out` of its frames.
+    fn observe_with<'py, T>(
+        &mut self,
+        py: Python<'py>,
+        item: &Item,
+        out: impl FnOnce(&[u8], &Spans) -> PyResult<T>,
+    ) -> PyResult<T> {
         FRAMES.with(|cell| {
             // Held by an observe further up this thread's stack (Python code run while it made objects): a buffer
             // of this call's own.
@@ -118,7 +130,7 @@ impl Observer {
                     if self.keep_events {
                         self.last_events = events;
                     }
-                    encoded(py, buffer, &spans)
+                    out(buffer, &spans)
                 }
                 Err(refusal) => Err(refusal_error(py, refusal)),
             };
@@ -206,6 +218,32 @@ impl Observer {
     /// nothing.
     fn observe<'py>(&mut self, py: Python<'py>, item: &Item) -> PyResult<Bound<'py, PyTuple>> {
         guarded(py, "observer", || self.observe_guarded(py, item))
+    }
+
+    /// `observe` of one item of a root stream, giving its output records instead of its frames: `(count, records,
+    /// values, over)` of `records::output_records`, the records numbered from `first` and made for the source
+    /// record `(key, partition, offset)` (its key the root run id's UTF-8).
+    fn observe_records<'py>(
+        &mut self,
+        item: &Item,
+        source: (Bound<'py, PyBytes>, i64, i64),
+        first: i64,
+        publish: bool,
+        limit: Option<usize>,
+        values: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (key, partition, offset) = source;
+        let py = key.py();
+        guarded(py, "observer", || {
+            let mut sequence = Vec::with_capacity(20);
+            match &item.item.sequence {
+                Value::Int(n) => int(&mut sequence, *n),
+                other => sequence.extend_from_slice(from_value(py, other)?.str()?.to_str()?.as_bytes()),
+            }
+            let ask =
+                Ask { key, thread: &item.item.thread_id, first, partition, offset, sequence, publish, limit, values };
+            self.observe_with(py, item, |bytes, spans| output_records(py, bytes, spans, &ask))
+        })
     }
 
     /// Convert one item without committing it: its events' values, for a processor to see (`commit` makes the
