@@ -157,6 +157,15 @@ class NativeDisplayProjection(DisplayProjection):
                                          isinstance(events, int))  # fmt: skip
         return NativeAccepted(token, count, due, ended)
 
+    def offer(  # noqa: PLR0917  # positional: called for every source record
+        self, count: int, first_seq: int, timestamp_ms: int, values: list[bytes] | None, ended: bool,
+        source: object, observer: object,
+    ) -> NativeAccepted | None:  # fmt: skip
+        """`DisplayProjection.offer` in one call of the engine, which reads a native item's failed tool call and a
+        native observer's continuation itself."""
+        found = self._engine.offer(count, first_seq, timestamp_ms, ended, values, source, observer)
+        return None if found is None else NativeAccepted(found[0], count, found[1], ended)
+
     def complete(self, accepted: Accepted) -> DisplayRecord | None:
         assert isinstance(accepted, NativeAccepted), "accepted by this projection"
         if not accepted.token:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import orjson
 from ag_ui.core import BaseEvent
@@ -260,6 +260,23 @@ class DisplayProjection:
         elif source is not None:
             failed = failed_tool_call(source)
         return Accepted(events, encoded, data, failed, due, continuation, ended)
+
+    def offer(  # noqa: PLR0917  # positional: called for every source record
+        self, count: int, first_seq: int, timestamp_ms: int, values: list[bytes] | None, ended: bool,
+        source: object, observer: object,
+    ) -> Accepted | None:  # fmt: skip
+        """`accept` of the `count` events a core that makes no event objects made of `source` (None for an event the
+        worker made), their record values `values`, the source item telling its failed tool call itself
+        (`failed_tool_call`); with `values` None they were never published and are passed over (`skip`). None when
+        `complete` would give out and count nothing."""
+        if values is None:
+            self.skip(first_seq, count)
+            first_seq, count = first_seq + count, 0
+        failed = getattr(source, "failed_tool_call", None) if count and source is not None else None
+        continuation = cast(ExportsContinuation, observer) if hasattr(observer, "export_data") else None
+        accepted = self.accept(count, first_seq, timestamp_ms=timestamp_ms, ended=ended,
+                               encoded=values if count else None, observer=continuation, failed=failed)  # fmt: skip
+        return None if accepted.settled else accepted
 
     def complete(self, accepted: Accepted) -> DisplayRecord | None:
         """Fold accepted events and return the display record due after them, if any."""

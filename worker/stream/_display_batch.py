@@ -23,13 +23,14 @@ class DisplayBatch:
     owned by the outcome of the record that offered it; and what the display records published since
     `take_tally` evicted and withheld."""
 
-    __slots__ = ("_deferred", "_evicted", "_owners", "_withheld", "interval_ms", "max_bytes")
+    __slots__ = ("_deferred", "_evicted", "_withheld", "interval_ms", "max_bytes", "outcome")
 
     def __init__(self, interval_ms: int, max_bytes: int) -> None:
         self.interval_ms = interval_ms
         self.max_bytes = max_bytes
-        self._deferred: list[tuple[DisplayProjection, Accepted]] = []
-        self._owners: list[int] = []  # the index of the outcome each deferred fold belongs to
+        # Each fold deferred, with the index of the outcome it belongs to.
+        self._deferred: list[tuple[DisplayProjection, Accepted, int]] = []
+        self.outcome = 0  # the index of the outcome the folds offered now belong to
         self._evicted = 0
         self._withheld = 0
 
@@ -45,17 +46,22 @@ class DisplayBatch:
         self._evicted = self._withheld = 0
         return tally
 
-    def offer(
-        self, display: DisplayProjection, events: tuple[BaseEvent, ...] | int, first: int, *, timestamp_ms: int,
+    def offer(  # noqa: PLR0917  # positional: called for every source record
+        self, display: DisplayProjection, events: tuple[BaseEvent, ...] | int, first: int, timestamp_ms: int,
         values: list[bytes] | None, data: list[dict[str, Any] | None] | None, ended: bool, source: WireItem | None,
         observer: StreamObserver,
     ) -> None:  # fmt: skip
         """Offer the events numbered n = `first`, ... to `display`: published, with their record values `values`
         (and JSON objects `data`, when known), or passed over when `values` is None (never published: their encoding
-        failed, or a RUN_ERROR was too large). The projection accepts them now and folds them at the batch's end. A
-        core that makes no event objects (the native one) gives their number for `events`, and its source item
-        tells its failed tool call itself (`failed_tool_call`)."""
-        count = events if isinstance(events, int) else len(events)
+        failed, or a RUN_ERROR was too large). The projection accepts them now and folds them at the batch's end,
+        for the outcome numbered `outcome`. A core that makes no event objects (the native one) gives their number
+        for `events` (`DisplayProjection.offer`)."""
+        if isinstance(events, int):
+            offered = display.offer(events, first, timestamp_ms, values, ended, source, observer)
+            if offered is not None:
+                self._deferred.append((display, offered, self.outcome))
+            return
+        count = len(events)
         if values is None:
             display.skip(first, count)
             first, events, count = first + count, (), 0
@@ -67,11 +73,7 @@ class DisplayBatch:
             observer=cast(ExportsContinuation, observer) if hasattr(observer, "export_data") else None,
         )  # fmt: skip
         if not accepted.settled:  # completing it would give out and count nothing
-            self._deferred.append((display, accepted))
-
-    def owned_by(self, outcome: int) -> None:
-        """The folds offered since the last call belong to outcome number `outcome` of the batch."""
-        self._owners.extend([outcome] * (len(self._deferred) - len(self._owners)))
+            self._deferred.append((display, accepted, self.outcome))
 
     def fold(
         self, outcomes: list[Outcome], publish: bool, sources: Sequence[SourceRecord]
@@ -81,10 +83,8 @@ class DisplayBatch:
         returns the outcomes before its owner and that exception; but a panic of the native fold, caught at its
         boundary, dead-letters its owner's record (`internal-error`, its other records kept) and the batch goes
         on."""
-        folds, owners = self._deferred, self._owners
-        self._deferred, self._owners = [], []
-        for index, (display, accepted) in enumerate(folds):
-            owner = owners[index] if index < len(owners) else len(outcomes)
+        folds, self._deferred = self._deferred, []
+        for display, accepted, owner in folds:
             try:
                 shown = self._complete(publish, display, accepted)
             except NativePanicError as exc:

@@ -236,10 +236,10 @@ class PartitionState:
                         f"offsets of {self.topic}[{self.partition}] must increase: got {record.offset} "
                         f"after {self._last_offset}"
                     )
+                if batch is not None:
+                    batch.outcome = len(outcomes)  # the folds this record offers belong to its outcome
                 outcomes.append(self._classify(record, publish))
                 self._last_offset = record.offset
-                if batch is not None:
-                    batch.owned_by(len(outcomes) - 1)
         except Exception as exc:  # returned to the caller, which decides (raise, halt or fail)
             error = exc
         if batch is None:
@@ -366,10 +366,12 @@ class PartitionState:
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += count
         ended = run == step.key and self._core.is_terminal(item)
-        if display is not None:
-            self._show(step, stream, display, count if events is None else events, n,
-                       values=values if failed is None else None, data=data, ended=ended, source=item,
-                       observer=observer)  # fmt: skip
+        batch = self._display
+        if display is not None and batch is not None:  # see _show, inlined on this path
+            batch.offer(display, count if events is None else events, n, step.record.timestamp_ms,
+                        values if failed is None else None, data, ended, item, observer)
+            if ended:
+                stream.display = None
         if ended:
             self._close(step.key, seq, step.record.offset)
         if failed is not None:
@@ -444,8 +446,7 @@ class PartitionState:
         """Offer the events to the stream's display projection (`DisplayBatch.offer`); the display record due after
         them joins the record's outcome, last, at the end of the batch. A projection that `ended` is let go."""
         assert self._display is not None
-        self._display.offer(display, events, first, timestamp_ms=step.record.timestamp_ms, values=values, data=data,
-                            ended=ended, source=source, observer=observer)  # fmt: skip
+        self._display.offer(display, events, first, step.record.timestamp_ms, values, data, ended, source, observer)
         if ended:
             stream.display = None
 

@@ -10,6 +10,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 
 use super::errors::{error_of, guarded, panic_error, panic_reason};
+use super::item::Item;
 use super::observer::Observer;
 use super::value::{from_value, to_value};
 use crate::display::fold::{NotHeld, FRESH_OBSERVER};
@@ -364,6 +365,39 @@ impl DisplayProjection {
             observer.last_events = Vec::new(); // folded: an open run holds no event between its records
         }
         Ok((self.projection.hand_out(token), due))
+    }
+
+    /// `accept` of the events a native observer made of the native `item` (None for an event the worker made
+    /// itself), in one call: the projection reads the item's failed tool call itself; with `values` None the events
+    /// were never published and are passed over (`skip`), none then folded. None when `complete` has nothing to give
+    /// out, else (its token, the agui-seq due).
+    #[pyo3(signature = (count, first_seq, timestamp_ms, ended, values, item, observer, /))]
+    #[allow(clippy::too_many_arguments)]
+    fn offer(
+        &mut self,
+        py: Python<'_>,
+        count: usize,
+        first_seq: i64,
+        timestamp_ms: i64,
+        ended: bool,
+        values: Option<&Bound<'_, PyList>>,
+        item: Option<&Bound<'_, PyAny>>,
+        observer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<(u64, Option<i64>)>> {
+        let (first_seq, count) = match values {
+            Some(_) => (first_seq, count),
+            None => {
+                self.skip(py, first_seq, count as i64)?;
+                (first_seq + count as i64, 0)
+            }
+        };
+        let failed = match item.map(|item| item.cast::<Item>()) {
+            Some(Ok(item)) if count > 0 => item.get().failed_tool_call(py)?,
+            _ => None,
+        };
+        let (token, due) =
+            self.accept(py, count, first_seq, timestamp_ms, ended, failed, values, None, observer, values.is_some())?;
+        Ok((token != 0).then_some((token, due)))
     }
 
     /// A native `observer` keeps each item's events from now on (what `accept` folds in place); any other is left

@@ -164,7 +164,7 @@ impl Item {
     /// (tool call id, failure message, run id) of a tool result the observer does not present, else None (the
     /// display's `failed_tool_call`).
     #[getter]
-    fn failed_tool_call(&self, py: Python<'_>) -> PyResult<Option<(String, String, String)>> {
+    pub fn failed_tool_call(&self, py: Python<'_>) -> PyResult<Option<(String, String, String)>> {
         guarded(py, "observer", || Ok(crate::observe::content::failed_tool_call(&self.item)))
     }
 
