@@ -3,6 +3,7 @@ of its items leaves behind, so an open run between records costs what it costs r
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from ag_ui.core import BaseEvent, CustomEvent, TextMessageContentEvent, TextMessageStartEvent
 
@@ -50,3 +51,18 @@ def test_an_open_item_is_held_once_after_a_record_wrote_it(build: str) -> None:
         assert (record is not None) == (interval_ms == 0)
         held.append(projection.heap_bytes())
     assert held[0] == held[1], "the record of the open message left its JSON behind"
+
+
+def test_finished_items_are_held_in_fewer_bytes_than_their_json(build: str) -> None:
+    """A finished item keeps its JSON from its content on, in one allocation with its id, and its ordinal, stream
+    ids and times as numbers: less than its JSON, whose head spells them out."""
+    if build == "pure":
+        pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
+    notes = [CustomEvent(name="x.note", value={"n": n}, timestamp=BASE_TS) for n in range(200)]
+    projection = DisplayProjection("run-t", "thread_t", interval_ms=60_000)
+    assert isinstance(projection, NativeDisplayProjection)
+    for n, event in enumerate(notes):
+        offer(projection, (event,), n, timestamp_ms=BASE_TS, ended=False)
+    items = orjson.loads(projection.export_json())["fold"]["items"]
+    assert len(items) == len(notes)
+    assert projection.heap_bytes() < sum(len(orjson.dumps(item)) for item in items)

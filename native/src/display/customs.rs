@@ -43,11 +43,17 @@ pub struct HeldArguments {
     pub size: i64,
     /// Whether the item `key` holds this stream's value as it stands (then a delta appends to both).
     pub linked: bool,
+    /// `write`'s bytes, once no event can continue the stream (`stream` and `event` are then let go).
+    pub written: Option<Box<[u8]>>,
 }
 
 impl HeldArguments {
     /// `ArgumentStream.model_dump_json()`.
     pub fn write(&self, out: &mut Vec<u8>) {
+        if let Some(written) = &self.written {
+            out.extend_from_slice(written);
+            return;
+        }
         out.extend_from_slice(b"{\"stream\":");
         compact(out, &self.stream);
         out.extend_from_slice(b",\"key\":");
@@ -69,6 +75,7 @@ impl HeldArguments {
     pub fn heap_bytes(&self) -> usize {
         use super::heap::{block, map_bytes, value_bytes};
         value_bytes(&self.stream)
+            + self.written.as_ref().map_or(0, |written| block(written.len()))
             + block(self.key.capacity())
             + self.event.as_ref().map_or(0, map_bytes)
             + match &self.at {
@@ -252,6 +259,7 @@ impl CustomFolder {
                 event: Some(event.to_map()),
                 size,
                 linked: false,
+                written: None,
             });
         }
         let Some(held) = &mut self.arguments else { return Ok(None) };
@@ -279,6 +287,17 @@ impl CustomFolder {
         held.linked = held.event.is_some();
         let (key, at) = (held.key.clone(), held.at.clone());
         ledger.put(key, Kind::Observation, State::Completed, content, At::Time(at), true)
+    }
+
+    /// The argument stream no event after `sequence` (the fold's last) can continue is held as its JSON alone.
+    pub fn settle(&mut self, sequence: i64) {
+        if let Some(held) = self.arguments.as_mut().filter(|held| held.sequence != sequence && held.written.is_none()) {
+            let mut out = Vec::new();
+            held.write(&mut out);
+            held.written = Some(out.into_boxed_slice());
+            held.stream = Value::Null;
+            held.event = None;
+        }
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -79,6 +79,7 @@ impl Fold {
         }
         let growing = self.customs.arguments.as_ref().filter(|h| h.sequence == self.ledger.sequence);
         self.ledger.settle_growing(growing.map(|h| h.key.as_str()));
+        self.customs.settle(self.ledger.sequence);
         Ok(keys)
     }
 
@@ -127,10 +128,11 @@ impl Fold {
     pub fn evictable(&self, ended: bool) -> Vec<String> {
         let entries = self.ledger.entries();
         if ended {
-            return entries.iter().map(|e| e.key.clone()).collect();
+            return entries.iter().map(|e| e.key().to_owned()).collect();
         }
-        let growing = self.customs.arguments.as_ref().filter(|h| h.sequence == self.ledger.sequence).map(|h| &h.key);
-        entries.iter().filter(|e| e.state.finished() && Some(&e.key) != growing).map(|e| e.key.clone()).collect()
+        let growing =
+            self.customs.arguments.as_ref().filter(|h| h.sequence == self.ledger.sequence).map(|h| h.key.as_str());
+        entries.iter().filter(|e| e.state.finished() && Some(e.key()) != growing).map(|e| e.key().to_owned()).collect()
     }
 
     /// Remove items for good (each must be `evictable`); returns how many were removed.
@@ -304,6 +306,7 @@ impl Fold {
                     },
                     size: int(held.get("size"))?,
                     linked: false,
+                    written: None,
                 })
             }
         };

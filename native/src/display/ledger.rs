@@ -67,10 +67,10 @@ impl Places {
 
     fn find(&self, entries: &[Entry], key: &str) -> Option<usize> {
         let place = *self.first.get(&id_hash(key))? as usize;
-        if entries[place].key == key {
+        if entries[place].key_bytes() == key.as_bytes() {
             return Some(place);
         }
-        self.others.iter().map(|&other| other as usize).find(|&other| entries[other].key == key)
+        self.others.iter().map(|&other| other as usize).find(|&other| entries[other].key_bytes() == key.as_bytes())
     }
 
     /// Add the place of an id not held yet.
@@ -88,7 +88,7 @@ impl Places {
         self.first.clear();
         self.others.clear();
         for (place, entry) in entries.iter().enumerate() {
-            self.insert(&entry.key, place);
+            self.insert(entry.key(), place);
         }
     }
 
@@ -198,30 +198,179 @@ impl StreamId {
     }
 }
 
-/// One item as the ledger holds it.
-#[derive(Clone, Debug)]
-pub struct Entry {
-    pub key: String,
-    pub ordinal: i64,
-    pub kind: Kind,
-    pub state: State,
-    first: StreamId,
-    last: StreamId,
-    started: Time,
-    ended: Option<Time>,
-    /// None once only `json` holds the item (a finished one).
-    content: Option<Map>,
-    /// The item's JSON from its content on (the rest its fields write, `write_head`): what a finished item keeps.
-    json: Option<Vec<u8>>,
-    /// The `content_refs` an export held, as its model wrote them (the fold never makes any).
+/// What an item holds beyond numbers, which few items do: stream ids and times an export held as text that the
+/// ledger would not write so (each standing in for its number), and the `content_refs` an export held, as its model
+/// wrote them (the fold never makes any).
+#[derive(Clone, Debug, Default)]
+struct Rare {
+    first: Option<Box<str>>,
+    last: Option<Box<str>>,
+    started: Option<Box<str>>,
+    ended: Option<Box<str>>,
     refs: Option<Box<str>>,
 }
 
+/// `ended` of an item not ended: below every time an item keeps (`Time::Ms` is within Python's years 1 to 9999).
+const NOT_ENDED: i64 = i64::MIN;
+
+/// One item as the ledger holds it: its id and (a finished item's) JSON in one allocation, its stream ids and
+/// times as numbers, and an open item's content.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The item's id, then, once written and kept (a finished item's), its JSON from its content on (the rest its
+    /// fields write, `write_head`).
+    bytes: Box<[u8]>,
+    key_len: u32,
+    pub kind: Kind,
+    pub state: State,
+    pub ordinal: i64,
+    /// Attempt and sequence of the first and last stream ids.
+    first: (i64, i64),
+    last: (i64, i64),
+    /// Milliseconds since the epoch; `ended` NOT_ENDED while not ended.
+    started: i64,
+    ended: i64,
+    /// None once only the JSON holds the item (a finished one).
+    content: Option<Box<Map>>,
+    rare: Option<Box<Rare>>,
+}
+
 impl Entry {
+    fn new(key: &str, ordinal: i64, kind: Kind, state: State, here: (i64, i64), started: Time) -> Entry {
+        Entry::of(key.as_bytes().into(), key.len(), ordinal, kind, state, here, started)
+    }
+
+    /// An entry whose `bytes` hold its id (their first `key_len`) and, when longer, its JSON from its content on.
+    fn of(
+        bytes: Box<[u8]>,
+        key_len: usize,
+        ordinal: i64,
+        kind: Kind,
+        state: State,
+        here: (i64, i64),
+        started: Time,
+    ) -> Entry {
+        let mut entry = Entry {
+            bytes,
+            key_len: u32::try_from(key_len).expect("an item id shorter than 4 GiB"),
+            kind,
+            state,
+            ordinal,
+            first: here,
+            last: here,
+            started: 0,
+            ended: NOT_ENDED,
+            content: None,
+            rare: None,
+        };
+        entry.set_started(started);
+        entry
+    }
+
+    /// The item's id.
+    pub fn key(&self) -> &str {
+        std::str::from_utf8(self.key_bytes()).unwrap_or_default()
+    }
+
+    fn key_bytes(&self) -> &[u8] {
+        &self.bytes[..self.key_len as usize]
+    }
+
+    /// The item's JSON from its content on, when kept.
+    fn json(&self) -> Option<&[u8]> {
+        let tail = &self.bytes[self.key_len as usize..];
+        (!tail.is_empty()).then_some(tail)
+    }
+
+    /// Let go of the item's kept JSON (it changed).
+    fn drop_json(&mut self) {
+        if self.bytes.len() > self.key_len as usize {
+            self.bytes = self.key_bytes().into();
+        }
+    }
+
+    /// Write and keep the item's JSON from its content on (its id and it in one allocation of their exact size).
+    fn keep_written(&mut self) {
+        written(|bytes| {
+            bytes.extend_from_slice(self.key_bytes());
+            self.write_tail(bytes);
+            self.bytes = bytes.as_slice().into();
+        });
+    }
+
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Forget a rare text whose number now stands (`forget` clears one field) and the whole when none is left.
+    fn unrare(&mut self, forget: impl FnOnce(&mut Rare)) {
+        if let Some(rare) = &mut self.rare {
+            forget(rare);
+            if rare.first.is_none()
+                && rare.last.is_none()
+                && rare.started.is_none()
+                && rare.ended.is_none()
+                && rare.refs.is_none()
+            {
+                self.rare = None;
+            }
+        }
+    }
+
+    fn set_first(&mut self, id: StreamId) {
+        match id {
+            StreamId::At(attempt, sequence) => self.first = (attempt, sequence),
+            StreamId::Text(text) => self.rare().first = Some(text),
+        }
+    }
+
+    fn set_last(&mut self, id: StreamId) {
+        match id {
+            StreamId::At(attempt, sequence) => {
+                self.last = (attempt, sequence);
+                self.unrare(|rare| rare.last = None);
+            }
+            StreamId::Text(text) => self.rare().last = Some(text),
+        }
+    }
+
+    fn set_last_here(&mut self, attempt: i64, sequence: i64) {
+        self.last = (attempt, sequence);
+        if self.rare.as_ref().is_some_and(|rare| rare.last.is_some()) {
+            self.unrare(|rare| rare.last = None);
+        }
+    }
+
+    fn set_started(&mut self, time: Time) {
+        match time {
+            Time::Ms(ms) => self.started = ms,
+            Time::Text(text) => self.rare().started = Some(text),
+        }
+    }
+
+    fn set_ended(&mut self, time: Option<Time>) {
+        match time {
+            None => self.ended = NOT_ENDED,
+            Some(Time::Ms(ms)) => self.ended = ms,
+            Some(Time::Text(text)) => {
+                self.ended = 0;
+                self.rare().ended = Some(text);
+                return;
+            }
+        }
+        if self.rare.as_ref().is_some_and(|rare| rare.ended.is_some()) {
+            self.unrare(|rare| rare.ended = None);
+        }
+    }
+
+    fn refs(&self) -> Option<&str> {
+        self.rare.as_ref().and_then(|rare| rare.refs.as_deref())
+    }
+
     /// The item's content (read back from its JSON when only that is kept).
     pub fn contents(&self) -> Map {
         match &self.content {
-            Some(content) => content.clone(),
+            Some(content) => Map::clone(content),
             None => self.held_content().unwrap_or_default(),
         }
     }
@@ -238,21 +387,21 @@ impl Entry {
     /// written anew only when it changed since); an open item's is not: it is held as its content alone.
     pub fn write_json(&mut self, out: &mut Vec<u8>) {
         self.write_head(out);
-        if self.json.is_none() && !self.state.finished() {
+        if self.json().is_none() && !self.state.finished() {
             self.write_tail(out);
             return;
         }
-        if self.json.is_none() {
-            self.json = Some(exact(|tail| self.write_tail(tail)));
+        if self.json().is_none() {
+            self.keep_written();
         }
-        out.extend_from_slice(self.json.as_deref().unwrap_or_default());
+        out.extend_from_slice(self.json().unwrap_or_default());
     }
 
     /// The content of a finished item, read back from its JSON (`write_tail`'s bytes: the content object, then
     /// the content refs when any, then the item's closing brace).
     fn held_content(&self) -> Option<Map> {
-        let tail = self.json.as_deref()?;
-        let refs = self.refs.as_ref().map_or(0, |refs| REFS_FIELD.len() + refs.len());
+        let tail = self.json()?;
+        let refs = self.refs().map_or(0, |refs| REFS_FIELD.len() + refs.len());
         match parse(tail.get(..tail.len().checked_sub(1 + refs)?)?).ok()? {
             Value::Object(content) => Some(content),
             _ => None,
@@ -265,7 +414,7 @@ impl Entry {
             Some(content) => compact_object(out, content),
             None => out.extend_from_slice(b"{}"),
         }
-        if let Some(refs) = &self.refs {
+        if let Some(refs) = self.refs() {
             out.extend_from_slice(REFS_FIELD);
             out.extend_from_slice(refs.as_bytes());
         }
@@ -274,8 +423,24 @@ impl Entry {
 
     /// The item's JSON up to its content.
     fn write_head(&self, out: &mut Vec<u8>) {
+        let rare = self.rare.as_deref();
+        let stream_id = |out: &mut Vec<u8>, held: Option<&str>, (attempt, sequence): (i64, i64)| match held {
+            Some(found) => text(out, found),
+            None => StreamId::At(attempt, sequence).write(out),
+        };
+        let time = |out: &mut Vec<u8>, held: Option<&str>, ms: i64| match held {
+            Some(found) => string(out, found),
+            None => Time::Ms(ms).write(out),
+        };
         out.extend_from_slice(b"{\"id\":");
-        text(out, &self.key);
+        let key = self.key_bytes();
+        if key.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\') {
+            out.push(b'"');
+            out.extend_from_slice(key);
+            out.push(b'"');
+        } else {
+            string(out, self.key());
+        }
         out.extend_from_slice(b",\"ordinal\":");
         decimal(out, self.ordinal);
         out.extend_from_slice(b",\"kind\":\"");
@@ -283,38 +448,35 @@ impl Entry {
         out.extend_from_slice(b"\",\"state\":\"");
         out.extend_from_slice(self.state.name().as_bytes());
         out.extend_from_slice(b"\",\"first_stream_id\":");
-        self.first.write(out);
+        stream_id(out, rare.and_then(|r| r.first.as_deref()), self.first);
         out.extend_from_slice(b",\"last_stream_id\":");
-        self.last.write(out);
+        stream_id(out, rare.and_then(|r| r.last.as_deref()), self.last);
         out.extend_from_slice(b",\"started_at\":");
-        self.started.write(out);
+        time(out, rare.and_then(|r| r.started.as_deref()), self.started);
         out.extend_from_slice(b",\"ended_at\":");
-        match &self.ended {
-            Some(at) => at.write(out),
-            None => out.extend_from_slice(b"null"),
+        match rare.and_then(|r| r.ended.as_deref()) {
+            Some(found) => string(out, found),
+            None if self.ended == NOT_ENDED => out.extend_from_slice(b"null"),
+            None => Time::Ms(self.ended).write(out),
         }
         out.extend_from_slice(b",\"content\":");
     }
 
     /// Bytes this entry holds on the heap (its allocations' sizes).
     pub fn heap_bytes(&self) -> usize {
-        let content = self.content.as_ref().map_or(0, super::heap::map_bytes);
-        let text = |id: &StreamId| match id {
-            StreamId::Text(t) => super::heap::block(t.len()),
-            StreamId::At(..) => 0,
-        };
-        let time = |t: &Time| match t {
-            Time::Text(t) => super::heap::block(t.len()),
-            Time::Ms(_) => 0,
-        };
-        super::heap::block(self.key.capacity())
-            + content
-            + self.json.as_ref().map_or(0, |j| super::heap::block(j.capacity()))
-            + self.refs.as_ref().map_or(0, |r| super::heap::block(r.len()))
-            + text(&self.first)
-            + text(&self.last)
-            + time(&self.started)
-            + self.ended.as_ref().map_or(0, time)
+        use super::heap::{block, map_bytes};
+        let content =
+            self.content.as_deref().map_or(0, |content| block(std::mem::size_of::<Map>()) + map_bytes(content));
+        let rare = self.rare.as_deref().map_or(0, |rare| {
+            let text = |t: &Option<Box<str>>| t.as_ref().map_or(0, |t| block(t.len()));
+            block(std::mem::size_of::<Rare>())
+                + text(&rare.first)
+                + text(&rare.last)
+                + text(&rare.started)
+                + text(&rare.ended)
+                + text(&rare.refs)
+        });
+        block(self.bytes.len()) + content + rare
     }
 }
 
@@ -421,24 +583,17 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `write`'s bytes in an allocation of their exact size (kept long: no spare capacity).
-fn exact(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+/// Run `write` on an empty buffer (the thread's scratch one, kept for the next call unless grown huge).
+fn written(write: impl FnOnce(&mut Vec<u8>)) {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => {
             scratch.clear();
             write(&mut scratch);
-            let kept = scratch.as_slice().to_vec();
             if scratch.capacity() > 1 << 20 {
                 *scratch = Vec::new(); // a huge item's buffer is not kept
             }
-            kept
         }
-        Err(_) => {
-            let mut out = Vec::new();
-            write(&mut out);
-            out.shrink_to_fit();
-            out
-        }
+        Err(_) => write(&mut Vec::new()),
     })
 }
 
@@ -495,28 +650,24 @@ impl Ledger {
             }
         }
         for item in items {
-            let mut entry = Entry {
-                key: item.key,
-                ordinal: item.ordinal,
-                kind: item.kind,
-                state: item.state,
-                first: StreamId::of_text(item.first),
-                last: StreamId::of_text(item.last),
-                started: Time::of_text(item.started),
-                ended: item.ended.map(Time::of_text),
-                content: Some(item.content),
-                json: None,
-                refs: item.refs,
-            };
+            let mut entry = Entry::new(&item.key, item.ordinal, item.kind, item.state, (0, 0), Time::Ms(0));
+            entry.set_first(StreamId::of_text(item.first));
+            entry.set_last(StreamId::of_text(item.last));
+            entry.set_started(Time::of_text(item.started));
+            entry.set_ended(item.ended.map(Time::of_text));
+            if item.refs.is_some() {
+                entry.rare().refs = item.refs;
+            }
+            entry.content = Some(Box::new(item.content));
             if entry.state.finished() {
-                entry.json = Some(exact(|tail| entry.write_tail(tail)));
+                entry.keep_written();
                 entry.content = None;
             }
             // A repeated id keeps its first place and its last item, as a dict built from the list does.
-            match ledger.places.find(&ledger.entries, &entry.key) {
+            match ledger.places.find(&ledger.entries, &item.key) {
                 Some(place) => ledger.entries[place] = entry,
                 None => {
-                    ledger.places.insert(&entry.key, ledger.entries.len());
+                    ledger.places.insert(&item.key, ledger.entries.len());
                     push(&mut ledger.entries, entry);
                 }
             }
@@ -578,7 +729,7 @@ impl Ledger {
         match self.entry_mut(key) {
             None => Map::new(),
             Some(entry) => match entry.content.take() {
-                Some(content) => content,
+                Some(content) => *content,
                 None => entry.held_content().unwrap_or_default(),
             },
         }
@@ -604,9 +755,9 @@ impl Ledger {
             }
         }
         self.policy.append_text(content, field, delta);
-        entry.json = None;
-        entry.last = StreamId::At(self.attempt, self.sequence);
-        entry.ended = None;
+        entry.drop_json();
+        entry.set_last_here(self.attempt, self.sequence);
+        entry.set_ended(None);
         true
     }
 
@@ -614,7 +765,7 @@ impl Ledger {
     /// putting it again with its grown value (and `subagent_run_id`, the same as it holds) records. False, changing
     /// nothing, when the item does not hold such a value in its content (the caller puts it whole).
     pub fn grow(&mut self, key: &str, text: &str, subagent_run_id: Option<&Value>) -> bool {
-        let here = StreamId::At(self.attempt, self.sequence);
+        let (attempt, sequence) = (self.attempt, self.sequence);
         let Some(entry) = self.entry_mut(key) else { return false };
         let Some(content) = entry.content.as_mut() else { return false };
         if content.get("subagentRunId") != subagent_run_id {
@@ -625,8 +776,8 @@ impl Ledger {
         let Some(Value::Object(delta)) = source.get_mut("delta") else { return false };
         let Some(Value::Str(args)) = delta.get_mut("args_delta") else { return false };
         args.push_str(text);
-        entry.json = None;
-        entry.last = here;
+        entry.drop_json();
+        entry.set_last_here(attempt, sequence);
         true
     }
 
@@ -667,13 +818,13 @@ impl Ledger {
         at: At<'_>,
         growing: bool,
     ) -> Result<Option<String>, Fault> {
-        let here = StreamId::At(self.attempt, self.sequence);
+        let here = (self.attempt, self.sequence);
         let finished = state.finished();
         let place = match self.places.find(&self.entries, &key) {
             Some(place) => {
                 let ended = if finished { Some(at.time()?) } else { None };
                 let entry = &mut self.entries[place];
-                entry.ended = ended;
+                entry.set_ended(ended);
                 place
             }
             None => {
@@ -683,19 +834,8 @@ impl Ledger {
                 }
                 let started = at.time()?;
                 let ended = finished.then(|| started.clone());
-                let entry = Entry {
-                    key: key.clone(),
-                    ordinal: self.next_ordinal,
-                    kind,
-                    state,
-                    first: here.clone(),
-                    last: here.clone(),
-                    started,
-                    ended,
-                    content: None,
-                    json: None,
-                    refs: None,
-                };
+                let mut entry = Entry::new(&key, self.next_ordinal, kind, state, here, started);
+                entry.set_ended(ended);
                 self.next_ordinal += 1;
                 self.places.insert(&key, self.entries.len());
                 push(&mut self.entries, entry);
@@ -705,11 +845,11 @@ impl Ledger {
         let entry = &mut self.entries[place];
         entry.kind = kind;
         entry.state = state;
-        entry.last = here;
-        entry.content = Some(content);
-        entry.json = None;
+        entry.set_last_here(here.0, here.1);
+        entry.content = Some(Box::new(content));
+        entry.drop_json();
         if finished && !growing {
-            entry.json = Some(exact(|tail| entry.write_tail(tail)));
+            entry.keep_written();
             entry.content = None;
         }
         if finished && growing && self.growing.as_deref() != Some(key.as_str()) {
@@ -735,8 +875,8 @@ impl Ledger {
         let Some(place) = self.places.find(&self.entries, key) else { return };
         let entry = &mut self.entries[place];
         if entry.state.finished() && entry.content.is_some() {
-            if entry.json.is_none() {
-                entry.json = Some(exact(|tail| entry.write_tail(tail)));
+            if entry.json().is_none() {
+                entry.keep_written();
             }
             entry.content = None;
         }
@@ -762,24 +902,16 @@ impl Ledger {
             };
             return self.put(key, kind, state, content, At::Time(at), false);
         }
-        let here = StreamId::At(self.attempt, self.sequence);
-        let mut entry = Entry {
-            key: key.clone(),
-            ordinal: self.next_ordinal,
-            kind,
-            state,
-            first: here.clone(),
-            last: here,
-            ended: Some(at.clone()),
-            started: at,
-            content: None,
-            json: None,
-            refs: None,
-        };
-        entry.json = Some(exact(|json| {
+        let here = (self.attempt, self.sequence);
+        let mut bytes = Box::default();
+        written(|json| {
+            json.extend_from_slice(key.as_bytes());
             content(json);
             json.push(b'}');
-        }));
+            bytes = json.as_slice().into();
+        });
+        let mut entry = Entry::of(bytes, key.len(), self.next_ordinal, kind, state, here, at.clone());
+        entry.set_ended(Some(at));
         self.next_ordinal += 1;
         self.places.insert(&key, self.entries.len());
         push(&mut self.entries, entry);
@@ -803,8 +935,8 @@ impl Ledger {
             }
             gone[place] = true;
             let entry = &self.entries[place];
-            if entry.kind != Kind::Observation && self.evicted_ids.insert(entry.key.clone()) {
-                self.evicted.ids.push(entry.key.clone());
+            if entry.kind != Kind::Observation && self.evicted_ids.insert(entry.key().to_owned()) {
+                self.evicted.ids.push(entry.key().to_owned());
             }
             let ordinal = entry.ordinal;
             match self.evicted.ordinals.last_mut() {

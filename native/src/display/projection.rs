@@ -105,6 +105,50 @@ pub struct Accepted {
     withheld: bool,
 }
 
+/// Accepted events not completed yet, oldest first: the last one held inline (a run has one at a time but within a
+/// batch of its records), those before it on the heap only while there are any.
+#[derive(Default)]
+struct Pending {
+    earlier: VecDeque<Accepted>,
+    last: Option<Accepted>,
+}
+
+impl Pending {
+    fn push_back(&mut self, accepted: Accepted) {
+        if let Some(before) = self.last.replace(accepted) {
+            self.earlier.push_back(before);
+        }
+    }
+
+    fn pop_back(&mut self) -> Option<Accepted> {
+        let last = self.last.take();
+        self.last = self.earlier.pop_back();
+        self.let_go();
+        last
+    }
+
+    fn pop_front(&mut self) -> Option<Accepted> {
+        let Some(first) = self.earlier.pop_front() else { return self.last.take() };
+        self.let_go();
+        Some(first)
+    }
+
+    fn back(&self) -> Option<&Accepted> {
+        self.last.as_ref()
+    }
+
+    fn back_mut(&mut self) -> Option<&mut Accepted> {
+        self.last.as_mut()
+    }
+
+    /// No heap kept once nothing is earlier.
+    fn let_go(&mut self) {
+        if self.earlier.is_empty() && self.earlier.capacity() > 0 {
+            self.earlier = VecDeque::new();
+        }
+    }
+}
+
 /// One display record: the run's snapshot JSON, due after event `agui_seq`, having evicted `evicted` items.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
@@ -124,7 +168,7 @@ pub struct Projection {
     pub published: i64,
     pub skipped: i64,
     pub withheld: i64,
-    pending: VecDeque<Accepted>,
+    pending: Pending,
     tokens: u64,
 }
 
@@ -148,7 +192,7 @@ impl Projection {
             published: -1,
             skipped: 0,
             withheld: 0,
-            pending: VecDeque::new(),
+            pending: Pending::default(),
             tokens: 0,
         }
     }

@@ -192,7 +192,7 @@ impl DisplayFold {
     }
 
     fn keys(&self) -> Vec<String> {
-        self.fold.ledger.entries().iter().map(|e| e.key.clone()).collect()
+        self.fold.ledger.entries().iter().map(|e| e.key().to_owned()).collect()
     }
 
     fn __len__(&self) -> usize {
