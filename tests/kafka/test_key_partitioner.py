@@ -8,9 +8,9 @@ import tracemalloc
 
 from aiokafka import TopicPartition
 
-from tests.kafka.puts import PutLog
+from tests.kafka.puts import PutLog, put_all
 from worker.client import partition_for
-from worker.live.publishing import Destinations, KeyPartitioner, Sent, put_outcome
+from worker.live.publishing import Destinations, KeyPartitioner, Sent
 from worker.stream import Destination, OutboundRecord, Outcome, Verdict
 
 SOURCE = TopicPartition("source", 0)
@@ -37,10 +37,10 @@ async def test_every_record_of_a_run_goes_to_its_keys_partition_its_display_reco
     destinations, txn = _destinations(KeyPartitioner(12)), PutLog()
     for n in range(50):
         for outcome in _outcomes(f"run-{n}"):
-            await put_outcome(txn, outcome, destinations, Sent(), SOURCE)
-    assert len(txn.put) == 50 * 5
-    assert all(partition == partition_for(key or b"", 12) for _, key, partition in txn.put)
-    assert {topic for topic, _, _ in txn.put} == {"output", "display"}
+            await put_all(txn, outcome, destinations, Sent(), SOURCE)
+    assert len(txn.puts) == 50 * 5
+    assert all(partition == partition_for(key or b"", 12) for _, key, partition in txn.puts)
+    assert {topic for topic, _, _ in txn.puts} == {"output", "display"}
 
 
 async def test_the_router_forgets_a_run_once_it_ended_so_it_holds_no_more_for_more_runs_seen() -> None:
@@ -53,8 +53,8 @@ async def test_the_router_forgets_a_run_once_it_ended_so_it_holds_no_more_for_mo
         before = tracemalloc.get_traced_memory()[0]
         for n in range(20_000):
             for outcome in _outcomes(f"run-{n:032x}"):
-                await put_outcome(txn, outcome, destinations, Sent(), SOURCE)
-            txn.put.clear()
+                await put_all(txn, outcome, destinations, Sent(), SOURCE)
+            txn.puts.clear()
         del outcome
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before

@@ -8,9 +8,9 @@ import asyncio
 
 from aiokafka import TopicPartition
 
-from tests.kafka.puts import PutLog
+from tests.kafka.puts import PutLog, put_all
 from worker.client import partition_for
-from worker.live.publishing import Destinations, KeyPartitioner, Sent, put_outcome
+from worker.live.publishing import Destinations, KeyPartitioner, Sent
 from worker.live.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, Verdict, index_record
 
@@ -29,8 +29,8 @@ def _outcome(thread: str) -> Outcome:
 
 def test_an_index_record_goes_to_its_threads_partition_of_the_index_topic() -> None:
     txn, sent = PutLog(), Sent()
-    asyncio.run(put_outcome(txn, _outcome("thread-7"), _destinations(True), sent, TopicPartition("src", 0)))
-    assert txn.put == [("out", b"run-1", partition_for(b"run-1", 12)),
+    asyncio.run(put_all(txn, _outcome("thread-7"), _destinations(True), sent, TopicPartition("src", 0)))
+    assert txn.puts == [("out", b"run-1", partition_for(b"run-1", 12)),
                        ("index", b"start:run-1", partition_for(b"thread-7", 12))]  # fmt: skip
     assert partition_for(b"thread-7", 12) != partition_for(b"run-1", 12), "the test needs two partitions"
     assert sent.index_records == 1
@@ -38,8 +38,8 @@ def test_an_index_record_goes_to_its_threads_partition_of_the_index_topic() -> N
 
 def test_an_index_record_over_the_limit_is_left_out_and_with_the_index_off_none_goes_anywhere() -> None:
     txn, sent = PutLog(), Sent()
-    asyncio.run(put_outcome(txn, _outcome("t" * 20_000), _destinations(True), sent, TopicPartition("src", 0)))
-    assert [topic for topic, _, _ in txn.put] == ["out"] and sent.index_records == 0
+    asyncio.run(put_all(txn, _outcome("t" * 20_000), _destinations(True), sent, TopicPartition("src", 0)))
+    assert [topic for topic, _, _ in txn.puts] == ["out"] and sent.index_records == 0
     txn = PutLog()
-    asyncio.run(put_outcome(txn, _outcome("thread-7"), _destinations(False), sent, TopicPartition("src", 0)))
-    assert [topic for topic, _, _ in txn.put] == ["out"]
+    asyncio.run(put_all(txn, _outcome("thread-7"), _destinations(False), sent, TopicPartition("src", 0)))
+    assert [topic for topic, _, _ in txn.puts] == ["out"]

@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from worker.client import ProducerView, observe_producer
-from worker.live.publishing import Destinations, Sent, put_outcome, put_record
+from worker.live.publishing import Destinations, Sent, put_outcome
 from worker.live.transaction import Transaction
 from worker.ops import Metrics
 from worker.settings import Settings
@@ -244,7 +244,9 @@ class CommitPipeline:
                 await txn.begin()
                 until = time.perf_counter() + _SLICE_S
                 for outcome, timestamp, interval_start in batch:
-                    await put_outcome(txn, outcome, destinations, sent, self._tp)
+                    pending = put_outcome(txn, outcome, destinations, sent, self._tp)
+                    if pending is not None:
+                        await pending
                     txn.note_source(timestamp, interval_start)
                     if time.perf_counter() >= until:  # what is added meanwhile waits behind this batch
                         await asyncio.sleep(0)
@@ -253,14 +255,12 @@ class CommitPipeline:
         except Exception as exc:
             self._fail(exc)
             return False
-        finally:
-            self._count(sent)
         return not self._failed
 
-    def _count(self, sent: Sent) -> None:
-        """Move what was sent into the metrics, once per put: a labelled counter's inc() costs more than a small
-        record."""
-        metrics = self._metrics
+    def _count(self) -> None:
+        """Move what the committed transaction published into the metrics, once per commit: a labelled counter's
+        inc() costs more than a small record."""
+        sent, metrics = self._sent, self._metrics
         for kind, n in sent.events.items():
             child = self._by_type.get(kind)
             if child is None:
@@ -307,7 +307,9 @@ class CommitPipeline:
                 changelog = self._destinations().changelog_topic
                 until = time.perf_counter() + _SLICE_S
                 for key, value in changes:
-                    await put_record(txn, changelog, key, value, (), partition=self._tp.partition)
+                    pending = txn.put(changelog, key, value, (), self._tp.partition)
+                    if pending is not None:
+                        await pending
                     if time.perf_counter() >= until:
                         await asyncio.sleep(0)
                         until = time.perf_counter() + _SLICE_S
@@ -316,6 +318,7 @@ class CommitPipeline:
             self._fail(exc)
             return False
         self._committed = offset
+        self._count()
         metrics = self._metrics
         if changes is not None:
             metrics.checkpoints_total.labels(*self._label).inc()

@@ -10,7 +10,7 @@ limit, so a rebuilt worker writes the same one); a changelog record goes to the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,7 +21,7 @@ from worker.contract import TERMINAL_TYPES, THREAD_ID
 from worker.live.topics import TopicLimits
 from worker.stream import Destination, OutboundRecord, Outcome, record_size
 
-__all__ = ["Destinations", "KeyPartitioner", "Sent", "fit_dead_letter", "put_outcome", "put_record"]
+__all__ = ["Destinations", "KeyPartitioner", "Sent", "fit_dead_letter", "put_outcome"]
 
 _log = logging.getLogger(__name__)
 Header = tuple[str, bytes]
@@ -70,7 +70,7 @@ class Destinations:
 
 @dataclass(slots=True)
 class Sent:
-    """What went into transactions since the last `clear`, for the metrics."""
+    """What went into the open transaction since the last `clear`, counted in the metrics when it commits."""
 
     events: dict[str, int] = field(default_factory=dict)  # output events by type
     display_records: int = 0
@@ -88,54 +88,60 @@ class Sent:
 class _Open(Protocol):
     """An open transaction (`transaction.Transaction`), as far as putting records into it goes."""
 
-    def append(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header], partition: int
-    ) -> bool: ...
+    def put(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[Header], partition: int | None
+    ) -> Awaitable[None] | None: ...
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[Header], partition: int | None = None
     ) -> None: ...
 
 
-async def put_record(
-    txn: _Open, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[Header], *,
-    partition: int | None,
-) -> None:
-    """Put one record into the open transaction, into `partition`'s open batch without waiting when it has room."""
-    listed = list(headers)
-    if partition is None or not txn.append(topic, key, value, listed, partition):
-        await txn.send(topic, key, value, listed, partition)
+_OUTPUT, _DISPLAY, _DEAD_LETTER = Destination.OUTPUT, Destination.DISPLAY, Destination.DEAD_LETTER
 
 
-async def put_outcome(
-    txn: _Open, outcome: Outcome, destinations: Destinations, sent: Sent, source: TopicPartition
-) -> None:
-    """Put every record of one outcome of a record of `source` into the open transaction, in order."""
+def put_outcome(
+    txn: _Open, outcome: Outcome, destinations: Destinations, sent: Sent, source: TopicPartition, *, start: int = 0
+) -> Awaitable[None] | None:
+    """Put the records of one outcome of a record of `source` into the open transaction, in order, from its
+    `start`-th on: None when each went into its partition's open batch (`Transaction.put`), else what puts the rest,
+    to be awaited before anything else goes into the transaction."""
     partition_of = destinations.partitioner
-    ended: bytes | None = None
-    for out in outcome.records:
+    records = outcome.records
+    for index in range(start, len(records)):
+        out = records[index]
         destination, key = out.destination, out.key
-        if destination is Destination.DEAD_LETTER:
-            await _dead_letter(txn, out, outcome, destinations, sent, source=source)
-            continue
-        if destination is Destination.INDEX:
-            await _index(txn, out, destinations, sent)
-            continue
-        partition = partition_of(key) if key is not None else None
-        if destination is Destination.OUTPUT:  # put_record's, inline: one coroutine less per event
-            topic, value, headers = destinations.output_topic, out.value, list(out.headers)
-            if partition is None or not txn.append(topic, key, value, headers, partition):
-                await txn.send(topic, key, value, headers, partition)
+        if destination is _OUTPUT:
             kind = out.event_type or ""
             sent.events[kind] = sent.events.get(kind, 0) + 1
-            if kind in TERMINAL_TYPES:
-                ended = key
-        else:
-            await put_record(txn, destinations.display_topic, key, out.value, out.headers, partition=partition)
+            pending = txn.put(destinations.output_topic, key, out.value, out.headers,
+                              partition_of(key) if key is not None else None)  # fmt: skip
+        elif destination is _DISPLAY:
             sent.display_records += 1
             sent.display_bytes += len(out.value or b"")
-    if ended is not None:  # after the run's last display record, which follows its terminal event
-        partition_of.ended(ended)
+            pending = txn.put(destinations.display_topic, key, out.value, out.headers,
+                              partition_of(key) if key is not None else None)  # fmt: skip
+        elif destination is _DEAD_LETTER:
+            pending = _dead_letter(txn, out, outcome, destinations, sent, source=source)
+        else:
+            pending = _index(txn, out, destinations, sent)
+        if pending is not None:
+            return _then(pending, txn, outcome, destinations, sent, source=source, start=index + 1)
+    for out in records:  # after the run's last display record, which follows its terminal event
+        if out.event_type in TERMINAL_TYPES and out.key is not None:
+            partition_of.ended(out.key)
+    return None
+
+
+async def _then(
+    pending: Awaitable[None], txn: _Open, outcome: Outcome, destinations: Destinations, sent: Sent, *,
+    source: TopicPartition, start: int,
+) -> None:  # fmt: skip
+    """`pending`, then `put_outcome` of the outcome's records from `start` on."""
+    await pending
+    more = put_outcome(txn, outcome, destinations, sent, source, start=start)
+    if more is not None:
+        await more
 
 
 async def _index(txn: _Open, out: OutboundRecord, destinations: Destinations, sent: Sent) -> None:
@@ -150,7 +156,9 @@ async def _index(txn: _Open, out: OutboundRecord, destinations: Destinations, se
                      (out.key or b"")[:200], record_size(out), limit)  # fmt: skip
         return
     thread = next((value for name, value in out.headers if name == THREAD_ID), b"")
-    await put_record(txn, destinations.index_topic, out.key, out.value, out.headers, partition=partitioner(thread))
+    pending = txn.put(destinations.index_topic, out.key, out.value, out.headers, partitioner(thread))
+    if pending is not None:
+        await pending
     sent.index_records += 1
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -207,6 +207,19 @@ class Transaction:
         if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
             del self._batches[where]  # larger than a batch: the producer sends it on its own
             await self._send_alone(topic, key, value, headers, partition)
+
+    def put(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]],
+        partition: int | None,
+    ) -> Awaitable[None] | None:
+        """Append one record to the open transaction without waiting when `partition`'s open batch has room (None);
+        else the `send` that appends it, to be awaited before anything else goes into the transaction."""
+        listed = list(headers)
+        batch = self._batches.get((topic, partition)) if partition is not None else None
+        if batch is None or self._phase is not TxnPhase.OPEN \
+                or batch.append(timestamp=None, key=key, value=value, headers=listed) is None:  # fmt: skip
+            return self.send(topic, key, value, listed, partition)
+        return None
 
     def append(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], partition: int
