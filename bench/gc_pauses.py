@@ -38,7 +38,6 @@ from aiokafka.structs import ConsumerRecord  # noqa: E402
 from devtools.sample_runs import open_runs  # noqa: E402
 from worker._heap import freeze_heap  # noqa: E402
 from worker._native import describe  # noqa: E402
-from worker.live.pipeline import Processed  # noqa: E402
 from worker.stream import PartitionState, to_source_record  # noqa: E402
 
 TOPIC = "bench.gc"
@@ -92,7 +91,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     gc.callbacks.append(collections)
     loop = asyncio.new_event_loop()  # never run: its futures stand for the producer's, one per record sent
     inbox: deque[ConsumerRecord[bytes, bytes]] = deque()  # fetched, not yet converted
-    held: list[tuple[Processed, list[tuple[asyncio.Future[None], Any]]]] = []  # the open transaction's records
+    # the open transaction's records: (outcome, offset, source timestamp) and what was sent of it
+    held: list[tuple[tuple[Any, int, int], list[tuple[asyncio.Future[None], Any]]]] = []
     checkpoint: list[Any] = []
     longest, longest_gc, stretches = 0.0, 0.0, 0
     since_commit = since_checkpoint = 0
@@ -112,7 +112,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         assert error is None, error
         for rec, outcome in zip(chunk, outcomes, strict=True):  # a future and its entry per record sent
             sent = [(loop.create_future(), out) for out in outcome.records]
-            held.append((Processed(outcome, rec.offset, rec.timestamp), sent))
+            held.append(((outcome, rec.offset, rec.timestamp), sent))
         since_commit += len(chunk)
         since_checkpoint += len(chunk)
         took = time.thread_time() - start

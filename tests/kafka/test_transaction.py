@@ -66,8 +66,7 @@ async def test_commit_sends_records_then_offsets_then_ends_the_transaction() -> 
     txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
     await txn.begin()
     await txn.send("out", b"k", b"v", [])
-    txn.note_source(1_000)
-    txn.note_source(2_000)
+    txn.note_sources([1_000, 2_000])
     stamps = await txn.commit(42, '{"v":1,"replay_from":40}')
     assert stamps == [1_000, 2_000]
     assert [c[0] for c in producer.calls] == ["begin", "send", "offsets", "commit"]
@@ -136,7 +135,7 @@ async def test_abort_returns_to_idle_and_forgets_the_batch() -> None:
     producer = _Producer()
     txn = Transaction(producer, TP, "group")  # type: ignore[arg-type]
     await txn.begin()
-    txn.note_source(5)
+    txn.note_sources([5])
     await txn.abort()
     assert txn.records == 0
     await txn.abort()  # nothing open: no call

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -25,22 +24,13 @@ from worker.ops import Metrics
 from worker.settings import Settings
 from worker.stream import Outcome, encode_replay_metadata
 
-__all__ = ["Changelog", "CheckpointCut", "CommitPipeline", "CommitPolicy", "Processed"]
+__all__ = ["Changelog", "CheckpointCut", "CommitPipeline", "CommitPolicy"]
 
 Changelog = list[tuple[bytes, bytes | None]]
 # (offset, final) -> changelog records, None: no checkpoint; the owner may let other partitions run while it cuts
 CheckpointCut = Callable[[int, bool], Awaitable[Changelog | None]]
 OnFailure = Callable[[BaseException], None]  # must not wait: the partition's own task contains the failure
 _SLICE_S = 0.005  # the longest the pipeline puts records into a transaction before other partitions get the loop
-
-
-@dataclass(frozen=True, slots=True)
-class Processed:
-    """One source record processed: its outcome (the records to publish), its offset and its source timestamp."""
-
-    outcome: Outcome
-    offset: int
-    timestamp_ms: int
 
 
 class CommitPolicy:
@@ -62,6 +52,17 @@ class CommitPolicy:
         if 0.0 < late_s <= self.interval_s:
             return consumed_at - min(late_s, self.interval_s / 2)
         return consumed_at
+
+    def earliest_start(self, consumed_at: float, now_s: float, timestamps_ms: Iterable[int]) -> float:
+        """The earliest `interval_start` of records consumed at `consumed_at` with source timestamps `timestamps_ms`,
+        `now_s` being the wall-clock time then: that of the latest record at most an interval late, since the start
+        only moves earlier as lateness grows up to an interval."""
+        interval, latest = self.interval_s, 0.0
+        for timestamp_ms in timestamps_ms:
+            late_s = now_s - timestamp_ms / 1000
+            if latest < late_s <= interval:
+                latest = late_s
+        return self.interval_start(consumed_at, latest)
 
     def due(self, txn: Transaction) -> bool:
         """Whether the open transaction has used its commit interval."""
@@ -97,6 +98,7 @@ class CommitPipeline:
     __slots__ = (
         "_by_type", "_checkpoint", "_committed", "_destinations", "_failed", "_label", "_metrics", "_next_offset",
         "_on_end", "_on_failure", "_on_sent", "_policy", "_replay_from", "_sent", "_task", "_tp", "_txn", "_waiting",
+        "_waiting_records",
     )
 
     def __init__(
@@ -108,7 +110,9 @@ class CommitPipeline:
         self._next_offset = committed
         self._replay_from = committed
         self._committed = committed
-        self._waiting: list[tuple[Outcome, int, float]] = []  # (outcome, source timestamp, interval start)
+        # (outcomes of consecutive records, their source timestamps, their commit interval's earliest start)
+        self._waiting: list[tuple[Sequence[Outcome], list[int], float]] = []
+        self._waiting_records = 0
         self._failed = False
         self._tp = txn.tp
         self._label = (self._tp.topic, str(self._tp.partition))
@@ -142,20 +146,23 @@ class CommitPipeline:
         while a commit runs, since what is added then waits for the next transaction."""
         if self._task is not None:
             return sys.maxsize
-        return max(1, self._policy.max_records - len(self._waiting) - self._txn.records)
+        return max(1, self._policy.max_records - self._waiting_records - self._txn.records)
 
-    async def add(self, batch: Sequence[Processed], replay_from: int) -> bool:
-        """Take consecutive processed records and the replay start after the last (`replay_from`); their commit
-        interval starts as the policy says. When they fill the transaction and no commit runs, put what waits into
-        it and start its commit. False once the partition failed."""
-        if not batch:
+    async def add(
+        self, outcomes: Sequence[Outcome], timestamps_ms: list[int], *, next_offset: int, replay_from: int
+    ) -> bool:
+        """Take the outcomes of consecutive processed source records, their source timestamps, the offset after the
+        last (`next_offset`) and the replay start there (`replay_from`); their commit interval starts as the policy
+        says. When they fill the transaction and no commit runs, put what waits into it and start its commit. False
+        once the partition failed."""
+        if not outcomes:
             return not self._failed
         now, late = time.monotonic(), time.time()  # source timestamps are wall-clock milliseconds
-        start = self._policy.interval_start
-        self._waiting.extend((p.outcome, p.timestamp_ms, start(now, late - p.timestamp_ms / 1000)) for p in batch)
-        self._next_offset = batch[-1].offset + 1
+        self._waiting.append((outcomes, timestamps_ms, self._policy.earliest_start(now, late, timestamps_ms)))
+        self._waiting_records += len(outcomes)
+        self._next_offset = next_offset
         self._replay_from = replay_from
-        if self._task is None and self._policy.full(len(self._waiting) + self._txn.records):
+        if self._task is None and self._policy.full(self._waiting_records + self._txn.records):
             await self._start()
         return not self._failed
 
@@ -230,6 +237,7 @@ class CommitPipeline:
         if not self._failed:
             self._failed = True
             self._waiting = []
+            self._waiting_records = 0
             self._on_failure(exc)
 
     def _metadata(self) -> str:
@@ -241,17 +249,19 @@ class CommitPipeline:
         try:
             while self._waiting and not self._failed:
                 batch, self._waiting = self._waiting, []
+                records, self._waiting_records = self._waiting_records, 0
                 await txn.begin()
                 until = time.perf_counter() + _SLICE_S
-                for outcome, timestamp, interval_start in batch:
-                    pending = put_outcome(txn, outcome, destinations, sent, self._tp)
-                    if pending is not None:
-                        await pending
-                    txn.note_source(timestamp, interval_start)
+                for outcomes, timestamps_ms, interval_start in batch:
+                    for outcome in outcomes:
+                        pending = put_outcome(txn, outcome, destinations, sent, self._tp)
+                        if pending is not None:
+                            await pending
+                    txn.note_sources(timestamps_ms, interval_start)
                     if time.perf_counter() >= until:  # what is added meanwhile waits behind this batch
                         await asyncio.sleep(0)
                         until = time.perf_counter() + _SLICE_S
-                self._on_sent(len(batch))
+                self._on_sent(records)
         except Exception as exc:
             self._fail(exc)
             return False

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from worker.client import GRANT_HEALS_WITHIN_S, Diagnosis, Fault, Names, backoff_s, diagnose
 from worker.errors import CheckpointVersionError, DeadlineError, KafkaWorkerError, WorkerError
-from worker.live.pipeline import Changelog, CommitPipeline, CommitPolicy, Processed
+from worker.live.pipeline import Changelog, CommitPipeline, CommitPolicy
 from worker.live.publishing import Destinations
 from worker.live.reporter import TaskReporter
 from worker.live.transaction import Transaction
@@ -429,14 +429,15 @@ class PartitionTask:
             done += len(chunk)
             with working_on("converting records of %s", self._where):
                 outcomes, error = state.process_batch([to_source_record(rec) for rec in chunk])
-            processed = []
             for rec, outcome in zip(chunk, outcomes, strict=False):
                 if outcome.error is not None:
                     self._report.internal_error(rec.offset, outcome)
                 tally[outcome.verdict] = tally.get(outcome.verdict, 0) + 1
-                processed.append(Processed(outcome, rec.offset, rec.timestamp))
-            if processed and not await pipeline.add(processed, state.replay_from(processed[-1].offset + 1)):
-                return
+            if outcomes:
+                after = chunk[len(outcomes) - 1].offset + 1
+                stamps = [rec.timestamp for rec in chunk[: len(outcomes)]]
+                if not await pipeline.add(outcomes, stamps, next_offset=after, replay_from=state.replay_from(after)):
+                    return
             if error is not None:
                 offset = chunk[len(outcomes)].offset
                 if not isinstance(error, WorkerError):  # a bug of the partition state itself, now undefined

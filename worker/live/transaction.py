@@ -260,13 +260,13 @@ class Transaction:
                                                      "send"))
             self._joined.add(where)
 
-    def note_source(self, timestamp_ms: int, interval_start: float | None = None) -> None:
-        """Remember a consumed record's timestamp; the transaction's age counts from the earliest `interval_start`
+    def note_sources(self, timestamps_ms: list[int], interval_start: float | None = None) -> None:
+        """Remember consumed records' timestamps; the transaction's age counts from the earliest `interval_start`
         (a `time.monotonic()` value) of its records."""
         if interval_start is not None and interval_start < self._opened_at:
             self._opened_at = interval_start
-        self.records += 1
-        self._timestamps.append(timestamp_ms)
+        self.records += len(timestamps_ms)
+        self._timestamps.extend(timestamps_ms)
 
     async def commit(self, next_offset: int, metadata: str) -> list[int]:
         """Commit records and the source offset `next_offset` atomically; returns the committed source timestamps."""
