@@ -55,7 +55,8 @@ class NativeDisplayProjection(DisplayProjection):
         self, run_id: str, thread_id: str, *, interval_ms: int = DEFAULT_DISPLAY_INTERVAL_MS,
         max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:  # fmt: skip
-        DisplayCadence(run_id, interval_ms)  # refuses a negative interval as the reference does
+        if interval_ms < 0:
+            DisplayCadence(run_id, interval_ms)  # refuses it as the reference does
         if max_bytes < MIN_DISPLAY_BYTES:
             raise ConfigError(
                 f"display max_bytes must be >= {MIN_DISPLAY_BYTES} (the topic's max.message.bytes), got {max_bytes}"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import orjson
 from ag_ui.core import BaseEvent
@@ -23,6 +23,9 @@ from worker.display.snapshot import DisplaySnapshot
 from worker.errors import AguiObservationError, ConfigError, WorkerError
 from worker.observe import encode_event
 from worker.wire import HarnessItem
+
+if TYPE_CHECKING:
+    from worker.display._native_projection import NativeDisplayProjection
 
 __all__ = [
     "DEFAULT_DISPLAY_INTERVAL_MS",
@@ -160,9 +163,7 @@ class DisplayProjection:
     def __new__(cls, run_id: str, thread_id: str, **options: int) -> DisplayProjection:
         """The native engine's projection where the native module is installed (the same records and state)."""
         if cls is DisplayProjection and native() is not None:
-            from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415
-
-            return object.__new__(NativeDisplayProjection)
+            return object.__new__(_native_type())
         return object.__new__(cls)
 
     def __init__(
@@ -363,9 +364,7 @@ class DisplayProjection:
             counts = (int(state["next_seq"]), published, int(state.get("attempted_seq", published)),
                       int(state["anchor_ms"]), int(state["skipped"]), int(state["withheld"]))  # fmt: skip
             if cls is DisplayProjection and native() is not None:
-                from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415
-
-                return NativeDisplayProjection.restored(snapshot, thread_id, interval_ms, max_bytes, *counts)
+                return _native_type().restored(snapshot, thread_id, interval_ms, max_bytes, *counts)
             projection = cls(snapshot.continuation.run_id, thread_id, interval_ms=interval_ms, max_bytes=max_bytes)
             projection._fold = DisplayFold.restore(snapshot)
             projection._fold.keep_finished_as_json()
@@ -376,6 +375,19 @@ class DisplayProjection:
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise ConfigError(f"display projection state is not readable: {type(exc).__name__}: {exc}") from exc
         return projection
+
+
+_NATIVE_TYPE: list[type[NativeDisplayProjection]] = []
+
+
+def _native_type() -> type[NativeDisplayProjection]:
+    """`NativeDisplayProjection`, imported once, at the first projection (its module imports this one): an import
+    statement run for every projection costs more than making it."""
+    if not _NATIVE_TYPE:
+        from worker.display._native_projection import NativeDisplayProjection  # noqa: PLC0415
+
+        _NATIVE_TYPE.append(NativeDisplayProjection)
+    return _NATIVE_TYPE[0]
 
 
 def _unpickle(state: bytes) -> DisplayProjection:

@@ -149,6 +149,18 @@ impl Pending {
     }
 }
 
+/// Whether the fold reads a typed event in place: a flat one its bounds leave as it is, or a run's or subagent's end.
+fn in_place(event: &crate::agui::Event) -> bool {
+    (flat(event) && !needs_bound(EventRef::Typed(event))) || whole_lifecycle(event)
+}
+
+/// Whether a typed event that is not flat is a run's or subagent's end, read in place all the same: its observation
+/// is its published JSON, and the fold reads no member of it but its type and timestamp.
+fn whole_lifecycle(event: &crate::agui::Event) -> bool {
+    use crate::agui::Body;
+    matches!(event.body, Body::RunFinished { .. } | Body::RunError { .. } | Body::SubagentFinished { .. })
+}
+
 /// One display record: the run's snapshot JSON, due after event `agui_seq`, having evicted `evicted` items.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
@@ -318,35 +330,34 @@ impl Projection {
 
     /// The events' JSON objects, bounded as `convert --display` bounds them, folded.
     fn fold_published(&mut self, sources: Vec<Source<'_>>, failed: Option<&Failed>) -> Result<(), Fault> {
-        let mut owned: Vec<Option<Map>> = Vec::with_capacity(sources.len());
-        let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(sources.len());
+        // The events read as their JSON objects, in order (none allocated while every event is read in place), each
+        // with its published length; bounded once all are read.
+        let mut owned: Vec<(Map, Option<usize>)> = Vec::new();
         for source in &sources {
-            let (map, value) = match source {
-                Source::Typed(event, value) if flat(event) && !needs_bound(EventRef::Typed(event)) => {
-                    (None, Some(*value))
-                }
-                Source::Typed(event, value) if flat(event) => (Some(EventRef::Typed(event).to_map()), Some(*value)),
-                Source::Typed(_, value) | Source::Encoded(value) => (Some(parse_object(value)?), Some(*value)),
-                Source::Data(map, value) => (Some(map.clone()), *value),
-            };
-            owned.push(map);
-            values.push(value);
+            owned.push(match source {
+                Source::Typed(event, _) if in_place(event) => continue,
+                Source::Typed(event, value) if flat(event) => (EventRef::Typed(event).to_map(), Some(value.len())),
+                Source::Typed(_, value) | Source::Encoded(value) => (parse_object(value)?, Some(value.len())),
+                Source::Data(map, value) => (map.clone(), value.map(<[u8]>::len)),
+            });
         }
-        for (map, value) in owned.iter_mut().zip(&values) {
-            if let Some(map) = map {
-                bound_event_json(map, value.map(<[u8]>::len))?;
+        for (map, size) in &mut owned {
+            bound_event_json(map, *size)?;
+        }
+        let mut maps = owned.iter().map(|(map, _)| EventRef::Map(map));
+        let mut offered = Vec::with_capacity(sources.len());
+        for source in &sources {
+            let (event, published) = match source {
+                Source::Typed(event, value) if in_place(event) => (Some(EventRef::Typed(event)), Some(*value)),
+                Source::Typed(_, value) | Source::Encoded(value) => (maps.next(), Some(*value)),
+                Source::Data(_, value) => (maps.next(), *value),
+            };
+            if let Some(event) = event {
+                offered.push(Offered { event, published });
             }
         }
-        let mut offered = Vec::with_capacity(sources.len());
-        for ((source, map), published) in sources.iter().zip(&owned).zip(values) {
-            let event = match (map, source) {
-                (Some(map), _) => EventRef::Map(map),
-                (None, Source::Typed(event, _)) => EventRef::Typed(event),
-                (None, _) => continue,
-            };
-            offered.push(Offered { event, published });
-        }
-        let root = self.fold.ledger.run_id.clone();
+        // The run id is read only to fail a tool call.
+        let root = if failed.is_some() { self.fold.ledger.run_id.clone() } else { String::new() };
         self.fold.apply(&offered, failed, &root, false)?;
         Ok(())
     }

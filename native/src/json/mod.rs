@@ -112,7 +112,8 @@ impl Map {
 
 impl FromIterator<(String, Value)> for Map {
     fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
-        let mut map = Map::new();
+        let iter = iter.into_iter();
+        let mut map = Map::with_capacity(iter.size_hint().0);
         for (key, value) in iter {
             map.insert(key, value);
         }

@@ -302,7 +302,8 @@ impl DisplayProjection {
             return Err(worker(format!("display projection got {count} events but {} JSON objects", data.len())));
         }
         let mut bytes = Vec::with_capacity(count);
-        let mut known = Vec::with_capacity(count);
+        // The events' JSON objects, one per event when `data` gives them (no allocation when it does not).
+        let mut known = Vec::with_capacity(if data.is_some() { count } else { 0 });
         for index in 0..count {
             let value = match values {
                 Some(values) => Some(values.get_item(index)?.cast_into::<PyBytes>()?),
@@ -323,7 +324,9 @@ impl DisplayProjection {
                 return Err(PyValueError::new_err("an event with neither its value nor its JSON"));
             }
             bytes.push(value);
-            known.push(map);
+            if data.is_some() {
+                known.push(map);
+            }
         }
         let (token, due) = self.projection.accept(count, first_seq, timestamp_ms, ended).map_err(|f| raise(py, f))?;
         let native = observer.and_then(|o| o.cast::<Observer>().ok());
@@ -345,7 +348,9 @@ impl DisplayProjection {
             _ => &[],
         };
         let mut sources = Vec::with_capacity(count);
-        for (index, (value, map)) in bytes.iter().zip(known).enumerate() {
+        let mut known = known.into_iter();
+        for (index, value) in bytes.iter().enumerate() {
+            let map = known.next().flatten();
             let value = value.as_ref().map(|v| v.as_bytes());
             sources.push(match (typed.get(index), map, value) {
                 (Some(event), _, Some(value)) => Source::Typed(event, value),
