@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from ag_ui.core import BaseEvent, CustomEvent, TextMessageContentEvent, TextMessageStartEvent
+from ag_ui.core import BaseEvent, CustomEvent, TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent
 
 from tests.display._events import BASE_TS, args_delta
 from tests.display._flows import offer
@@ -66,3 +66,24 @@ def test_finished_items_are_held_in_fewer_bytes_than_their_json(build: str) -> N
     items = orjson.loads(projection.export_json())["fold"]["items"]
     assert len(items) == len(notes)
     assert projection.heap_bytes() < sum(len(orjson.dumps(item)) for item in items)
+
+
+def test_a_long_finished_item_is_held_packed(build: str) -> None:
+    """A finished item whose JSON from its content on is 1 KiB or more is held packed (LZ4), its bytes the same
+    when written: a text of repeated words in a fraction of its length."""
+    if build == "pure":
+        pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 200)
+    projection = DisplayProjection("run-t", "thread_t", interval_ms=60_000)
+    assert isinstance(projection, NativeDisplayProjection)
+    events = (
+        TextMessageStartEvent(message_id="m", role="assistant"),
+        TextMessageContentEvent(message_id="m", delta=text),
+        TextMessageEndEvent(message_id="m"),
+    )
+    for n, event in enumerate(events):
+        offer(projection, (event,), n, timestamp_ms=BASE_TS, ended=False)
+    (item,) = orjson.loads(projection.export_json())["fold"]["items"]
+    assert item["state"] == "completed"
+    assert item["content"]["text"] == text
+    assert projection.heap_bytes() < len(text) // 4

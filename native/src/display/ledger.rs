@@ -1,7 +1,7 @@
 //! The fold's item ledger (`worker/display/_ledger.py`): items by id in first-seen order, dense ordinals, position,
-//! per-scope context and paging. A finished item is held as its fields and its JSON from its content on (its
-//! content read back when it changes again); an open one as its fields and its content, its JSON written for each
-//! record.
+//! per-scope context and paging. A finished item, and a tool call awaiting its result, is held as its fields and
+//! its JSON from its content on (its content read back when it changes again); another open one as its fields and
+//! its content, its JSON written for each record.
 
 use std::cell::RefCell;
 use std::collections::hash_map::Entry as Slot;
@@ -221,6 +221,8 @@ pub struct Entry {
     /// fields write, `write_head`).
     bytes: Box<[u8]>,
     key_len: u32,
+    /// Whether the bytes after the id are the JSON `packed::pack` packed.
+    packed: bool,
     pub kind: Kind,
     pub state: State,
     pub ordinal: i64,
@@ -230,7 +232,7 @@ pub struct Entry {
     /// Milliseconds since the epoch; `ended` NOT_ENDED while not ended.
     started: i64,
     ended: i64,
-    /// None once only the JSON holds the item (a finished one).
+    /// None once only the JSON holds the item (a finished one, or a tool call awaiting its result).
     content: Option<Box<Map>>,
     rare: Option<Box<Rare>>,
 }
@@ -253,6 +255,7 @@ impl Entry {
         let mut entry = Entry {
             bytes,
             key_len: u32::try_from(key_len).expect("an item id shorter than 4 GiB"),
+            packed: false,
             kind,
             state,
             ordinal,
@@ -276,16 +279,45 @@ impl Entry {
         &self.bytes[..self.key_len as usize]
     }
 
-    /// The item's JSON from its content on, when kept.
-    fn json(&self) -> Option<&[u8]> {
-        let tail = &self.bytes[self.key_len as usize..];
-        (!tail.is_empty()).then_some(tail)
+    /// Whether the item's JSON from its content on is kept.
+    fn has_json(&self) -> bool {
+        self.bytes.len() > self.key_len as usize
+    }
+
+    /// Append the item's kept JSON from its content on.
+    fn write_kept(&self, out: &mut Vec<u8>) {
+        let kept = &self.bytes[self.key_len as usize..];
+        if self.packed {
+            super::packed::unpack(out, kept);
+        } else {
+            out.extend_from_slice(kept);
+        }
+    }
+
+    /// Keep `bytes`, the item's id and then its JSON from its content on, packed when that is shorter.
+    fn keep(&mut self, bytes: &[u8]) {
+        let (key, tail) = bytes.split_at(self.key_len as usize);
+        let mut kept = Vec::new();
+        self.packed = false;
+        if tail.len() >= super::packed::MIN_PACKED {
+            kept.reserve_exact(key.len() + 4 + tail.len());
+            kept.extend_from_slice(key);
+            self.packed = super::packed::pack(&mut kept, tail);
+            if !self.packed {
+                kept.extend_from_slice(tail);
+            }
+        } else {
+            kept.reserve_exact(bytes.len());
+            kept.extend_from_slice(bytes);
+        }
+        self.bytes = kept.into_boxed_slice();
     }
 
     /// Let go of the item's kept JSON (it changed).
     fn drop_json(&mut self) {
-        if self.bytes.len() > self.key_len as usize {
+        if self.has_json() {
             self.bytes = self.key_bytes().into();
+            self.packed = false;
         }
     }
 
@@ -294,7 +326,7 @@ impl Entry {
         written(|bytes| {
             bytes.extend_from_slice(self.key_bytes());
             self.write_tail(bytes);
-            self.bytes = bytes.as_slice().into();
+            self.keep(bytes);
         });
     }
 
@@ -384,23 +416,33 @@ impl Entry {
     }
 
     /// Write the item's JSON, `Item.model_dump_json()`'s bytes. A finished item's is kept (its content's part
-    /// written anew only when it changed since); an open item's is not: it is held as its content alone.
+    /// written anew only when it changed since), as is a tool call's awaiting its result; another open item's is
+    /// not: it is held as its content alone.
     pub fn write_json(&mut self, out: &mut Vec<u8>) {
         self.write_head(out);
-        if self.json().is_none() && !self.state.finished() {
+        if !self.has_json() && !self.state.finished() {
             self.write_tail(out);
             return;
         }
-        if self.json().is_none() {
+        if !self.has_json() {
             self.keep_written();
         }
-        out.extend_from_slice(self.json().unwrap_or_default());
+        self.write_kept(out);
     }
 
     /// The content of a finished item, read back from its JSON (`write_tail`'s bytes: the content object, then
     /// the content refs when any, then the item's closing brace).
     fn held_content(&self) -> Option<Map> {
-        let tail = self.json()?;
+        let kept = self.bytes.get(self.key_len as usize..).filter(|kept| !kept.is_empty())?;
+        let unpacked;
+        let tail = if self.packed {
+            let mut out = Vec::new();
+            super::packed::unpack(&mut out, kept);
+            unpacked = out;
+            unpacked.as_slice()
+        } else {
+            kept
+        };
         let refs = self.refs().map_or(0, |refs| REFS_FIELD.len() + refs.len());
         match parse(tail.get(..tail.len().checked_sub(1 + refs)?)?).ok()? {
             Value::Object(content) => Some(content),
@@ -658,8 +700,9 @@ impl Ledger {
             if item.refs.is_some() {
                 entry.rare().refs = item.refs;
             }
+            let settled = entry.state.finished() || awaits_result(entry.kind, &item.content);
             entry.content = Some(Box::new(item.content));
-            if entry.state.finished() {
+            if settled {
                 entry.keep_written();
                 entry.content = None;
             }
@@ -842,13 +885,14 @@ impl Ledger {
                 self.entries.len() - 1
             }
         };
+        let settled = (finished || awaits_result(kind, &content)) && !growing;
         let entry = &mut self.entries[place];
         entry.kind = kind;
         entry.state = state;
         entry.set_last_here(here.0, here.1);
         entry.content = Some(Box::new(content));
         entry.drop_json();
-        if finished && !growing {
+        if settled {
             entry.keep_written();
             entry.content = None;
         }
@@ -875,7 +919,7 @@ impl Ledger {
         let Some(place) = self.places.find(&self.entries, key) else { return };
         let entry = &mut self.entries[place];
         if entry.state.finished() && entry.content.is_some() {
-            if entry.json().is_none() {
+            if !entry.has_json() {
                 entry.keep_written();
             }
             entry.content = None;
@@ -903,15 +947,14 @@ impl Ledger {
             return self.put(key, kind, state, content, At::Time(at), false);
         }
         let here = (self.attempt, self.sequence);
-        let mut bytes = Box::default();
+        let mut entry = Entry::new(&key, self.next_ordinal, kind, state, here, at.clone());
+        entry.set_ended(Some(at));
         written(|json| {
             json.extend_from_slice(key.as_bytes());
             content(json);
             json.push(b'}');
-            bytes = json.as_slice().into();
+            entry.keep(json);
         });
-        let mut entry = Entry::of(bytes, key.len(), self.next_ordinal, kind, state, here, at.clone());
-        entry.set_ended(Some(at));
         self.next_ordinal += 1;
         self.places.insert(&key, self.entries.len());
         push(&mut self.entries, entry);
@@ -1000,6 +1043,12 @@ impl Ledger {
         self.entries[place].write_json(&mut json);
         Some(json)
     }
+}
+
+/// Whether an open item is a tool call whose arguments are complete: only its result or failure changes it again
+/// (each reading its content back once), so it is held as its JSON, as a finished item is.
+fn awaits_result(kind: Kind, content: &Map) -> bool {
+    kind == Kind::ToolCall && matches!(content.get("arguments_complete"), Some(Value::Bool(true)))
 }
 
 /// Append an entry, growing the entries by a quarter when full (held for the run's life: a doubling would leave up

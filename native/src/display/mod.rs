@@ -14,6 +14,7 @@ pub mod heap;
 pub mod input;
 pub mod ledger;
 pub mod memory;
+pub mod packed;
 pub mod projection;
 pub mod pyish;
 pub mod standard;
