@@ -49,10 +49,11 @@ class WireItem(Protocol):
     def sequence(self) -> int: ...
 
 
-# (observer, item, (key, partition, offset), first, publish, limit, values) -> (count, records, values, over)
+# (observer, item, (key, partition, offset), first, publish, limit, values)
+#   -> (count, records, values, over, is_terminal(item), announced_run(item))
 ObserveRecords = Callable[
     [Any, Any, tuple[bytes | None, int, int], int, bool, int | None, bool],
-    tuple[int, tuple[OutboundRecord, ...], list[bytes] | None, tuple[int, int, str] | None],
+    tuple[int, tuple[OutboundRecord, ...], list[bytes] | None, tuple[int, int, str] | None, bool, str | None],
 ]
 
 
@@ -74,11 +75,11 @@ class StreamCore:
     of every event the item yields in a stream whose earlier accepted values were at most `widest` bytes, or is
     None when only encoding the events tells. A core that encodes as it observes (the native one) gives
     `observe_records(observer, item, (key, partition, offset), first, publish, limit, values)`, observing atomically
-    as `observe` does, with no event objects: `(count, records, values, over)`, the number of events, their output
-    records as `output_records` builds them for that source record, numbered from `first` (empty unless `publish`,
-    or when one is over), their values when `values` is true (else None), and `(index, size, event type)` of the
-    first record whose `record_size` is over `limit` (None: none is, or no limit); `encode_event` then serves only
-    the events the partition state makes itself.
+    as `observe` does, with no event objects: `(count, records, values, over, terminal, announced)`, the number of
+    events, their output records as `output_records` builds them for that source record, numbered from `first`
+    (empty unless `publish`, or when one is over), their values when `values` is true (else None), `(index, size,
+    event type)` of the first record whose `record_size` is over `limit` (None: none is, or no limit), and the item's
+    `is_terminal` and `announced_run`; `encode_event` then serves only the events the partition state makes itself.
     """
 
     decode: Callable[[bytes], WireItem]

@@ -329,12 +329,13 @@ class PartitionState:
         records: tuple[OutboundRecord, ...] = ()
         values: list[bytes] | None = None
         over: tuple[int, int, str] | None = None
+        terminal, announced = False, None
         try:
             if observe_records is None:
                 events = observer.observe(item)
             else:  # a core encoding as it observes: records, sizes and values, no event objects
                 source = step.record
-                count, records, values, over = observe_records(
+                count, records, values, over, terminal, announced = observe_records(
                     observer, item, (source.key, source.partition, source.offset), stream.n, step.publish, limit,
                     display is not None,
                 )  # fmt: skip
@@ -345,7 +346,8 @@ class PartitionState:
         except Exception as exc:  # a conversion bug: observe is atomic, so the stream's state is unchanged
             return _refused(step, item, stream, _R.INTERNAL_ERROR, exc)
         stream.last[run] = seq
-        announced = self._core.announced_run(item)
+        if events is not None:
+            terminal, announced = self._core.is_terminal(item), self._core.announced_run(item)
         if announced is not None and announced not in stream.last:
             stream.last[announced] = -1
         data: list[dict[str, Any] | None] | None = None
@@ -365,7 +367,7 @@ class PartitionState:
         n = stream.n
         stream.widest = max(stream.widest, len(step.record.value or b""))
         stream.n += count
-        ended = run == step.key and self._core.is_terminal(item)
+        ended = terminal and run == step.key
         batch = self._display
         if display is not None and batch is not None:  # see _show, inlined on this path
             batch.offer(display, count if events is None else events, n, step.record.timestamp_ms,

@@ -222,7 +222,8 @@ impl Observer {
 
     /// `observe` of one item of a root stream, giving its output records instead of its frames: `(count, records,
     /// values, over)` of `records::output_records`, the records numbered from `first` and made for the source
-    /// record `(key, partition, offset)` (its key the root run id's UTF-8).
+    /// record `(key, partition, offset)` (its key the root run id's UTF-8), then the item's `is_terminal` and
+    /// `announced_child`.
     fn observe_records<'py>(
         &mut self,
         item: &Item,
@@ -242,7 +243,10 @@ impl Observer {
             }
             let ask =
                 Ask { key, thread: &item.item.thread_id, first, partition, offset, sequence, publish, limit, values };
-            self.observe_with(py, item, |bytes, spans| output_records(py, bytes, spans, &ask))
+            let mut out = self.observe_with(py, item, |bytes, spans| output_records(py, bytes, spans, &ask))?;
+            out.push(item.item.is_terminal().into_pyobject(py)?.to_owned().into_any());
+            out.push(item.item.announced_child().into_pyobject(py)?.into_any());
+            PyTuple::new(py, out)
         })
     }
 

@@ -101,15 +101,16 @@ fn header<'py>(py: Python<'py>, name: &str, value: &[u8]) -> PyResult<Bound<'py,
     PyTuple::new(py, [PyString::intern(py, name).into_any(), PyBytes::new(py, value).into_any()])
 }
 
-/// `(count, records, values, over)` of the frames `spans` of `bytes`: the number of events; their output records
+/// `[count, records, values, over]` of the frames `spans` of `bytes`: the number of events; their output records
 /// numbered from `ask.first` (an empty tuple when not publishing, or when one is over the limit); their values as
-/// a list when asked, else None; and `(index, size, type)` of the first record over `ask.limit`, else None.
+/// a list when asked, else None; and `(index, size, type)` of the first record over `ask.limit`, else None. The
+/// caller adds what it knows of the item.
 pub fn output_records<'py>(
     py: Python<'py>,
     bytes: &[u8],
     spans: &Spans,
     ask: &Ask<'_, 'py>,
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let count = spans.len();
     let key = ask.key.as_bytes();
     let mut number = Vec::with_capacity(24);
@@ -144,10 +145,12 @@ pub fn output_records<'py>(
             if size > limit {
                 let over = (index, size, PyString::intern(py, kind)).into_pyobject(py)?;
                 let none = py.None().into_bound(py);
-                return PyTuple::new(
-                    py,
-                    [count.into_pyobject(py)?.into_any(), PyTuple::empty(py).into_any(), none, over.into_any()],
-                );
+                return Ok(vec![
+                    count.into_pyobject(py)?.into_any(),
+                    PyTuple::empty(py).into_any(),
+                    none,
+                    over.into_any(),
+                ]);
             }
         }
     }
@@ -196,5 +199,5 @@ pub fn output_records<'py>(
         PyTuple::empty(py)
     };
     let listed = if ask.values { PyList::new(py, values)?.into_any() } else { py.None().into_bound(py) };
-    PyTuple::new(py, [count.into_pyobject(py)?.into_any(), records.into_any(), listed, py.None().into_bound(py)])
+    Ok(vec![count.into_pyobject(py)?.into_any(), records.into_any(), listed, py.None().into_bound(py)])
 }
