@@ -583,8 +583,6 @@ pub struct Ledger {
     pub policy: Policy,
     entries: Vec<Entry>,
     places: Places,
-    /// What an observation's id hashes but the sequence: `run\0observation\0attempt:`.
-    observations: Vec<u8>,
     pub next_ordinal: i64,
     pub sequence: i64,
     pub response_groups: Vec<(String, String)>,
@@ -676,7 +674,6 @@ impl Ledger {
             policy,
             entries: Vec::with_capacity(items.len()),
             places: Places::with_capacity(items.len()),
-            observations: format!("{run_id}\0observation\0{attempt}:").into_bytes(),
             next_ordinal: first,
             sequence: 0,
             response_groups: Vec::new(),
@@ -758,12 +755,18 @@ impl Ledger {
         key
     }
 
-    /// The id of an observation made by the event at the current position.
+    /// The id of an observation made by the event at the current position: the hash of
+    /// `run\0observation\0attempt:sequence`.
     pub fn observation_key(&mut self) -> String {
-        let prefix = self.observations.len();
-        decimal(&mut self.observations, self.sequence);
-        let key = hashed_id(&self.observations);
-        self.observations.truncate(prefix);
+        let mut key = String::new();
+        written(|text| {
+            text.extend_from_slice(self.run_id.as_bytes());
+            text.extend_from_slice(b"\0observation\0");
+            decimal(text, self.attempt);
+            text.push(b':');
+            decimal(text, self.sequence);
+            key = hashed_id(text);
+        });
         key
     }
 
