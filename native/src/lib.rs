@@ -2,11 +2,13 @@
 //! (which stay the readable reference and the fallback where no wheel fits).
 //!
 //! Rooms mirror the Python package: `json` (the values and the reference's two JSON spellings), `wire` (a record's
-//! bytes to a source item), `agui` (the AG-UI events the observer emits and their output encoding), and `py` (the
-//! boundary: conversions and the exported classes and functions).
+//! bytes to a source item), `agui` (the AG-UI events the observer emits and their output encoding), `framing` (a
+//! record's size as Kafka's producers count it), and `py` (the boundary: conversions and the exported classes and
+//! functions).
 
 pub mod agui;
 pub mod display;
+pub mod framing;
 pub mod json;
 pub mod observe;
 pub mod py;

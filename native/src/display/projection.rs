@@ -8,29 +8,13 @@ use super::bounding::{bound_event_json, Policy};
 use super::fold::{Failed, Fold, Offered};
 use super::input::{flat, parse_object, EventRef};
 use super::Fault;
+use crate::framing::{field_size, varint_size, RECORD_OVERHEAD_BYTES};
 use crate::json::write::string;
 use crate::json::Map;
 
 const STATE_FORMAT: i64 = 1;
 /// Bytes kept free while choosing items to evict, for the growth of the eviction note itself.
 const NOTE_SLACK: usize = 256;
-/// A record sent alone: the v2 batch header (61 bytes) and the most framing one record can take (21 bytes).
-const RECORD_OVERHEAD_BYTES: usize = 61 + 21;
-
-/// Bytes of the zig-zag varint Kafka writes for the length `n`.
-fn varint_size(n: usize) -> usize {
-    let mut z = (n as u128) << 1;
-    let mut size = 1;
-    while z >= 0x80 {
-        z >>= 7;
-        size += 1;
-    }
-    size
-}
-
-fn field_size(len: usize) -> usize {
-    varint_size(len) + len
-}
 
 /// `record_overhead(key, ((agui-seq, seq), (thread-id, thread)), max_bytes)`: the bytes a display record adds to its
 /// value, at most.

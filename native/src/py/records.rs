@@ -9,11 +9,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::framing::{field_size, varint_size, RECORD_OVERHEAD_BYTES};
 use crate::json::write::int;
 use crate::observe::Spans;
 
-/// A record sent alone: the v2 batch header (61 bytes) and the most framing one record can take (21 bytes).
-const RECORD_OVERHEAD_BYTES: usize = 61 + 21;
 /// The headers of an output record, in order (`worker.contract`'s names, then the source's provenance).
 const EVENT_ID: &str = "agui-event-id";
 const SEQ: &str = "agui-seq";
@@ -23,21 +22,6 @@ const PARTITION: &str = "source-partition";
 const OFFSET: &str = "source-offset";
 const SEQUENCE: &str = "source-sequence";
 const HEADERS: usize = 7;
-
-/// Bytes of the zig-zag varint Kafka writes for the length `n`.
-fn varint_size(n: usize) -> usize {
-    let mut z = (n as u128) << 1;
-    let mut size = 1;
-    while z >= 0x80 {
-        z >>= 7;
-        size += 1;
-    }
-    size
-}
-
-fn field_size(len: usize) -> usize {
-    varint_size(len) + len
-}
 
 /// What the Python side names once per process: the record class, its output destination and the header names.
 struct Names {
