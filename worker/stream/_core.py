@@ -122,12 +122,6 @@ def _native_core(native: ModuleType) -> StreamCore:
     own, called without a Python frame between."""
     observer_type = native.Observer
 
-    def bound(item: Any, widest: int) -> int | None:
-        size: int = item.wire_size
-        if size <= 0 or item.is_terminal:
-            return None
-        return _EVENT_GROWTH * size + 2 * widest + _EVENT_SLACK
-
     def restore_observer(data: Any) -> StreamObserver:
         continuation = ObserverContinuation.model_validate(data)  # the reference's checks and errors
         return cast(StreamObserver, observer_type.restore(True, continuation.model_dump()))
@@ -141,7 +135,7 @@ def _native_core(native: ModuleType) -> StreamCore:
         export_observer=_export_observer,
         restore_observer=restore_observer,
         announced_run=attrgetter("announced_child"),
-        event_bound=bound,
+        event_bound=_unbounded,  # observe_records measures every record it builds
         observe_records=observer_type.observe_records,
     )
 
