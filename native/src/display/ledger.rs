@@ -4,8 +4,7 @@
 //! its content, its JSON written for each record.
 
 use std::cell::RefCell;
-use std::collections::hash_map::Entry as Slot;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use sha2::{Digest, Sha256};
@@ -52,48 +51,70 @@ fn id_hash(key: &str) -> u64 {
     hasher.finish()
 }
 
-/// Where each item is among the entries, by the hash of its id (the entries hold the ids): an id's place is the
-/// first one held for its hash, or one of `others`, the places of ids whose hash an earlier id has.
+/// Where each item is among the entries, by the hash of its id (the entries hold the ids): an open-addressing table
+/// of places (each plus one; 0 an empty slot), at most half full, an id's place in the first slot from its hash on
+/// that is empty or names an entry of that id.
 #[derive(Default)]
 struct Places {
-    first: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    others: Vec<u32>,
+    slots: Vec<u32>,
 }
 
 impl Places {
     fn with_capacity(capacity: usize) -> Places {
-        Places { first: HashMap::with_capacity_and_hasher(capacity, Default::default()), others: Vec::new() }
+        Places { slots: vec![0; Places::size_for(capacity)] }
+    }
+
+    /// The slots for `count` ids: a power of two at least twice their number (none for none).
+    fn size_for(count: usize) -> usize {
+        if count == 0 {
+            0
+        } else {
+            (2 * count).next_power_of_two().max(8)
+        }
     }
 
     fn find(&self, entries: &[Entry], key: &str) -> Option<usize> {
-        let place = *self.first.get(&id_hash(key))? as usize;
-        if entries[place].key_bytes() == key.as_bytes() {
-            return Some(place);
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut at = id_hash(key) as usize & mask;
+        loop {
+            let place = (self.slots[at] as usize).checked_sub(1)?;
+            if entries.get(place).is_some_and(|entry| entry.key_bytes() == key.as_bytes()) {
+                return Some(place);
+            }
+            at = (at + 1) & mask;
         }
-        self.others.iter().map(|&other| other as usize).find(|&other| entries[other].key_bytes() == key.as_bytes())
     }
 
-    /// Add the place of an id not held yet.
-    fn insert(&mut self, key: &str, place: usize) {
-        let place = u32::try_from(place).expect("fewer than 2^32 items");
-        match self.first.entry(id_hash(key)) {
-            Slot::Occupied(_) => self.others.push(place),
-            Slot::Vacant(slot) => {
-                slot.insert(place);
+    /// Add the place of an id not held yet, the next after `entries` (which hold the ids of the places before it).
+    fn insert(&mut self, entries: &[Entry], key: &str, place: usize) {
+        if 2 * (place + 1) > self.slots.len() {
+            self.slots = vec![0; Places::size_for(place + 1)];
+            for (at, entry) in entries.iter().enumerate().take(place) {
+                self.put(entry.key(), at);
             }
         }
+        self.put(key, place);
+    }
+
+    fn put(&mut self, key: &str, place: usize) {
+        let place = u32::try_from(place + 1).expect("fewer than 2^32 items");
+        let mask = self.slots.len() - 1;
+        let mut at = id_hash(key) as usize & mask;
+        while self.slots[at] != 0 {
+            at = (at + 1) & mask;
+        }
+        self.slots[at] = place;
     }
 
     fn rebuild(&mut self, entries: &[Entry]) {
-        self.first.clear();
-        self.others.clear();
+        self.slots = vec![0; Places::size_for(entries.len())];
         for (place, entry) in entries.iter().enumerate() {
-            self.insert(entry.key(), place);
+            self.put(entry.key(), place);
         }
     }
 
     fn heap_bytes(&self) -> usize {
-        self.first.capacity() * (std::mem::size_of::<(u64, u32)>() + 1) + super::heap::block(self.others.capacity() * 4)
+        super::heap::block(self.slots.capacity() * 4)
     }
 }
 
@@ -707,7 +728,7 @@ impl Ledger {
             match ledger.places.find(&ledger.entries, &item.key) {
                 Some(place) => ledger.entries[place] = entry,
                 None => {
-                    ledger.places.insert(&item.key, ledger.entries.len());
+                    ledger.places.insert(&ledger.entries, &item.key, ledger.entries.len());
                     push(&mut ledger.entries, entry);
                 }
             }
@@ -883,7 +904,7 @@ impl Ledger {
                 let mut entry = Entry::new(&key, self.next_ordinal, kind, state, here, started);
                 entry.set_ended(ended);
                 self.next_ordinal += 1;
-                self.places.insert(&key, self.entries.len());
+                self.places.insert(&self.entries, &key, self.entries.len());
                 push(&mut self.entries, entry);
                 self.entries.len() - 1
             }
@@ -959,7 +980,7 @@ impl Ledger {
             entry.keep(json);
         });
         self.next_ordinal += 1;
-        self.places.insert(&key, self.entries.len());
+        self.places.insert(&self.entries, &key, self.entries.len());
         push(&mut self.entries, entry);
         Ok(Some(key))
     }
