@@ -8,7 +8,7 @@ use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
 use super::Fault;
-use crate::json::write::{compact, compact_object, string};
+use crate::json::write::{compact, compact_object, int, string};
 use crate::json::{Map, Value};
 
 pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
@@ -61,14 +61,14 @@ impl HeldArguments {
         out.extend_from_slice(b",\"at\":");
         self.at.write(out);
         out.extend_from_slice(b",\"sequence\":");
-        out.extend_from_slice(self.sequence.to_string().as_bytes());
+        int(out, self.sequence);
         out.extend_from_slice(b",\"event\":");
         match &self.event {
             Some(event) => compact_object(out, event),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"size\":");
-        out.extend_from_slice(self.size.to_string().as_bytes());
+        int(out, self.size);
         out.push(b'}');
     }
 
@@ -179,7 +179,7 @@ impl CustomFolder {
                 if ledger.policy.full_content {
                     return Ok(None);
                 }
-                return self.fold_arguments(ledger, event, text.to_owned(), published);
+                return self.fold_arguments(ledger, event, text, published);
             }
         }
         let assembled;
@@ -231,7 +231,7 @@ impl CustomFolder {
         &mut self,
         ledger: &mut Ledger,
         event: EventRef<'_>,
-        text: String,
+        text: &str,
         published: Option<&[u8]>,
     ) -> Result<Option<String>, Fault> {
         let Some(whole_value @ Value::Object(value)) = event.get("value").and_then(Field::as_value) else {
@@ -241,9 +241,9 @@ impl CustomFolder {
             Some(held) if held.sequence == ledger.sequence - 1 && continues(&held.stream, value) => {
                 if let Some(grown) = &mut held.event {
                     if let Some(Value::Str(args)) = grown_delta(grown) {
-                        args.push_str(&text);
+                        args.push_str(text);
                     }
-                    held.size += escaped_len(&text) as i64 - 2;
+                    held.size += escaped_len(text) as i64 - 2;
                 }
                 true
             }
@@ -256,7 +256,7 @@ impl CustomFolder {
                 key: ledger.observation_key(),
                 at: event_time(event)?,
                 sequence: ledger.sequence,
-                event: Some(event.to_map()),
+                event: Some(event.to_map_sharing()),
                 size,
                 linked: false,
                 written: None,
@@ -269,7 +269,7 @@ impl CustomFolder {
             held.linked = false;
         }
         let run = event.get("subagentRunId").map(Field::to_value);
-        if continued && held.linked && ledger.grow(&held.key, &text, run.as_ref()) {
+        if continued && held.linked && ledger.grow(&held.key, text, run.as_ref()) {
             return Ok(Some(held.key.clone()));
         }
         let mut content = Map::with_capacity(3);
@@ -397,12 +397,22 @@ fn value_size(value: &Value, published: Option<&[u8]>, typed: bool) -> usize {
     })
 }
 
-/// The text of `event.value.event.delta.args_delta`, to grow in place.
+/// The text of `event.value.event.delta.args_delta`, to grow in place (what on the way is shared with the source
+/// item copied first, one level at a time).
 fn grown_delta(event: &mut Map) -> Option<&mut Value> {
-    let Value::Object(value) = event.get_mut("value")? else { return None };
-    let Value::Object(source) = value.get_mut("event")? else { return None };
-    let Value::Object(delta) = source.get_mut("delta")? else { return None };
-    delta.get_mut("args_delta")
+    let Value::Object(value) = owned(event.get_mut("value")?) else { return None };
+    let Value::Object(source) = owned(value.get_mut("event")?) else { return None };
+    let Value::Object(delta) = owned(source.get_mut("delta")?) else { return None };
+    delta.get_mut("args_delta").map(owned)
+}
+
+/// `slot`, its value copied in place when shared (what it holds stays shared).
+fn owned(slot: &mut Value) -> &mut Value {
+    while let Value::Shared(inner) = slot {
+        let copy = Value::clone(inner);
+        *slot = copy;
+    }
+    slot
 }
 
 /// A model request's start opens a response group in its scope; a context observation notes memory.

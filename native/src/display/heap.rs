@@ -27,6 +27,10 @@ pub fn value_bytes(value: &Value) -> usize {
             block(items.capacity() * std::mem::size_of::<Value>()) + items.iter().map(value_bytes).sum::<usize>()
         }
         Value::Object(map) => map_bytes(map),
+        // A value shared with the source item: counted whole by each holder, as if it held it alone.
+        Value::Shared(inner) => {
+            block(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Value>()) + value_bytes(inner)
+        }
         _ => 0,
     }
 }

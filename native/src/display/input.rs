@@ -342,6 +342,25 @@ impl<'a> EventRef<'a> {
     }
 
     /// The event's JSON object, copied.
+    /// `to_map`, but what the event shares with its source item stays shared (not copied): for a held event whose
+    /// shared values are copied only where it first changes.
+    pub fn to_map_sharing(self) -> Map {
+        match self {
+            EventRef::Map(map) => map.clone(),
+            EventRef::Typed(event) => {
+                let mut map = Map::with_capacity(6);
+                for key in self.keys() {
+                    match typed_field(event, key) {
+                        Some(Field::Value(value)) => map.push(key, value.clone()),
+                        Some(field) => map.push(key, field.to_value()),
+                        None => {}
+                    }
+                }
+                map
+            }
+        }
+    }
+
     pub fn to_map(self) -> Map {
         match self {
             EventRef::Map(map) => map.clone(),

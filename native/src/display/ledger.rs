@@ -617,8 +617,12 @@ pub struct Ledger {
 
 /// The hex id of a text: `itm_` and the first 128 bits of its SHA-256.
 pub fn hashed_id(text: &[u8]) -> String {
+    hex_id(&Sha256::digest(text))
+}
+
+/// `itm_` and the first 128 bits of `digest` in hex.
+fn hex_id(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(text);
     let mut out = String::with_capacity(36);
     out.push_str("itm_");
     for byte in &digest[..16] {
@@ -630,13 +634,11 @@ pub fn hashed_id(text: &[u8]) -> String {
 
 /// The stable id of an item: the same run, kind and source id always name the same item, across attempts.
 pub fn item_id(run_id: &str, kind: Kind, source_id: &str) -> String {
-    let mut text = Vec::with_capacity(run_id.len() + source_id.len() + 20);
-    text.extend_from_slice(run_id.as_bytes());
-    text.push(0);
-    text.extend_from_slice(kind.name().as_bytes());
-    text.push(0);
-    text.extend_from_slice(source_id.as_bytes());
-    hashed_id(&text)
+    let mut hasher = Sha256::new();
+    for part in [run_id.as_bytes(), b"\0", kind.name().as_bytes(), b"\0", source_id.as_bytes()] {
+        hasher.update(part);
+    }
+    hex_id(&hasher.finalize())
 }
 
 thread_local! {

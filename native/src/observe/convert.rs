@@ -184,7 +184,11 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
             };
             if let Some(events) = handled {
                 return Ok(if events.is_empty() {
-                    vec![fallback(item, ts, kind, Value::Object(data.clone()))]
+                    let shared = match shared.as_object() {
+                        Some(_) => Value::Shared(shared.clone()),
+                        None => Value::Object(Map::new()),
+                    };
+                    vec![fallback(item, ts, kind, shared)]
                 } else {
                     events
                 });
