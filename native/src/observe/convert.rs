@@ -79,6 +79,15 @@ pub fn harness_custom(item: &Item, ts: i64, schema_version: &str, kind: &str, pa
     custom(ts, name, source_value(item, Inner::extension_dump(schema_version, kind, payload)))
 }
 
+/// The item's event data as an observation repeats it: shared with the item, not copied (an empty object when
+/// the data is not one).
+fn shared_object(shared: &Arc<Value>) -> Value {
+    match shared.as_object() {
+        Some(_) => Value::Shared(shared.clone()),
+        None => Value::Object(Map::new()),
+    }
+}
+
 fn fallback(item: &Item, ts: i64, kind: &str, event: Value) -> Event {
     custom(ts, format!("a13n.pydantic_ai.{kind}"), source_value(item, event))
 }
@@ -184,11 +193,7 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
             };
             if let Some(events) = handled {
                 return Ok(if events.is_empty() {
-                    let shared = match shared.as_object() {
-                        Some(_) => Value::Shared(shared.clone()),
-                        None => Value::Object(Map::new()),
-                    };
-                    vec![fallback(item, ts, kind, shared)]
+                    vec![fallback(item, ts, kind, shared_object(shared))]
                 } else {
                     events
                 });
@@ -196,9 +201,7 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
             Ok(vec![match kind {
                 "capability" => match data.get("kind").and_then(Value::as_str) {
                     Some("a13n.input.text" | "a13n.input.media") => input(item, ts, data),
-                    name => {
-                        custom(ts, name.unwrap_or_default().to_owned(), source_value(item, Value::Object(data.clone())))
-                    }
+                    name => custom(ts, name.unwrap_or_default().to_owned(), source_value(item, shared_object(shared))),
                 },
                 "function_tool_result" | "output_tool_result" => tool_result(item, ts, kind, data),
                 "enqueued_messages" => {
