@@ -215,11 +215,9 @@ class Transaction:
         """Append one record to the open transaction without waiting when `partition`'s open batch has room (None);
         else the `send` that appends it, to be awaited before anything else goes into the transaction."""
         listed = list(headers)
-        batch = self._batches.get((topic, partition)) if partition is not None else None
-        if batch is None or self._phase is not TxnPhase.OPEN \
-                or batch.append(timestamp=None, key=key, value=value, headers=listed) is None:  # fmt: skip
-            return self.send(topic, key, value, listed, partition)
-        return None
+        if partition is not None and self.append(topic, key, value, listed, partition):
+            return None
+        return self.send(topic, key, value, listed, partition)
 
     def append(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], partition: int
