@@ -629,14 +629,5 @@ def _refused(
                      f"{item.sequence}: {type(exc).__name__}: {exc}", error)
 
 
-def _decode_key(key: bytes | None) -> str | None:
-    if not key:
-        return None
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
 def _show(key: bytes | None) -> str:
     return "null" if key is None else repr(key[:120])
