@@ -3,7 +3,7 @@
 
 use super::bounding::{member, omitted, MAX_OBSERVATION_BYTES};
 use super::fragments::{Assembler, FRAGMENT_EVENT_NAME};
-use super::input::{decimal, members, set, EventRef, Field};
+use super::input::{members, set, EventRef, Field};
 use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
@@ -434,9 +434,9 @@ fn note_context(ledger: &mut Ledger, name: &str, whole: EventRef<'_>, source: &M
         let mut group = Vec::with_capacity(ledger.run_id.len() + 24);
         group.extend_from_slice(ledger.run_id.as_bytes());
         group.push(b':');
-        decimal(&mut group, ledger.attempt);
+        int(&mut group, ledger.attempt);
         group.push(b':');
-        decimal(&mut group, ledger.sequence);
+        int(&mut group, ledger.sequence);
         ledger.set_group(&scope, String::from_utf8(group).unwrap_or_default()); // text and ASCII digits: UTF-8
     }
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use super::bounding::Policy;
 use super::customs::{CustomFolder, HeldArguments};
 use super::fragments::{Assembler, Assembly, Int};
-use super::input::{decimal, set, EventRef, Field};
+use super::input::{set, EventRef, Field};
 use super::ledger::{At, Evicted, Kind, Ledger, Restored, State};
 use super::memory::{write_scopes, MemorySource};
 use super::standard::{check_event, fold_standard};
@@ -173,11 +173,11 @@ impl Fold {
         out.extend_from_slice(b"{\"run_id\":");
         string(out, &ledger.run_id);
         out.extend_from_slice(b",\"position\":{\"attempt\":");
-        decimal(out, ledger.attempt);
+        crate::json::write::int(out, ledger.attempt);
         out.extend_from_slice(b",\"sequence\":");
-        decimal(out, ledger.sequence);
+        crate::json::write::int(out, ledger.sequence);
         out.extend_from_slice(b"},\"next_ordinal\":");
-        decimal(out, ledger.next_ordinal);
+        crate::json::write::int(out, ledger.next_ordinal);
         out.extend_from_slice(if ledger.policy.full_content {
             b",\"full_content\":true"
         } else {

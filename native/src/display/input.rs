@@ -548,25 +548,6 @@ pub fn text(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// Append `value` in decimal.
-pub fn decimal(out: &mut Vec<u8>, value: i64) {
-    let mut digits = [0u8; 20];
-    let mut n = value.unsigned_abs();
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if value < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 /// Set `key` to `value` as a dict does (a new key last, an existing one in its place), naming a new key only.
 pub fn set(map: &mut Map, key: &str, value: Value) {
     match map.get_mut(key) {
@@ -591,8 +572,8 @@ mod spans {
         assert_eq!(found[4].1, br#"{"k":[true,null,-1.5e3]}"#);
         assert_eq!(members(b"{\"a\":1", None), None);
         let mut out = Vec::new();
-        decimal(&mut out, -9_223_372_036_854_775_808);
-        decimal(&mut out, 0);
+        crate::json::write::int(&mut out, -9_223_372_036_854_775_808);
+        crate::json::write::int(&mut out, 0);
         assert_eq!(out, b"-92233720368547758080");
     }
 }

@@ -10,12 +10,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use sha2::{Digest, Sha256};
 
 use super::bounding::Policy;
-use super::input::{decimal, text, EventRef, Field};
+use super::input::{text, EventRef, Field};
 use super::memory::MemorySource;
 use super::time::Time;
 use super::Fault;
 use crate::json::parse::parse;
-use crate::json::write::{compact, compact_object, string};
+use crate::json::write::{compact, compact_object, int, string};
 use crate::json::{Map, Value};
 
 pub const ROOT_SCOPE: &str = "root";
@@ -194,9 +194,9 @@ impl StreamId {
         for (at, _) in text.match_indices('-').filter(|(at, _)| *at > 0) {
             if let (Ok(attempt), Ok(sequence)) = (text[..at].parse::<i64>(), text[at + 1..].parse::<i64>()) {
                 let mut written = Vec::with_capacity(text.len());
-                decimal(&mut written, attempt);
+                int(&mut written, attempt);
                 written.push(b'-');
-                decimal(&mut written, sequence);
+                int(&mut written, sequence);
                 if written == text.as_bytes() {
                     return StreamId::At(attempt, sequence);
                 }
@@ -209,9 +209,9 @@ impl StreamId {
         match self {
             StreamId::At(attempt, sequence) => {
                 out.push(b'"');
-                decimal(out, *attempt);
+                int(out, *attempt);
                 out.push(b'-');
-                decimal(out, *sequence);
+                int(out, *sequence);
                 out.push(b'"');
             }
             StreamId::Text(found) => text(out, found),
@@ -505,7 +505,7 @@ impl Entry {
             string(out, self.key());
         }
         out.extend_from_slice(b",\"ordinal\":");
-        decimal(out, self.ordinal);
+        int(out, self.ordinal);
         out.extend_from_slice(b",\"kind\":\"");
         out.extend_from_slice(self.kind.name().as_bytes());
         out.extend_from_slice(b"\",\"state\":\"");
@@ -785,9 +785,9 @@ impl Ledger {
         written(|text| {
             text.extend_from_slice(self.run_id.as_bytes());
             text.extend_from_slice(b"\0observation\0");
-            decimal(text, self.attempt);
+            int(text, self.attempt);
             text.push(b':');
-            decimal(text, self.sequence);
+            int(text, self.sequence);
             key = hashed_id(text);
         });
         key
