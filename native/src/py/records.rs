@@ -98,12 +98,10 @@ pub fn output_records<'py>(
     let count = spans.len();
     let key = ask.key.as_bytes();
     let mut number = Vec::with_capacity(24);
+    let (mut partition, mut offset) = (Vec::with_capacity(20), Vec::with_capacity(20));
+    int(&mut partition, ask.partition);
+    int(&mut offset, ask.offset);
     if let Some(limit) = ask.limit {
-        let mut digits = Vec::with_capacity(24);
-        int(&mut digits, ask.partition);
-        let partition = digits.len();
-        digits.clear();
-        int(&mut digits, ask.offset);
         let shared = RECORD_OVERHEAD_BYTES
             + field_size(key.len())
             + varint_size(HEADERS)
@@ -113,9 +111,9 @@ pub fn output_records<'py>(
             + field_size(THREAD_ID.len())
             + field_size(ask.thread.len())
             + field_size(PARTITION.len())
-            + field_size(partition)
+            + field_size(partition.len())
             + field_size(OFFSET.len())
-            + field_size(digits.len())
+            + field_size(offset.len())
             + field_size(SEQUENCE.len())
             + field_size(ask.sequence.len());
         for (index, (kind, start, end)) in spans.iter().enumerate() {
@@ -145,13 +143,9 @@ pub fn output_records<'py>(
     };
     let records = if ask.publish && count > 0 {
         let names = names(py)?;
-        let mut digits = Vec::with_capacity(24);
         let thread = header(py, THREAD_ID, ask.thread.as_bytes())?;
-        int(&mut digits, ask.partition);
-        let partition = header(py, PARTITION, &digits)?;
-        digits.clear();
-        int(&mut digits, ask.offset);
-        let offset = header(py, OFFSET, &digits)?;
+        let partition = header(py, PARTITION, &partition)?;
+        let offset = header(py, OFFSET, &offset)?;
         let sequence = header(py, SEQUENCE, &ask.sequence)?;
         let mut id = Vec::with_capacity(key.len() + 24);
         let mut out = Vec::with_capacity(count);
