@@ -5,7 +5,7 @@ use super::input::{set, EventRef, Field};
 use super::pyish::{json_size_upto, unhashable};
 use super::Fault;
 use crate::json::write::{compact, string};
-use crate::json::{Map, Value};
+use crate::json::{Key, Map, Value};
 
 /// Characters an item keeps of a message text, tool arguments or a tool result.
 pub const MAX_FIELD_CHARS: usize = 262_144;
@@ -47,7 +47,7 @@ impl Policy {
     }
 
     /// Store `text` under `field`; when bounded and longer, cut to MAX_FIELD_CHARS with `truncated`.
-    pub fn put_text(&self, content: &mut Map, field: &str, mut text: String) {
+    pub fn put_text(&self, content: &mut Map, field: &'static str, mut text: String) {
         if self.unbounded() || !over(&text, MAX_FIELD_CHARS) {
             set(content, field, Value::Str(text));
             return;
@@ -59,7 +59,7 @@ impl Policy {
     }
 
     /// Append `delta` to the text under `field` (made from `str()` of what is there), as `put_text` would store it.
-    pub fn append_text(&self, content: &mut Map, field: &str, delta: &str) {
+    pub fn append_text(&self, content: &mut Map, field: &'static str, delta: &str) {
         if let Some(Value::Str(text)) = content.get_mut(field) {
             text.push_str(delta);
             if self.unbounded() || !over(text, MAX_FIELD_CHARS) {
@@ -165,7 +165,7 @@ mod tool_result {
     /// A model's fields (by index of its `Fields`) and its extra members, in the map's order.
     struct Model<'a> {
         fields: Vec<Option<&'a Value>>,
-        extra: Vec<(&'a String, &'a Value)>,
+        extra: Vec<(&'a Key, &'a Value)>,
     }
 
     fn model<'a>(map: &'a Map, fields: Fields) -> Model<'a> {
@@ -174,7 +174,7 @@ mod tool_result {
         for (i, (alias, name, _)) in fields.iter().enumerate() {
             found[i] = map.get(alias).or_else(|| map.get(name));
         }
-        for (key, value) in map.iter() {
+        for (key, value) in map.entries() {
             let field = fields.iter().find(|(alias, name, _)| key == alias || key == name);
             match field {
                 None => extra.push((key, value)),

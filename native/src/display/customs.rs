@@ -9,7 +9,7 @@ use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
 use super::Fault;
 use crate::json::write::{compact, compact_object, int, string};
-use crate::json::{Map, Value};
+use crate::json::{Key, Map, Value};
 
 pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
 const MEDIA_INPUT: &str = "a13n.input.media";
@@ -514,7 +514,7 @@ fn fold_tool(
     let mut state = ledger.state_of(&key);
     let field = |name: &str| origin.get(name).cloned().unwrap_or(Value::Null);
     if name == Some(EDIT_APPLIED) {
-        let edit = ["file_path", "before", "after"].iter().map(|f| ((*f).to_owned(), field(f))).collect();
+        let edit = ["file_path", "before", "after"].iter().map(|f| (Key::Borrowed(*f), field(f))).collect();
         set(&mut content, "applied_edit", Value::Object(Map::from_entries(edit)));
     } else if is(name, &TOOL_IMAGES) {
         set(&mut content, "tool_images", origin.get("images").cloned().unwrap_or(Value::Array(Vec::new())));

@@ -282,13 +282,13 @@ impl Fold {
         ledger.next_ordinal = int(state.get("next_ordinal"))?;
         ledger.sequence = int(position.get("sequence"))?;
         for (scope, group) in object(state.get("response_groups"))?.iter() {
-            ledger.response_groups.push((scope.clone(), text(Some(group))?));
+            ledger.response_groups.push((scope.to_owned(), text(Some(group))?));
         }
         if let Some(Value::Object(scopes)) = state.get("memory_sources") {
             for (scope, sources) in scopes.iter() {
                 let sources = sources.as_array().ok_or(NotHeld("memory sources"))?;
                 let sources: Option<Vec<MemorySource>> = sources.iter().map(MemorySource::from_dump).collect();
-                ledger.memory_sources.push((scope.clone(), sources.ok_or(NotHeld("a memory source"))?));
+                ledger.memory_sources.push((scope.to_owned(), sources.ok_or(NotHeld("a memory source"))?));
             }
         }
         let arguments = match state.get("arguments") {
@@ -316,7 +316,7 @@ impl Fold {
             let assembly = assembly.as_object().ok_or(NotHeld("an assembly"))?;
             let parts = array(assembly.get("parts"))?.iter().map(|p| text(Some(p))).collect::<Result<_, _>>()?;
             pending.push((
-                identity.clone(),
+                identity.to_owned(),
                 Assembly {
                     count: assembly.get("count").and_then(Int::of).ok_or(NotHeld("a count"))?,
                     parts,

@@ -275,7 +275,7 @@ pub fn decode(text: &[u8]) -> Option<Map> {
         _ => return None,
     }
     out.push("value", found[6]?.clone());
-    for (key, value) in map.iter() {
+    for (key, value) in map.entries() {
         let extra = match FIELDS.iter().find(|(alias, name)| key == alias || key == name) {
             None => true,
             Some((alias, name)) => key == name && key != alias && map.contains_key(alias),

@@ -14,8 +14,12 @@ pub fn block(size: usize) -> usize {
 
 /// The bytes a JSON object holds on the heap, its members' included.
 pub fn map_bytes(map: &Map) -> usize {
-    let entries: usize = map.iter().map(|(key, value)| block(key.capacity()) + value_bytes(value)).sum();
-    entries + block(map.len() * std::mem::size_of::<(String, Value)>())
+    let key_bytes = |key: &crate::json::Key| match key {
+        std::borrow::Cow::Borrowed(_) => 0,
+        std::borrow::Cow::Owned(owned) => block(owned.capacity()),
+    };
+    let entries: usize = map.entries().iter().map(|(key, value)| key_bytes(key) + value_bytes(value)).sum();
+    entries + block(map.len() * std::mem::size_of::<(crate::json::Key, Value)>())
 }
 
 /// The bytes a JSON value holds on the heap beside itself.

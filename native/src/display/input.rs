@@ -49,7 +49,7 @@ pub fn event_map(event: Event, value: &[u8]) -> Result<Map, Fault> {
         }
     }
     let text = Value::Str;
-    let opt = |map: &mut Map, key: &str, found: Option<String>| {
+    let opt = |map: &mut Map, key: &'static str, found: Option<String>| {
         if let Some(found) = found {
             map.push(key, Value::Str(found));
         }
@@ -280,7 +280,7 @@ pub fn unshared(value: &Value) -> Value {
 /// A copy of `map` that shares nothing with it, in one allocation of its size (its keys are distinct already).
 fn unshared_map(map: &Map) -> Map {
     let mut copy = Map::with_capacity(map.len());
-    for (key, value) in map.iter() {
+    for (key, value) in map.entries() {
         copy.push(key.clone(), unshared(value));
     }
     copy
@@ -316,17 +316,8 @@ impl<'a> EventRef<'a> {
     /// The member names, in order.
     pub fn keys(self) -> Vec<&'a str> {
         match self {
-            EventRef::Map(map) => map.keys().map(String::as_str).collect(),
-            EventRef::Typed(event) => {
-                const COMMON: &[&str] = &["type", "timestamp", "rawEvent", "metadata", "subagentRunId"];
-                let mut keys = Vec::with_capacity(8);
-                for key in COMMON.iter().chain(body_keys(&event.body)) {
-                    if typed_field(event, key).is_some() {
-                        keys.push(*key);
-                    }
-                }
-                keys
-            }
+            EventRef::Map(map) => map.keys().collect(),
+            EventRef::Typed(event) => typed_keys(event),
         }
     }
 
@@ -349,7 +340,7 @@ impl<'a> EventRef<'a> {
             EventRef::Map(map) => map.clone(),
             EventRef::Typed(event) => {
                 let mut map = Map::with_capacity(6);
-                for key in self.keys() {
+                for key in typed_keys(event) {
                     match typed_field(event, key) {
                         Some(Field::Value(value)) => map.push(key, value.clone()),
                         Some(field) => map.push(key, field.to_value()),
@@ -366,7 +357,7 @@ impl<'a> EventRef<'a> {
             EventRef::Map(map) => map.clone(),
             EventRef::Typed(event) => {
                 let mut map = Map::with_capacity(6);
-                for key in self.keys() {
+                for key in typed_keys(event) {
                     if let Some(field) = typed_field(event, key) {
                         map.push(key, field.to_value());
                     }
@@ -375,6 +366,18 @@ impl<'a> EventRef<'a> {
             }
         }
     }
+}
+
+/// The JSON names of a flat typed event's members, in order.
+fn typed_keys(event: &Event) -> Vec<&'static str> {
+    const COMMON: &[&str] = &["type", "timestamp", "rawEvent", "metadata", "subagentRunId"];
+    let mut keys = Vec::with_capacity(8);
+    for key in COMMON.iter().chain(body_keys(&event.body)) {
+        if typed_field(event, key).is_some() {
+            keys.push(*key);
+        }
+    }
+    keys
 }
 
 /// The JSON names of a flat class's own members, in declaration order.
@@ -549,7 +552,7 @@ pub fn text(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Set `key` to `value` as a dict does (a new key last, an existing one in its place), naming a new key only.
-pub fn set(map: &mut Map, key: &str, value: Value) {
+pub fn set(map: &mut Map, key: &'static str, value: Value) {
     match map.get_mut(key) {
         Some(slot) => *slot = value,
         None => map.push(key, value),

@@ -807,7 +807,14 @@ impl Ledger {
     /// Append `delta` to the `field` text of the open item `key` whose content names `source_id` under
     /// `id_field`, at the current position: what the whole fold of a delta event records for it; false, changing
     /// nothing, when anything else could change (a new, finished or evicted item, or a response group to join).
-    pub fn append_open(&mut self, key: &str, id_field: &str, source_id: &str, field: &str, delta: &str) -> bool {
+    pub fn append_open(
+        &mut self,
+        key: &str,
+        id_field: &str,
+        source_id: &str,
+        field: &'static str,
+        delta: &str,
+    ) -> bool {
         let Some(place) = self.places.find(&self.entries, key) else { return false };
         let entry = &mut self.entries[place];
         if entry.state != State::InProgress {

@@ -89,7 +89,7 @@ fn sequence<T>(value: Option<&Value>, one: fn(&Value) -> Option<T>) -> Option<Ve
 }
 
 fn only_fields(map: &Map, fields: &[&str]) -> bool {
-    map.keys().all(|key| fields.contains(&key.as_str()))
+    map.keys().all(|key| fields.contains(&key))
 }
 
 fn record(value: &Value) -> Option<RecordSource> {

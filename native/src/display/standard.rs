@@ -145,11 +145,11 @@ pub fn fold_standard(
 
 /// A delta that only appends to an open item's text, as the whole fold would: the item's id; None when anything
 /// else could change (a new, finished or evicted item, or a field beyond the id and the delta).
-fn grown(ledger: &mut Ledger, event: EventRef<'_>, kind_name: &str, field: &str) -> Option<String> {
+fn grown(ledger: &mut Ledger, event: EventRef<'_>, kind_name: &str, field: &'static str) -> Option<String> {
     let (kind, id_field) = source_of(kind_name)?;
     let only = |name: &str| name == id_field || matches!(name, "type" | "timestamp" | "delta");
     let plain = match event {
-        EventRef::Map(map) => map.keys().all(|name| only(name)),
+        EventRef::Map(map) => map.keys().all(only),
         EventRef::Typed(typed) => {
             typed.raw_event.is_none()
                 && typed.metadata.is_none()

@@ -3,11 +3,18 @@
 //! reference writes them in: the output records' (`write::compact`) and `json.dumps(sort_keys=True)`'s
 //! (`write::sorted`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 pub mod float;
+mod names;
 pub mod parse;
 pub mod write;
+
+pub use names::key;
+
+/// An object key: static text for a name the code or `names::KNOWN` spells (no allocation), owned otherwise.
+pub type Key = Cow<'static, str>;
 
 /// One JSON value. Integers beyond 64 bits keep their decimal text, as Python's `int` keeps them exact.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -29,7 +36,7 @@ pub enum Value {
 /// A JSON object: keys in insertion order, each once.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Map {
-    entries: Vec<(String, Value)>,
+    entries: Vec<(Key, Value)>,
 }
 
 impl Map {
@@ -62,7 +69,7 @@ impl Map {
     }
 
     /// Set `key` as a Python dict does: a new key goes last, an existing one keeps its place.
-    pub fn insert(&mut self, key: impl Into<String>, value: Value) {
+    pub fn insert(&mut self, key: impl Into<Key>, value: Value) {
         let key = key.into();
         match self.get_mut(&key) {
             Some(slot) => *slot = value,
@@ -71,7 +78,7 @@ impl Map {
     }
 
     /// Append a key known not to be present (the caller guarantees it).
-    pub fn push(&mut self, key: impl Into<String>, value: Value) {
+    pub fn push(&mut self, key: impl Into<Key>, value: Value) {
         self.entries.push((key.into(), value));
     }
 
@@ -85,33 +92,38 @@ impl Map {
         Some(self.entries.remove(index).1)
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &Value)> {
-        self.entries.iter().map(|(k, v)| (k, v))
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &Value)> {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> {
-        self.entries.iter().map(|(k, _)| k)
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.entries.iter().map(|(k, _)| k.as_ref())
     }
 
     pub fn values(&self) -> impl ExactSizeIterator<Item = &Value> {
         self.entries.iter().map(|(_, v)| v)
     }
 
-    pub fn entries_mut(&mut self) -> &mut Vec<(String, Value)> {
+    /// The members, each key as held (a static one copied without an allocation).
+    pub fn entries(&self) -> &[(Key, Value)] {
+        &self.entries
+    }
+
+    pub fn entries_mut(&mut self) -> &mut Vec<(Key, Value)> {
         &mut self.entries
     }
 
-    pub fn into_entries(self) -> Vec<(String, Value)> {
+    pub fn into_entries(self) -> Vec<(Key, Value)> {
         self.entries
     }
 
-    pub fn from_entries(entries: Vec<(String, Value)>) -> Self {
+    pub fn from_entries(entries: Vec<(Key, Value)>) -> Self {
         Map { entries }
     }
 }
 
-impl FromIterator<(String, Value)> for Map {
-    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+impl FromIterator<(Key, Value)> for Map {
+    fn from_iter<I: IntoIterator<Item = (Key, Value)>>(iter: I) -> Self {
         let iter = iter.into_iter();
         let mut map = Map::with_capacity(iter.size_hint().0);
         for (key, value) in iter {

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{Map, Value};
+use super::{Key, Map, Value};
 
 /// The deepest nesting orjson reads.
 pub const MAX_DEPTH: usize = 1024;
@@ -144,8 +144,8 @@ impl Reader<'_> {
         }
         self.deepest = self.deepest.max(depth);
         self.at += 1;
-        let mut entries: Vec<(String, Value)> = Vec::new();
-        let mut seen: Option<HashSet<String>> = None;
+        let mut entries: Vec<(Key, Value)> = Vec::new();
+        let mut seen: Option<HashSet<Key>> = None;
         self.skip_space();
         if self.bytes.get(self.at) == Some(&b'}') {
             self.at += 1;
@@ -156,7 +156,7 @@ impl Reader<'_> {
             if self.bytes.get(self.at) != Some(&b'"') {
                 return Err(self.refuse("expected a key"));
             }
-            let key = self.string()?;
+            let key = self.key()?;
             self.skip_space();
             if self.bytes.get(self.at) != Some(&b':') {
                 return Err(self.refuse("expected ':'"));
@@ -178,12 +178,12 @@ impl Reader<'_> {
     }
 
     /// A dict's assignment: a repeated key keeps its first place and takes the new value.
-    fn put(entries: &mut Vec<(String, Value)>, seen: &mut Option<HashSet<String>>, key: String, value: Value) {
+    fn put(entries: &mut Vec<(Key, Value)>, seen: &mut Option<HashSet<Key>>, key: Key, value: Value) {
         let repeated = match seen {
             Some(set) => set.contains(&key),
             None if entries.len() < SCAN_KEYS => entries.iter().any(|(k, _)| *k == key),
             None => {
-                let set: HashSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+                let set: HashSet<Key> = entries.iter().map(|(k, _)| k.clone()).collect();
                 let found = set.contains(&key);
                 *seen = Some(set);
                 found
@@ -222,6 +222,27 @@ impl Reader<'_> {
             }
             self.at += 8;
         }
+    }
+
+    /// A key: `string`'s text, static when it is a known name (`super::key`).
+    fn key(&mut self) -> Parsed<Key> {
+        let opening = self.at;
+        self.at += 1;
+        let start = self.at;
+        self.skip_plain();
+        while let Some(&byte) = self.bytes.get(self.at) {
+            match byte {
+                b'"' => {
+                    let key = super::key(&self.text[start..self.at]);
+                    self.at += 1;
+                    return Ok(key);
+                }
+                b'\\' | 0x00..=0x1f => break,
+                _ => self.at += 1,
+            }
+        }
+        self.at = opening;
+        self.string().map(Key::Owned)
     }
 
     fn string(&mut self) -> Parsed<String> {
@@ -374,7 +395,7 @@ mod tests {
         assert_eq!(ok("-9223372036854775808"), Value::Int(i64::MIN));
         assert_eq!(ok(r#""\ud83d\ude00\u00e9\/""#), Value::str("😀é/"));
         let map = ok(r#"{"a":1,"b":2,"a":3}"#);
-        let keys: Vec<&String> = map.as_object().unwrap().keys().collect();
+        let keys: Vec<&str> = map.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["a", "b"]);
         assert_eq!(map.as_object().unwrap().get("a"), Some(&Value::Int(3)));
     }

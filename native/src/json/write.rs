@@ -134,7 +134,7 @@ pub fn sorted(out: &mut Vec<u8>, value: &Value) {
         }
         Value::Object(map) => {
             // Python orders str keys by code point, as UTF-8 bytes order them.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            let mut entries: Vec<(&str, &Value)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             out.push(b'{');
             for (i, (key, item)) in entries.into_iter().enumerate() {

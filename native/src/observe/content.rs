@@ -67,7 +67,9 @@ pub fn public_value(value: &Value) -> Value {
     match value {
         Value::Object(map) => match media_description(value) {
             Some(described) => Value::Object(described),
-            None => Value::Object(Map::from_entries(map.iter().map(|(k, v)| (k.clone(), public_value(v))).collect())),
+            None => Value::Object(Map::from_entries(
+                map.entries().iter().map(|(k, v)| (k.clone(), public_value(v))).collect(),
+            )),
         },
         Value::Array(items) => Value::Array(items.iter().map(public_value).collect()),
         other => other.clone(),

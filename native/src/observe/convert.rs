@@ -53,7 +53,7 @@ fn bounded_str(payload: &Map, key: &str) -> bool {
 fn tool_extra_name(payload: &Value) -> Option<&str> {
     let payload = payload.as_object()?;
     let allowed = ["type", "tool_call_id", "tool_name", "tool_id", "name", "value"];
-    if payload.keys().any(|k| !allowed.contains(&k.as_str())) || !payload.contains_key("value") {
+    if payload.keys().any(|k| !allowed.contains(&k)) || !payload.contains_key("value") {
         return None;
     }
     if let Some(kind) = payload.get("type") {
@@ -214,9 +214,7 @@ pub fn convert_event(item: &Item, ts: i64, inner: &Inner, draft: &mut Draft) -> 
                     let results = data.get("results").and_then(Value::as_object);
                     let ids = |group: &str| {
                         let keys = results.and_then(|r| r.get(group)).and_then(Value::as_object);
-                        Value::Array(
-                            keys.map(|m| m.keys().map(|k| Value::str(k.clone())).collect()).unwrap_or_default(),
-                        )
+                        Value::Array(keys.map(|m| m.keys().map(Value::str).collect()).unwrap_or_default())
                     };
                     let mut reduced = Map::with_capacity(3);
                     reduced.push("event_kind", Value::str(kind));

@@ -110,7 +110,7 @@ fn delegation(payload: &Value) -> Result<Delegation, Refusal> {
         "parent_tool_call_id",
         "child_run_id",
     ];
-    if map.keys().any(|k| !fields.contains(&k.as_str())) {
+    if map.keys().any(|k| !fields.contains(&k)) {
         return Err(refused());
     }
     if map.get("type").is_some_and(|t| t.as_str() != Some("inline_delegation")) {

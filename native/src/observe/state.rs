@@ -115,13 +115,13 @@ impl RunState {
         out.push(
             "children",
             Value::Object(Map::from_entries(
-                self.children.iter().map(|(run, s)| (run.clone(), s.to_value())).collect(),
+                self.children.iter().map(|(run, s)| (run.clone().into(), s.to_value())).collect(),
             )),
         );
         out.push(
             "threads",
             Value::Object(Map::from_entries(
-                self.threads.iter().map(|(run, thread)| (run.clone(), Value::str(thread.clone()))).collect(),
+                self.threads.iter().map(|(run, thread)| (run.clone().into(), Value::str(thread.clone()))).collect(),
             )),
         );
         Value::Object(out)

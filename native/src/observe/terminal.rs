@@ -109,7 +109,7 @@ fn counts_ok(usage: &TokenUsage) -> bool {
 /// The TokenUsage model's fields, as the reference constructs it (for its refusal).
 fn usage_data(usage: &TokenUsage) -> Value {
     let mut out = Map::with_capacity(6);
-    let mut put = |name: &str, value: &Option<Value>| out.push(name, value.clone().unwrap_or(Value::Null));
+    let mut put = |name: &'static str, value: &Option<Value>| out.push(name, value.clone().unwrap_or(Value::Null));
     put("input_tokens", &usage.input_tokens);
     put("output_tokens", &usage.output_tokens);
     put("total_tokens", &usage.total_tokens);

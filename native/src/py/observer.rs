@@ -166,15 +166,15 @@ fn state_from_json(value: &Value) -> PyResult<RunState> {
     for (index, cursor) in object("parts").iter() {
         let index = match index.parse::<i64>() {
             Ok(n) => Value::Int(n),
-            Err(_) => Value::Big(index.as_str().into()),
+            Err(_) => Value::Big(index.into()),
         };
         state.parts.push((index, cursor_from(cursor)?));
     }
     for (run, child) in object("children").iter() {
-        state.children.push((run.clone(), state_from_json(child)?));
+        state.children.push((run.to_owned(), state_from_json(child)?));
     }
     for (run, thread) in object("threads").iter() {
-        state.threads.push((run.clone(), thread.as_str().unwrap_or_default().to_owned()));
+        state.threads.push((run.to_owned(), thread.as_str().unwrap_or_default().to_owned()));
     }
     Ok(state)
 }

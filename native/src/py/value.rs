@@ -32,7 +32,7 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         let mut map = Map::with_capacity(dict.len());
         for (key, item) in dict.iter() {
             let key = key.cast::<PyString>().map_err(|_| PyTypeError::new_err("a dict key is not a str"))?;
-            map.push(key.to_str()?, to_value(&item)?);
+            map.push(crate::json::key(key.to_str()?), to_value(&item)?);
         }
         return Ok(Value::Object(map));
     }

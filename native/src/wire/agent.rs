@@ -440,7 +440,7 @@ fn capability(event: Map) -> Decoded<Map> {
         let names: Vec<&str> = ENVELOPE.iter().map(|(name, _)| *name).collect();
         let (mut envelope, mut out) = (Map::new(), Map::new());
         for (key, value) in event.into_entries() {
-            if names.contains(&key.as_str()) {
+            if names.contains(&key.as_ref()) {
                 envelope.push(key, value);
             } else {
                 out.push(key, value);
@@ -497,8 +497,8 @@ fn content_metadata(metadata: &Map) -> Decoded<Map> {
     out.push("display", display);
     out.push("source_id", source_id);
     out.push("media", flag);
-    for (key, value) in metadata.iter() {
-        if !matches!(key.as_str(), "display" | "source_id" | "media") {
+    for (key, value) in metadata.entries() {
+        if !matches!(key.as_ref(), "display" | "source_id" | "media") {
             out.push(key.clone(), value.clone());
         }
     }
@@ -514,7 +514,7 @@ fn custom(event: Map) -> Decoded<Map> {
     let names: Vec<&str> = CUSTOM_ENVELOPE.iter().map(|f| f.name).collect();
     let (mut known, mut extra) = (Map::new(), Map::new());
     for (key, value) in event.into_entries() {
-        if names.contains(&key.as_str()) {
+        if names.contains(&key.as_ref()) {
             known.push(key, value);
         } else {
             extra.push(key, value);

@@ -97,7 +97,7 @@ impl Item {
 }
 
 fn extension(mut event: Map) -> Decoded<Inner> {
-    if event.keys().any(|k| !matches!(k.as_str(), "schema_version" | "kind" | "payload")) {
+    if event.keys().any(|k| !matches!(k, "schema_version" | "kind" | "payload")) {
         return Err(Defer);
     }
     let schema_version = match event.get("schema_version") {

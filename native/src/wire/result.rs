@@ -66,7 +66,7 @@ fn decimal_text(text: &str) -> bool {
 
 fn usage(result: &Map) -> Decoded<Map> {
     let usage = get_obj(result, "usage")?;
-    if usage.keys().any(|k| !USAGE_INTS.contains(&k.as_str()) && !USAGE_OTHERS.contains(&k.as_str())) {
+    if usage.keys().any(|k| !USAGE_INTS.contains(&k) && !USAGE_OTHERS.contains(&k)) {
         return Err(Defer);
     }
     for name in USAGE_INTS {
@@ -98,7 +98,7 @@ fn usage(result: &Map) -> Decoded<Map> {
 
 fn failure(result: &Map) -> Decoded<Map> {
     let failure = get_obj(result, "failure")?;
-    if failure.keys().any(|k| !matches!(k.as_str(), "code" | "message" | "retry_hint" | "details")) {
+    if failure.keys().any(|k| !matches!(k, "code" | "message" | "retry_hint" | "details")) {
         return Err(Defer);
     }
     let code = get_str(failure, "code")?;
