@@ -89,7 +89,8 @@ impl HeldArguments {
 #[derive(Default)]
 pub struct CustomFolder {
     pub assembler: Assembler,
-    pub arguments: Option<HeldArguments>,
+    /// Boxed: a run that streams no tool-call arguments holds none.
+    pub arguments: Option<Box<HeldArguments>>,
     /// The whole CUSTOM event the last `fold` completed, kept only when asked for (events read back from an output
     /// topic, whose tool results fail their calls).
     pub completed: Option<Map>,
@@ -251,7 +252,7 @@ impl CustomFolder {
         };
         if !continued {
             let size = value_size(whole_value, published, matches!(event, EventRef::Typed(_))) as i64;
-            self.arguments = Some(HeldArguments {
+            let held = HeldArguments {
                 stream: stream_of(value),
                 key: ledger.observation_key(),
                 at: event_time(event)?,
@@ -260,7 +261,11 @@ impl CustomFolder {
                 size,
                 linked: false,
                 written: None,
-            });
+            };
+            match &mut self.arguments {
+                Some(before) => **before = held,
+                None => self.arguments = Some(Box::new(held)),
+            }
         }
         let Some(held) = &mut self.arguments else { return Ok(None) };
         held.sequence = ledger.sequence;
@@ -301,7 +306,11 @@ impl CustomFolder {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.assembler.heap_bytes() + self.arguments.as_ref().map_or(0, HeldArguments::heap_bytes)
+        let arguments = self
+            .arguments
+            .as_deref()
+            .map_or(0, |held| super::heap::block(std::mem::size_of::<HeldArguments>()) + held.heap_bytes());
+        self.assembler.heap_bytes() + arguments
     }
 }
 

@@ -282,20 +282,21 @@ impl Fold {
         ledger.next_ordinal = int(state.get("next_ordinal"))?;
         ledger.sequence = int(position.get("sequence"))?;
         for (scope, group) in object(state.get("response_groups"))?.iter() {
-            ledger.response_groups.push((scope.to_owned(), text(Some(group))?));
+            super::ledger::push(&mut ledger.response_groups, (scope.to_owned(), text(Some(group))?), 1);
         }
         if let Some(Value::Object(scopes)) = state.get("memory_sources") {
             for (scope, sources) in scopes.iter() {
                 let sources = sources.as_array().ok_or(NotHeld("memory sources"))?;
                 let sources: Option<Vec<MemorySource>> = sources.iter().map(MemorySource::from_dump).collect();
-                ledger.memory_sources.push((scope.to_owned(), sources.ok_or(NotHeld("a memory source"))?));
+                let sources = sources.ok_or(NotHeld("a memory source"))?;
+                super::ledger::push(&mut ledger.memory_sources, (scope.to_owned(), sources), 1);
             }
         }
         let arguments = match state.get("arguments") {
             None | Some(Value::Null) => None,
             Some(held) => {
                 let held = held.as_object().ok_or(NotHeld("arguments"))?;
-                Some(HeldArguments {
+                Some(Box::new(HeldArguments {
                     stream: held.get("stream").cloned().unwrap_or(Value::Null),
                     key: text(held.get("key"))?,
                     at: Time::of_text(text(held.get("at"))?.into()),
@@ -307,7 +308,7 @@ impl Fold {
                     size: int(held.get("size"))?,
                     linked: false,
                     written: None,
-                })
+                }))
             }
         };
         let fragments = object(state.get("fragments"))?;

@@ -205,6 +205,22 @@ impl StreamId {
         StreamId::Text(text.into())
     }
 
+    /// The two numbers as an entry holds them, or the text of a stream id it holds as text (either number beyond
+    /// 32 bits, or a text it would not write so).
+    fn narrow(self) -> Result<(i32, i32), Box<str>> {
+        match self {
+            StreamId::At(attempt, sequence) => match (i32::try_from(attempt), i32::try_from(sequence)) {
+                (Ok(attempt), Ok(sequence)) => Ok((attempt, sequence)),
+                _ => {
+                    let mut written = Vec::with_capacity(42);
+                    self.write(&mut written);
+                    Err(String::from_utf8_lossy(&written[1..written.len() - 1]).into())
+                }
+            },
+            StreamId::Text(text) => Err(text),
+        }
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             StreamId::At(attempt, sequence) => {
@@ -247,9 +263,10 @@ pub struct Entry {
     pub kind: Kind,
     pub state: State,
     pub ordinal: i64,
-    /// Attempt and sequence of the first and last stream ids.
-    first: (i64, i64),
-    last: (i64, i64),
+    /// Attempt and sequence of the first and last stream ids (held as their text in `rare` when either is beyond
+    /// 32 bits).
+    first: (i32, i32),
+    last: (i32, i32),
     /// Milliseconds since the epoch; `ended` NOT_ENDED while not ended.
     started: i64,
     ended: i64,
@@ -280,13 +297,15 @@ impl Entry {
             kind,
             state,
             ordinal,
-            first: here,
-            last: here,
+            first: (0, 0),
+            last: (0, 0),
             started: 0,
             ended: NOT_ENDED,
             content: None,
             rare: None,
         };
+        entry.set_first(StreamId::At(here.0, here.1));
+        entry.set_last_here(here.0, here.1);
         entry.set_started(started);
         entry
     }
@@ -371,26 +390,31 @@ impl Entry {
     }
 
     fn set_first(&mut self, id: StreamId) {
-        match id {
-            StreamId::At(attempt, sequence) => self.first = (attempt, sequence),
-            StreamId::Text(text) => self.rare().first = Some(text),
+        match id.narrow() {
+            Ok(numbers) => self.first = numbers,
+            Err(text) => self.rare().first = Some(text),
         }
     }
 
     fn set_last(&mut self, id: StreamId) {
-        match id {
-            StreamId::At(attempt, sequence) => {
-                self.last = (attempt, sequence);
+        match id.narrow() {
+            Ok(numbers) => {
+                self.last = numbers;
                 self.unrare(|rare| rare.last = None);
             }
-            StreamId::Text(text) => self.rare().last = Some(text),
+            Err(text) => self.rare().last = Some(text),
         }
     }
 
     fn set_last_here(&mut self, attempt: i64, sequence: i64) {
-        self.last = (attempt, sequence);
-        if self.rare.as_ref().is_some_and(|rare| rare.last.is_some()) {
-            self.unrare(|rare| rare.last = None);
+        match (i32::try_from(attempt), i32::try_from(sequence)) {
+            (Ok(attempt), Ok(sequence)) => {
+                self.last = (attempt, sequence);
+                if self.rare.as_ref().is_some_and(|rare| rare.last.is_some()) {
+                    self.unrare(|rare| rare.last = None);
+                }
+            }
+            _ => self.set_last(StreamId::At(attempt, sequence)),
         }
     }
 
@@ -487,9 +511,9 @@ impl Entry {
     /// The item's JSON up to its content.
     fn write_head(&self, out: &mut Vec<u8>) {
         let rare = self.rare.as_deref();
-        let stream_id = |out: &mut Vec<u8>, held: Option<&str>, (attempt, sequence): (i64, i64)| match held {
+        let stream_id = |out: &mut Vec<u8>, held: Option<&str>, (attempt, sequence): (i32, i32)| match held {
             Some(found) => text(out, found),
-            None => StreamId::At(attempt, sequence).write(out),
+            None => StreamId::At(attempt.into(), sequence.into()).write(out),
         };
         let time = |out: &mut Vec<u8>, held: Option<&str>, ms: i64| match held {
             Some(found) => string(out, found),
@@ -596,6 +620,26 @@ impl Evicted {
     }
 }
 
+/// What was evicted, with the ids of its record as a set.
+#[derive(Default)]
+struct Eviction {
+    record: Evicted,
+    ids: IdSet,
+}
+
+impl Eviction {
+    fn heap_bytes(&self) -> usize {
+        use super::heap::block;
+        let ids: usize = self.record.ids.iter().map(|id| 2 * block(id.capacity())).sum();
+        let table = self.ids.capacity() * (std::mem::size_of::<String>() + 1);
+        block(std::mem::size_of::<Eviction>())
+            + ids
+            + block(self.record.ordinals.capacity() * 16)
+            + block(self.record.ids.capacity() * std::mem::size_of::<String>())
+            + block(table)
+    }
+}
+
 /// Owns every item; `put` replaces an item whole, keeping its ordinal, first stream id and start time. An evicted
 /// item is gone for good: a later change to it is refused (counted), never recreated.
 pub struct Ledger {
@@ -608,8 +652,8 @@ pub struct Ledger {
     pub sequence: i64,
     pub response_groups: Vec<(String, String)>,
     pub memory_sources: Vec<(String, Vec<MemorySource>)>,
-    pub evicted: Evicted,
-    evicted_ids: IdSet,
+    /// None while nothing was evicted (nor restored as evicted).
+    eviction: Option<Box<Eviction>>,
     last_key: Option<(Kind, String, String)>,
     /// The finished item that keeps its content because the next event may grow it (`put` with `growing`).
     growing: Option<String>,
@@ -701,14 +745,17 @@ impl Ledger {
             sequence: 0,
             response_groups: Vec::new(),
             memory_sources: Vec::new(),
-            evicted_ids: IdSet::default(),
-            evicted: Evicted { ids: Vec::new(), ..evicted.clone() },
+            eviction: None,
             last_key: None,
             growing: None,
         };
-        for id in evicted.ids {
-            if ledger.evicted_ids.insert(id.clone()) {
-                ledger.evicted.ids.push(id);
+        if evicted.count != 0 || evicted.refused != 0 || !evicted.ordinals.is_empty() || !evicted.ids.is_empty() {
+            let eviction = ledger.eviction_mut();
+            eviction.record = Evicted { ids: Vec::new(), ..evicted.clone() };
+            for id in evicted.ids {
+                if eviction.ids.insert(id.clone()) {
+                    eviction.record.ids.push(id);
+                }
             }
         }
         for item in items {
@@ -731,7 +778,7 @@ impl Ledger {
                 Some(place) => ledger.entries[place] = entry,
                 None => {
                     ledger.places.insert(&ledger.entries, &item.key, ledger.entries.len());
-                    push(&mut ledger.entries, entry);
+                    push(&mut ledger.entries, entry, 4);
                 }
             }
         }
@@ -752,7 +799,11 @@ impl Ledger {
     }
 
     pub fn is_evicted(&self, key: &str) -> bool {
-        self.evicted_ids.contains(key)
+        self.eviction.as_ref().is_some_and(|eviction| eviction.ids.contains(key))
+    }
+
+    fn eviction_mut(&mut self) -> &mut Eviction {
+        self.eviction.get_or_insert_with(Box::default)
     }
 
     /// The id of the item of `kind` for `source_id`, qualified by a (truthy) subagent run id.
@@ -868,7 +919,7 @@ impl Ledger {
     pub fn set_group(&mut self, scope: &str, group: String) {
         match self.response_groups.iter_mut().find(|(s, _)| s == scope) {
             Some(slot) => slot.1 = group,
-            None => self.response_groups.push((scope.to_owned(), group)),
+            None => push(&mut self.response_groups, (scope.to_owned(), group), 1),
         }
     }
 
@@ -879,7 +930,7 @@ impl Ledger {
     pub fn set_memory(&mut self, scope: &str, sources: Vec<MemorySource>) {
         match self.memory_sources.iter_mut().find(|(s, _)| s == scope) {
             Some(slot) => slot.1 = sources,
-            None => self.memory_sources.push((scope.to_owned(), sources)),
+            None => push(&mut self.memory_sources, (scope.to_owned(), sources), 1),
         }
     }
 
@@ -904,8 +955,8 @@ impl Ledger {
                 place
             }
             None => {
-                if self.evicted_ids.contains(&key) {
-                    self.evicted.refused += 1;
+                if self.is_evicted(&key) {
+                    self.eviction_mut().record.refused += 1;
                     return Ok(None);
                 }
                 let started = at.time()?;
@@ -914,7 +965,7 @@ impl Ledger {
                 entry.set_ended(ended);
                 self.next_ordinal += 1;
                 self.places.insert(&self.entries, &key, self.entries.len());
-                push(&mut self.entries, entry);
+                push(&mut self.entries, entry, 4);
                 self.entries.len() - 1
             }
         };
@@ -970,7 +1021,7 @@ impl Ledger {
         content: impl FnOnce(&mut Vec<u8>),
         at: Time,
     ) -> Result<Option<String>, Fault> {
-        if self.places.find(&self.entries, &key).is_some() || self.evicted_ids.contains(&key) {
+        if self.places.find(&self.entries, &key).is_some() || self.is_evicted(&key) {
             let mut json = Vec::new();
             content(&mut json);
             let content = match parse(&json) {
@@ -990,13 +1041,13 @@ impl Ledger {
         });
         self.next_ordinal += 1;
         self.places.insert(&self.entries, &key, self.entries.len());
-        push(&mut self.entries, entry);
+        push(&mut self.entries, entry, 4);
         Ok(Some(key))
     }
 
     /// Count a change addressed to an evicted item.
     pub fn refuse(&mut self) {
-        self.evicted.refused += 1;
+        self.eviction_mut().record.refused += 1;
     }
 
     /// Remove the items `keys` for good, recording their ordinals and (except observations, whose ids no later event
@@ -1011,19 +1062,20 @@ impl Ledger {
             }
             gone[place] = true;
             let entry = &self.entries[place];
-            if entry.kind != Kind::Observation && self.evicted_ids.insert(entry.key().to_owned()) {
-                self.evicted.ids.push(entry.key().to_owned());
+            let eviction = self.eviction.get_or_insert_with(Box::default);
+            if entry.kind != Kind::Observation && eviction.ids.insert(entry.key().to_owned()) {
+                eviction.record.ids.push(entry.key().to_owned());
             }
             let ordinal = entry.ordinal;
-            match self.evicted.ordinals.last_mut() {
+            match eviction.record.ordinals.last_mut() {
                 Some(last) if last.1 + 1 == ordinal => last.1 = ordinal,
-                _ => self.evicted.ordinals.push((ordinal, ordinal)),
+                _ => eviction.record.ordinals.push((ordinal, ordinal)),
             }
             removed += 1;
         }
-        if removed > 0 {
-            self.evicted.ordinals = merged(std::mem::take(&mut self.evicted.ordinals));
-            self.evicted.count += removed as i64;
+        if let Some(eviction) = self.eviction.as_mut().filter(|_| removed > 0) {
+            eviction.record.ordinals = merged(std::mem::take(&mut eviction.record.ordinals));
+            eviction.record.count += removed as i64;
             let mut index = 0;
             self.entries.retain(|_| {
                 index += 1;
@@ -1052,7 +1104,7 @@ impl Ledger {
 
     /// What was evicted so far, or None when nothing was.
     pub fn eviction(&self) -> Option<&Evicted> {
-        (self.evicted.count != 0).then_some(&self.evicted)
+        self.eviction.as_deref().map(|eviction| &eviction.record).filter(|record| record.count != 0)
     }
 
     /// Bytes the ledger holds on the heap.
@@ -1063,8 +1115,9 @@ impl Ledger {
             + block(self.entries.capacity() * std::mem::size_of::<Entry>())
             + self.places.heap_bytes()
             + block(self.run_id.capacity())
+            + block(self.response_groups.capacity() * std::mem::size_of::<(String, String)>())
             + self.response_groups.iter().map(|(s, g)| block(s.capacity()) + block(g.capacity())).sum::<usize>()
-            + self.evicted.ids.iter().map(|id| 2 * block(id.capacity())).sum::<usize>()
+            + self.eviction.as_deref().map_or(0, Eviction::heap_bytes)
             + self.last_key.as_ref().map_or(0, |(_, s, k)| block(s.capacity()) + block(k.capacity()))
             + self.growing.as_ref().map_or(0, |k| block(k.capacity()))
     }
@@ -1084,13 +1137,13 @@ fn awaits_result(kind: Kind, content: &Map) -> bool {
     kind == Kind::ToolCall && matches!(content.get("arguments_complete"), Some(Value::Bool(true)))
 }
 
-/// Append an entry, growing the entries by a quarter when full (held for the run's life: a doubling would leave up
-/// to half of them spare).
-fn push(entries: &mut Vec<Entry>, entry: Entry) {
-    if entries.len() == entries.capacity() {
-        entries.reserve_exact((entries.len() / 4).max(4));
+/// Append an item, growing the items by a quarter (at least `least`) when full: they are held for the run's life,
+/// and a doubling would leave up to half of them spare.
+pub fn push<T>(items: &mut Vec<T>, item: T, least: usize) {
+    if items.len() == items.capacity() {
+        items.reserve_exact((items.len() / 4).max(least));
     }
-    entries.push(entry);
+    items.push(item);
 }
 
 /// Inclusive ordinal ranges sorted and joined where they touch.
@@ -1166,6 +1219,24 @@ mod tests {
         for kept in ["0-012", "+1-2", "1-2-3", "a-1", "12", "-1", "0-"] {
             assert_eq!(StreamId::of_text(kept.into()), StreamId::Text(kept.into()), "{kept}");
         }
+    }
+
+    #[test]
+    fn stream_ids_beyond_32_bits_are_written_whole() {
+        let mut ledger = Ledger::new("run-1", 0, 1, Policy::default(), Vec::new(), Evicted::default());
+        let at = || At::Time(Time::Ms(0));
+        ledger.sequence = 3_000_000_000;
+        ledger.put("a".into(), Kind::TextMessage, State::InProgress, Map::new(), at(), false).unwrap();
+        ledger.attempt = -(1 << 40);
+        ledger.sequence = 7;
+        ledger.put("a".into(), Kind::TextMessage, State::Completed, Map::new(), at(), false).unwrap();
+        let json = String::from_utf8(ledger.item_json("a").unwrap()).unwrap();
+        assert!(json.contains(r#""first_stream_id":"0-3000000000","last_stream_id":"-1099511627776-7""#), "{json}");
+        ledger.attempt = 1;
+        ledger.put("a".into(), Kind::TextMessage, State::Completed, Map::new(), at(), false).unwrap();
+        let json = String::from_utf8(ledger.item_json("a").unwrap()).unwrap();
+        assert!(json.contains(r#""first_stream_id":"0-3000000000","last_stream_id":"1-7""#), "{json}");
+        assert_eq!(std::mem::size_of::<Entry>(), 80, "an entry holds its stream ids in 32 bits each");
     }
 
     #[test]
