@@ -28,6 +28,15 @@ pub struct Policy {
     pub retain_content: bool,
 }
 
+/// Append `delta` to a streamed text an open item holds, growing it by an eighth (at least 16 bytes) when full: the
+/// text is held between records as it stands, and a doubling would leave up to half of it spare.
+pub fn grow_text(text: &mut String, delta: &str) {
+    if text.capacity() - text.len() < delta.len() {
+        text.reserve_exact(delta.len().max(text.len() / 8).max(16));
+    }
+    text.push_str(delta);
+}
+
 /// The number of characters of `text`, counted only when its bytes could pass `limit` characters.
 fn over(text: &str, limit: usize) -> bool {
     text.len() > limit && text.chars().count() > limit
@@ -61,7 +70,7 @@ impl Policy {
     /// Append `delta` to the text under `field` (made from `str()` of what is there), as `put_text` would store it.
     pub fn append_text(&self, content: &mut Map, field: &'static str, delta: &str) {
         if let Some(Value::Str(text)) = content.get_mut(field) {
-            text.push_str(delta);
+            grow_text(text, delta);
             if self.unbounded() || !over(text, MAX_FIELD_CHARS) {
                 return;
             }
@@ -70,7 +79,7 @@ impl Policy {
             return;
         }
         let mut text = content.get(field).map(super::pyish::to_str).unwrap_or_default();
-        text.push_str(delta);
+        grow_text(&mut text, delta);
         self.put_text(content, field, text);
     }
 
@@ -351,5 +360,20 @@ pub fn member(value: Option<&Value>, names: &[&str]) -> Result<bool, Fault> {
             None => Ok(false),
         },
         None => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_text_keeps_little_spare_room() {
+        let mut text = String::from("a");
+        for n in 0..2000 {
+            grow_text(&mut text, &"token "[..1 + n % 6]);
+            assert!(text.capacity() - text.len() <= text.len() / 8 + 16, "{} of {}", text.capacity(), text.len());
+        }
+        assert!(text.starts_with("attotoktoketokentoken t"), "the deltas in order");
     }
 }

@@ -242,7 +242,7 @@ impl CustomFolder {
             Some(held) if held.sequence == ledger.sequence - 1 && continues(&held.stream, value) => {
                 if let Some(grown) = &mut held.event {
                     if let Some(Value::Str(args)) = grown_delta(grown) {
-                        args.push_str(text);
+                        super::bounding::grow_text(args, text);
                     }
                     held.size += escaped_len(text) as i64 - 2;
                 }

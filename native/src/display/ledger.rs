@@ -902,7 +902,7 @@ impl Ledger {
         let Some(Value::Object(source)) = value.get_mut("event") else { return false };
         let Some(Value::Object(delta)) = source.get_mut("delta") else { return false };
         let Some(Value::Str(args)) = delta.get_mut("args_delta") else { return false };
-        args.push_str(text);
+        super::bounding::grow_text(args, text);
         entry.drop_json();
         entry.set_last_here(attempt, sequence);
         true
