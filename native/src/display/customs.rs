@@ -55,7 +55,7 @@ impl HeldArguments {
             return;
         }
         out.extend_from_slice(b"{\"stream\":");
-        compact(out, &self.stream);
+        write_stream(out, &self.stream);
         out.extend_from_slice(b",\"key\":");
         string(out, &self.key);
         out.extend_from_slice(b",\"at\":");
@@ -113,18 +113,62 @@ fn argument_delta(event: EventRef<'_>) -> Option<&str> {
     Some(text)
 }
 
-/// The part an argument delta continues: the delta event without its text, and the thread and run it came from.
+/// The part an argument delta continues: the delta event, and the thread and run it came from. The event is held
+/// as given (shared with its source item, not copied), its text (`delta.args_delta`, present: `argument_delta`
+/// found it) read as null wherever the stream is compared or written, as the reference's copy holds it.
 fn stream_of(value: &Map) -> Value {
-    let mut identity = value.get("event").and_then(Value::as_object).cloned().unwrap_or_default();
-    if let Some(Value::Object(delta)) = identity.get_mut("delta") {
-        delta.insert("args_delta", Value::Null);
-    }
+    let identity = match value.get("event") {
+        Some(event) if event.as_object().is_some() => event.clone(),
+        _ => Value::Object(Map::new()),
+    };
     Value::Array(vec![
         Value::str(PART_DELTA),
         value.get("thread_id").cloned().unwrap_or(Value::Null),
         value.get("run_id").cloned().unwrap_or(Value::Null),
-        Value::Object(identity),
+        identity,
     ])
+}
+
+/// Whether a stream's text (its event's `delta.args_delta`) is null or absent: what a restored stream must hold, the
+/// fold reading that text as null (`Fold::restore` holds no other).
+pub fn stream_text_null(stream: &Value) -> bool {
+    let delta = stream.as_array().and_then(|s| s.get(3)).and_then(|identity| nested(Some(identity), "delta"));
+    delta.and_then(|delta| delta.get("args_delta")).is_none_or(Value::is_null)
+}
+
+/// Write `stream` as the reference holds it: its event's text (`delta.args_delta`) null.
+fn write_stream(out: &mut Vec<u8>, stream: &Value) {
+    let Some([name, thread, run, identity]) = stream.as_array().map(Vec::as_slice) else {
+        return compact(out, stream);
+    };
+    out.push(b'[');
+    for part in [name, thread, run] {
+        compact(out, part);
+        out.push(b',');
+    }
+    match identity.as_object() {
+        Some(identity) => write_nulled(out, identity, &["delta", "args_delta"]),
+        None => compact(out, identity),
+    }
+    out.push(b']');
+}
+
+/// Write `map` compact, the member at `path` (if there) written null.
+fn write_nulled(out: &mut Vec<u8>, map: &Map, path: &[&str]) {
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, key);
+        out.push(b':');
+        match (path, value.as_object()) {
+            ([last], _) if key == *last => out.extend_from_slice(b"null"),
+            ([first, rest @ ..], Some(inner)) if key == *first && !rest.is_empty() => write_nulled(out, inner, rest),
+            _ => compact(out, value),
+        }
+    }
+    out.push(b'}');
 }
 
 /// Whether `stream` is `stream_of(value)`, by Python's equality.
@@ -152,10 +196,9 @@ fn continues(stream: &Value, value: &Map) -> bool {
         match (kept.as_object(), given.as_object()) {
             (Some(kept), Some(given)) => {
                 kept.len() == given.len()
-                    && given.iter().all(|(k, v)| {
-                        kept.get(k)
-                            .is_some_and(|held| if k == "args_delta" { held.is_null() } else { pyish::eq(held, v) })
-                    })
+                    && given
+                        .iter()
+                        .all(|(k, v)| kept.get(k).is_some_and(|held| k == "args_delta" || pyish::eq(held, v)))
             }
             _ => false,
         }
@@ -562,4 +605,43 @@ fn put_outcome(ledger: &Ledger, content: &mut Map, part: &Map) -> Result<State, 
     set(content, "retry", Value::Bool(retry));
     let failed = retry || member(outcome, &FAILED_OUTCOMES)?;
     Ok(if failed { State::Failed } else { State::Completed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::parse::parse;
+    use std::sync::Arc;
+
+    fn object(text: &str) -> Map {
+        match parse(text.as_bytes()) {
+            Ok(Value::Object(map)) => map,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stream_holds_its_event_shared_and_reads_its_text_as_null() {
+        let event = r#"{"event_kind":"part_delta","index":1,"delta":{"part_delta_kind":"tool_call","args_delta":"{\"a","tool_call_id":"c"}}"#;
+        let mut value = object(r#"{"thread_id":"t","run_id":"r","sequence":3}"#);
+        value.push("event", Value::Shared(Arc::new(Value::Object(object(event)))));
+        let stream = stream_of(&value);
+        assert!(matches!(&stream.as_array().unwrap()[3], Value::Shared(_)));
+        let nulled = event.replace(r#""{\"a""#, "null");
+        assert_eq!(out_of(&stream), format!(r#"["a13n.pydantic_ai.part_delta","t","r",{nulled}]"#));
+        let mut next = value.clone();
+        let other = event.replace(r#""{\"a""#, r#""1}""#);
+        next.insert("event", Value::Object(object(&other)));
+        assert!(continues(&stream, &next));
+        next.insert("event", Value::Object(object(&other.replace(r#""index":1"#, r#""index":2"#))));
+        assert!(!continues(&stream, &next));
+        assert!(!stream_text_null(&stream));
+        assert!(stream_text_null(&parse(out_of(&stream).as_bytes()).unwrap()));
+    }
+
+    fn out_of(stream: &Value) -> String {
+        let mut out = Vec::new();
+        write_stream(&mut out, stream);
+        String::from_utf8(out).unwrap()
+    }
 }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::bounding::Policy;
-use super::customs::{CustomFolder, HeldArguments};
+use super::customs::{stream_text_null, CustomFolder, HeldArguments};
 use super::fragments::{Assembler, Assembly, Int};
 use super::input::{set, EventRef, Field};
 use super::ledger::{At, Evicted, Kind, Ledger, Restored, State};
@@ -296,8 +296,12 @@ impl Fold {
             None | Some(Value::Null) => None,
             Some(held) => {
                 let held = held.as_object().ok_or(NotHeld("arguments"))?;
+                let stream = held.get("stream").cloned().unwrap_or(Value::Null);
+                if !stream_text_null(&stream) {
+                    return Err(NotHeld("an argument stream holding its text"));
+                }
                 Some(Box::new(HeldArguments {
-                    stream: held.get("stream").cloned().unwrap_or(Value::Null),
+                    stream,
                     key: text(held.get("key"))?,
                     at: Time::of_text(text(held.get("at"))?.into()),
                     sequence: int(held.get("sequence"))?,

@@ -667,13 +667,12 @@ pub fn hashed_id(text: &[u8]) -> String {
 /// `itm_` and the first 128 bits of `digest` in hex.
 fn hex_id(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(36);
-    out.push_str("itm_");
-    for byte in &digest[..16] {
-        out.push(HEX[usize::from(byte >> 4)] as char);
-        out.push(HEX[usize::from(byte & 0xf)] as char);
+    let mut out = *b"itm_00000000000000000000000000000000";
+    for (i, byte) in digest[..16].iter().enumerate() {
+        out[4 + 2 * i] = HEX[usize::from(byte >> 4)];
+        out[5 + 2 * i] = HEX[usize::from(byte & 0xf)];
     }
-    out
+    String::from_utf8(out.to_vec()).unwrap_or_default()
 }
 
 /// The stable id of an item: the same run, kind and source id always name the same item, across attempts.
