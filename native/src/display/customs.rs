@@ -8,7 +8,9 @@ use super::ledger::{scope_of, At, Kind, Ledger, State};
 use super::pyish::{self, escaped_len, json_size_upto};
 use super::time::{event_time, Time};
 use super::Fault;
-use crate::json::write::{compact, compact_object, int, string};
+use crate::agui::Body;
+use crate::json::parse::plain_len;
+use crate::json::write::{compact, compact_object, decimal, int, string};
 use crate::json::{Key, Map, Value};
 
 pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
@@ -294,7 +296,7 @@ impl CustomFolder {
             _ => false,
         };
         if !continued {
-            let size = value_size(whole_value, published, matches!(event, EventRef::Typed(_))) as i64;
+            let size = value_size(whole_value, published, event) as i64;
             let held = HeldArguments {
                 stream: stream_of(value),
                 key: ledger.observation_key(),
@@ -375,8 +377,7 @@ fn observation(
     // published event within a sixth of the bound holds a value within it.
     let surely_within = published.is_some_and(|json| 6 * json.len() <= MAX_OBSERVATION_BYTES);
     let omitted = bounded && !surely_within && json_size_upto(value, MAX_OBSERVATION_BYTES) > MAX_OBSERVATION_BYTES;
-    let typed = matches!(whole, EventRef::Typed(_));
-    if !omitted && name.is_some() && published.is_some_and(|json| cut_observation(out, json, typed)) {
+    if !omitted && name.is_some() && published.is_some_and(|json| cut_observation(out, json, whole)) {
         return;
     }
     out.extend_from_slice(b"{\"name\":");
@@ -405,7 +406,24 @@ fn observation(
 /// Write the observation's JSON `{"name":N,"value":V[,"metadata":M][,"subagentRunId":S]}` cut from the event's JSON
 /// as the worker published it (`typed`: as the native encoder wrote a CUSTOM event, `value` last); false, writing
 /// nothing, for any other text.
-fn cut_observation(out: &mut Vec<u8>, published: &[u8], typed: bool) -> bool {
+fn cut_observation(out: &mut Vec<u8>, published: &[u8], whole: EventRef<'_>) -> bool {
+    if let Some(start) = typed_value_start(whole, published) {
+        let EventRef::Typed(event) = whole else { return false };
+        out.reserve(published.len());
+        out.extend_from_slice(b"{\"name\":");
+        if let Body::Custom { name, .. } = &event.body {
+            string(out, name);
+        }
+        out.extend_from_slice(b",\"value\":");
+        out.extend_from_slice(&published[start..published.len() - 1]);
+        if let Some(run) = &event.subagent_run_id {
+            out.extend_from_slice(b",\"subagentRunId\":");
+            string(out, run);
+        }
+        out.push(b'}');
+        return true;
+    }
+    let typed = matches!(whole, EventRef::Typed(_));
     let Some(found) = members(published, typed.then_some(&b"value"[..])) else { return false };
     let span = |key: &[u8]| found.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let (Some(name), Some(value)) = (span(b"name"), span(b"value")) else { return false };
@@ -426,14 +444,48 @@ fn cut_observation(out: &mut Vec<u8>, published: &[u8], typed: bool) -> bool {
     true
 }
 
+/// Where the value of a typed CUSTOM event holding no raw event and no metadata starts in its JSON as the native
+/// encoder published it (`type`, `timestamp`, an optional `subagentRunId`, `name`, then `value` to the closing
+/// brace), found by comparing the bytes the event's fields spell, not by scanning: None for another event, or
+/// when the bytes are not that form (a field that needs escaping included).
+fn typed_value_start(whole: EventRef<'_>, published: &[u8]) -> Option<usize> {
+    let EventRef::Typed(event) = whole else { return None };
+    let (Body::Custom { name, .. }, Some(timestamp), None, None) =
+        (&event.body, event.timestamp, &event.raw_event, &event.metadata)
+    else {
+        return None;
+    };
+    let plain = |text: &str| plain_len(text.as_bytes()) == text.len();
+    let mut at = 0;
+    let mut expect = |parts: &[&[u8]]| {
+        parts.iter().all(|part| {
+            let found = published.get(at..at + part.len()) == Some(*part);
+            at += part.len();
+            found
+        })
+    };
+    let mut digits = [0u8; 20];
+    let head = expect(&[b"{\"type\":\"CUSTOM\",\"timestamp\":", decimal(&mut digits, timestamp)]);
+    let run = match &event.subagent_run_id {
+        None => true,
+        Some(run) => plain(run) && expect(&[b",\"subagentRunId\":\"", run.as_bytes(), b"\""]),
+    };
+    let named = plain(name) && expect(&[b",\"name\":\"", name.as_bytes(), b"\",\"value\":"]);
+    (head && run && named && at < published.len() && published.last() == Some(&b'}')).then_some(at)
+}
+
 /// `json_size(value)` of an event's `value`, measured on the event's JSON as the worker published it when at hand
 /// (`typed`: the native encoder's, `value` last): without floats, whose spellings differ, `json.dumps` writes the
 /// same text but for non-ASCII characters and DEL, which it escapes.
-fn value_size(value: &Value, published: Option<&[u8]>, typed: bool) -> usize {
-    let span = published
-        .filter(|_| !pyish::has_float(value))
-        .and_then(|json| members(json, typed.then_some(&b"value"[..])))
-        .and_then(|found| found.into_iter().find(|(key, _)| *key == b"value").map(|(_, span)| span));
+fn value_size(value: &Value, published: Option<&[u8]>, whole: EventRef<'_>) -> usize {
+    let typed = matches!(whole, EventRef::Typed(_));
+    let span = published.filter(|_| !pyish::has_float(value)).and_then(|json| match typed_value_start(whole, json) {
+        Some(start) => Some(&json[start..json.len() - 1]),
+        None => members(json, typed.then_some(&b"value"[..]))?
+            .into_iter()
+            .find(|(key, _)| *key == b"value")
+            .map(|(_, span)| span),
+    });
     let Some(span) = span else { return pyish::json_size(value) };
     if span.is_ascii() && !span.contains(&0x7F) {
         return span.len();
@@ -637,6 +689,38 @@ mod tests {
         assert!(!continues(&stream, &next));
         assert!(!stream_text_null(&stream));
         assert!(stream_text_null(&parse(out_of(&stream).as_bytes()).unwrap()));
+    }
+
+    #[test]
+    fn a_typed_events_observation_is_cut_where_its_fields_say_as_scanning_finds_it() {
+        use crate::agui::Event;
+        let value = Value::Object(object(r#"{"run_id":"r","event":{"k":[1,"}\"]"]}}"#));
+        let mut cases = Vec::new();
+        for name in ["a13n.x", "a\"b"] {
+            for run in [None, Some("child"), Some("c\u{1}")] {
+                for ts in [0, -5, 1_700_000_000_123] {
+                    let mut event = Event::new(ts, Body::Custom { name: name.into(), value: value.clone() });
+                    event.subagent_run_id = run.map(str::to_owned);
+                    cases.push(event);
+                }
+            }
+        }
+        let mut with_metadata = cases[0].clone();
+        with_metadata.metadata = Some(object(r#"{"value":1}"#));
+        cases.push(with_metadata);
+        let mut fast = 0;
+        for event in &cases {
+            let published = event.encode();
+            let parsed = crate::display::input::parse_object(&published).unwrap();
+            let (mut cut, mut scanned) = (Vec::new(), Vec::new());
+            assert!(cut_observation(&mut cut, &published, EventRef::Typed(event)));
+            assert!(cut_observation(&mut scanned, &published, EventRef::Map(&parsed)));
+            assert_eq!(String::from_utf8(cut).unwrap(), String::from_utf8(scanned).unwrap());
+            let typed = value_size(&value, Some(&published), EventRef::Typed(event));
+            assert_eq!(typed, value_size(&value, Some(&published), EventRef::Map(&parsed)));
+            fast += usize::from(typed_value_start(EventRef::Typed(event), &published).is_some());
+        }
+        assert_eq!(fast, 6, "a plain name, with no run id or a plain one, at each time");
     }
 
     fn out_of(stream: &Value) -> String {

@@ -57,9 +57,38 @@ fn has_zero(word: u64) -> bool {
 }
 
 /// Whether any of eight bytes is `"`, `\\` or below 0x20.
-pub fn needs_attention(word: u64) -> bool {
+fn needs_attention(word: u64) -> bool {
     let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
     control != 0 || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
+}
+
+/// Whether a byte needs attention inside a JSON string: `"`, `\\` or a control character.
+fn attention(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// Whether any byte of `block` needs attention (a fixed-size loop without branches, which the compiler turns into
+/// vector compares).
+fn any_attention(block: &[u8; 16]) -> bool {
+    block.iter().fold(false, |any, &byte| any | attention(byte))
+}
+
+/// How many leading bytes of `bytes` need no attention inside a string: checked sixteen at a time, then eight,
+/// then byte by byte.
+pub fn plain_len(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(block) = bytes[at..].first_chunk::<16>() {
+        if any_attention(block) {
+            break;
+        }
+        at += 16;
+    }
+    if let Some(word) = bytes[at..].first_chunk::<8>() {
+        if !needs_attention(u64::from_le_bytes(*word)) {
+            at += 8;
+        }
+    }
+    at + bytes[at..].iter().position(|&byte| attention(byte)).unwrap_or(bytes.len() - at)
 }
 
 /// The longest run of ASCII digits anywhere in the bytes (the reference re-reads text with a run of 19 or more).
@@ -381,6 +410,25 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_len_stops_at_the_first_byte_needing_attention_wherever_it_is() {
+        for len in 0..40 {
+            let plain = vec![b'a'; len];
+            assert_eq!(plain_len(&plain), len);
+            for at in 0..len {
+                for special in [b'"', b'\\', 0x00, 0x1f] {
+                    let mut text = plain.clone();
+                    text[at] = special;
+                    assert_eq!(plain_len(&text), at, "{len} {at} {special}");
+                }
+                let mut text = plain.clone();
+                text[at] = 0x20;
+                text[len - 1 - at] = 0xff;
+                assert_eq!(plain_len(&text), len);
+            }
+        }
+    }
 
     fn ok(text: &str) -> Value {
         parse(text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e:?}"))

@@ -2,7 +2,7 @@
 //! \f \r` short and other control characters as `\u00xx`; numbers as `float::output` (the output records) or
 //! `float::python_repr` (`json.dumps`).
 
-use super::parse::needs_attention;
+use super::parse::plain_len;
 use super::{float, Map, Value};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -32,20 +32,10 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     let mut start = 0;
     let mut i = 0;
-    while i < bytes.len() {
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            if !needs_attention(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))) {
-                i += 8;
-                continue;
-            }
-        }
-        let byte = bytes[i];
+    loop {
+        i += plain_len(&bytes[i..]);
+        let Some(&byte) = bytes.get(i) else { break };
         let escape = ESCAPES[byte as usize];
-        i += 1;
-        if escape == 0 {
-            continue;
-        }
-        let i = i - 1;
         out.extend_from_slice(&bytes[start..i]);
         if escape == b'u' {
             out.extend_from_slice(b"\\u00");
@@ -55,7 +45,8 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
             out.push(b'\\');
             out.push(escape);
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
@@ -63,21 +54,26 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
 
 /// `value` in decimal, as `to_string` spells it, written without an allocation.
 pub fn int(out: &mut Vec<u8>, value: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
+    out.extend_from_slice(decimal(&mut [0; 20], value));
+}
+
+/// `value` in decimal, as `to_string` spells it, in the tail of `buffer` (20 bytes hold `i64::MIN`).
+pub fn decimal(buffer: &mut [u8; 20], value: i64) -> &[u8] {
+    let mut at = buffer.len();
     let mut rest = value.unsigned_abs();
     loop {
         at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
+        buffer[at] = b'0' + (rest % 10) as u8;
         rest /= 10;
         if rest == 0 {
             break;
         }
     }
     if value < 0 {
-        out.push(b'-');
+        at -= 1;
+        buffer[at] = b'-';
     }
-    out.extend_from_slice(&digits[at..]);
+    &buffer[at..]
 }
 
 /// The output records' spelling of `value` (pydantic's `model_dump_json`, orjson's).
