@@ -69,8 +69,8 @@ def test_finished_items_are_held_in_fewer_bytes_than_their_json(build: str) -> N
 
 
 def test_a_long_finished_item_is_held_packed(build: str) -> None:
-    """A finished item whose JSON from its content on is 1 KiB or more is held packed (LZ4), its bytes the same
-    when written: a text of repeated words in a fraction of its length."""
+    """A finished item whose JSON from its content on is 1 KiB or more is held packed (LZ4; deflate from 4 KiB on),
+    its bytes the same when written: a text of repeated words in a fraction of its length."""
     if build == "pure":
         pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
     text = " ".join(["the quick brown fox jumps over the lazy dog"] * 200)

@@ -340,7 +340,7 @@ impl Entry {
         let mut kept = Vec::new();
         self.packed = false;
         if tail.len() >= super::packed::MIN_PACKED {
-            kept.reserve_exact(key.len() + 4 + tail.len());
+            kept.reserve_exact(key.len() + 5 + tail.len());
             kept.extend_from_slice(key);
             self.packed = super::packed::pack(&mut kept, tail);
             if !self.packed {
