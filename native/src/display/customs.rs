@@ -10,7 +10,7 @@ use super::time::{event_time, Time};
 use super::Fault;
 use crate::agui::Body;
 use crate::json::parse::plain_len;
-use crate::json::write::{compact, compact_object, decimal, int, string};
+use crate::json::write::{compact, compact_object, int, string};
 use crate::json::{Key, Map, Value};
 
 pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
@@ -450,13 +450,15 @@ fn cut_observation(out: &mut Vec<u8>, published: &[u8], whole: EventRef<'_>) -> 
 /// when the bytes are not that form (a field that needs escaping included).
 fn typed_value_start(whole: EventRef<'_>, published: &[u8]) -> Option<usize> {
     let EventRef::Typed(event) = whole else { return None };
-    let (Body::Custom { name, .. }, Some(timestamp), None, None) =
+    let (Body::Custom { name, .. }, Some(_), None, None) =
         (&event.body, event.timestamp, &event.raw_event, &event.metadata)
     else {
         return None;
     };
     let plain = |text: &str| plain_len(text.as_bytes()) == text.len();
-    let mut at = 0;
+    const HEAD: &[u8] = b"{\"type\":\"CUSTOM\",\"timestamp\":";
+    let digits = published.get(HEAD.len()..)?.iter().take_while(|b| b.is_ascii_digit() || **b == b'-').count();
+    let mut at = HEAD.len() + digits;
     let mut expect = |parts: &[&[u8]]| {
         parts.iter().all(|part| {
             let found = published.get(at..at + part.len()) == Some(*part);
@@ -464,8 +466,7 @@ fn typed_value_start(whole: EventRef<'_>, published: &[u8]) -> Option<usize> {
             found
         })
     };
-    let mut digits = [0u8; 20];
-    let head = expect(&[b"{\"type\":\"CUSTOM\",\"timestamp\":", decimal(&mut digits, timestamp)]);
+    let head = digits > 0 && published.starts_with(HEAD);
     let run = match &event.subagent_run_id {
         None => true,
         Some(run) => plain(run) && expect(&[b",\"subagentRunId\":\"", run.as_bytes(), b"\""]),

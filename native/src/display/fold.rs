@@ -62,17 +62,37 @@ impl Fold {
         root: &str,
         results: bool,
     ) -> Result<Vec<Option<String>>, Fault> {
+        let mut keys = Vec::with_capacity(events.len());
+        self.fold_all(events, failed, root, results, Some(&mut keys))?;
+        Ok(keys)
+    }
+
+    /// `apply` without results, the ids left out (the projection's fold, which reads none).
+    pub fn fold(&mut self, events: &[Offered<'_>], failed: Option<&Failed>, root: &str) -> Result<(), Fault> {
+        self.fold_all(events, failed, root, false, None)
+    }
+
+    fn fold_all(
+        &mut self,
+        events: &[Offered<'_>],
+        failed: Option<&Failed>,
+        root: &str,
+        results: bool,
+        mut keys: Option<&mut Vec<Option<String>>>,
+    ) -> Result<(), Fault> {
         for offered in events {
             check_event(offered.event)?;
         }
-        let mut keys = Vec::with_capacity(events.len());
         for offered in events {
             self.ledger.sequence += 1;
-            keys.push(self.fold_one(offered.event, offered.published, results)?);
+            let key = self.fold_one(offered.event, offered.published, results)?;
+            if let Some(keys) = keys.as_deref_mut() {
+                keys.push(key);
+            }
         }
         if let (Some(failed), Some(last)) = (failed, events.last()) {
             if let Some(key) = self.fail_tool_call(failed, last.event, root)? {
-                if let Some(slot) = keys.last_mut() {
+                if let Some(slot) = keys.and_then(|keys| keys.last_mut()) {
                     *slot = Some(key);
                 }
             }
@@ -80,7 +100,7 @@ impl Fold {
         let growing = self.customs.arguments.as_ref().filter(|h| h.sequence == self.ledger.sequence);
         self.ledger.settle_growing(growing.map(|h| h.key.as_str()));
         self.customs.settle(self.ledger.sequence);
-        Ok(keys)
+        Ok(())
     }
 
     fn fold_one(

@@ -342,8 +342,7 @@ impl Projection {
         }
         // The run id is read only to fail a tool call.
         let root = if failed.is_some() { self.fold.ledger.run_id.clone() } else { String::new() };
-        self.fold.apply(&offered, failed, &root, false)?;
-        Ok(())
+        self.fold.fold(&offered, failed, &root)
     }
 
     /// Evict finished items, oldest first, until the snapshot fits `budget`; none when even all of them would not

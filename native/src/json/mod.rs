@@ -13,7 +13,8 @@ pub mod write;
 
 pub use names::key;
 
-/// An object key: static text for a name the code or `names::KNOWN` spells (no allocation), owned otherwise.
+/// An object key: static text for a name the code or `names::KNOWN` spells (no allocation, and nothing in it JSON
+/// escapes: `write::compact_object` writes it as it is), owned otherwise.
 pub type Key = Cow<'static, str>;
 
 /// One JSON value. Integers beyond 64 bits keep their decimal text, as Python's `int` keeps them exact.

@@ -4,6 +4,7 @@
 
 use super::parse::plain_len;
 use super::{float, Map, Value};
+use std::borrow::Cow;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -54,26 +55,21 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
 
 /// `value` in decimal, as `to_string` spells it, written without an allocation.
 pub fn int(out: &mut Vec<u8>, value: i64) {
-    out.extend_from_slice(decimal(&mut [0; 20], value));
-}
-
-/// `value` in decimal, as `to_string` spells it, in the tail of `buffer` (20 bytes hold `i64::MIN`).
-pub fn decimal(buffer: &mut [u8; 20], value: i64) -> &[u8] {
-    let mut at = buffer.len();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
     let mut rest = value.unsigned_abs();
     loop {
         at -= 1;
-        buffer[at] = b'0' + (rest % 10) as u8;
+        digits[at] = b'0' + (rest % 10) as u8;
         rest /= 10;
         if rest == 0 {
             break;
         }
     }
     if value < 0 {
-        at -= 1;
-        buffer[at] = b'-';
+        out.push(b'-');
     }
-    &buffer[at..]
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The output records' spelling of `value` (pydantic's `model_dump_json`, orjson's).
@@ -103,11 +99,21 @@ pub fn compact(out: &mut Vec<u8>, value: &Value) {
 
 pub fn compact_object(out: &mut Vec<u8>, map: &Map) {
     out.push(b'{');
-    for (i, (key, item)) in map.iter().enumerate() {
+    for (i, (key, item)) in map.entries().iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        string(out, key);
+        match key {
+            // A static key is a name this code spells: nothing in it to escape.
+            Cow::Borrowed(name) => {
+                debug_assert_eq!(plain_len(name.as_bytes()), name.len(), "a static key to escape: {name:?}");
+                out.reserve(name.len() + 3);
+                out.push(b'"');
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
+            }
+            Cow::Owned(key) => string(out, key),
+        }
         out.push(b':');
         compact(out, item);
     }
