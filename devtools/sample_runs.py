@@ -66,10 +66,12 @@ def _parse(name: str, lines: Sequence[bytes]) -> SampleRun:
 
 
 def load_samples(directory: Path = SAMPLES_DIR) -> list[SampleRun]:
-    """Every `*.jsonl` run in `directory`, by name; each file's first line is its root run's first item."""
+    """Every `<name>.jsonl` run in `directory`, by name (a `<name>.<kind>.jsonl` beside it, as a golden run's expected
+    outputs, is not a run); each file's first line is its root run's first item."""
     runs = [
         _parse(path.stem, [ln for ln in path.read_bytes().splitlines() if ln.strip()])
         for path in sorted(directory.glob("*.jsonl"))
+        if path.name.count(".") == 1
     ]
     if not runs:
         raise ValueError(f"no sample runs (*.jsonl) in {directory}")
