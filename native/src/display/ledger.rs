@@ -1030,7 +1030,8 @@ impl Ledger {
             return self.put(key, kind, state, content, At::Time(at), false);
         }
         let here = (self.attempt, self.sequence);
-        let mut entry = Entry::new(&key, self.next_ordinal, kind, state, here, at.clone());
+        // Its bytes are the id and JSON `keep` takes next (no copy of the id alone before them).
+        let mut entry = Entry::of(Box::default(), key.len(), self.next_ordinal, kind, state, here, at.clone());
         entry.set_ended(Some(at));
         written(|json| {
             json.extend_from_slice(key.as_bytes());
