@@ -68,21 +68,28 @@ def test_finished_items_are_held_in_fewer_bytes_than_their_json(build: str) -> N
     assert projection.heap_bytes() < sum(len(orjson.dumps(item)) for item in items)
 
 
-def test_a_long_finished_item_is_held_packed(build: str) -> None:
-    """A finished item whose JSON from its content on is 1 KiB or more is held packed (LZ4; deflate from 4 KiB on),
-    its bytes the same when written: a text of repeated words in a fraction of its length."""
+@pytest.mark.parametrize("interval_ms", [0, 60_000])  # a record after every event (one reads the item as it
+def test_a_long_finished_item_is_held_packed(build: str, interval_ms: int) -> None:  # finishes), or the first only
+    """A finished item whose JSON from its content on is 1 KiB or more is held packed (LZ4; deflate from 4 KiB on,
+    once the offer that finished it returns), its bytes the same when written: a text of repeated words in a
+    fraction of its length."""
     if build == "pure":
         pytest.skip("the reference holds Python objects: heap_bytes is the native engine's")
     text = " ".join(["the quick brown fox jumps over the lazy dog"] * 200)
-    projection = DisplayProjection("run-t", "thread_t", interval_ms=60_000)
+    projection = DisplayProjection("run-t", "thread_t", interval_ms=interval_ms)
     assert isinstance(projection, NativeDisplayProjection)
     events = (
         TextMessageStartEvent(message_id="m", role="assistant"),
         TextMessageContentEvent(message_id="m", delta=text),
         TextMessageEndEvent(message_id="m"),
     )
-    for n, event in enumerate(events):
-        offer(projection, (event,), n, timestamp_ms=BASE_TS, ended=False)
+    records = [offer(projection, (event,), n, timestamp_ms=BASE_TS, ended=False) for n, event in enumerate(events)]
+    assert projection.heap_bytes() < len(text) // 4
+    if interval_ms == 0:
+        assert records[-1] is not None
+        (item,) = orjson.loads(records[-1].value)["items"]
+        assert item["state"] == "completed"
+        assert item["content"]["text"] == text
     (item,) = orjson.loads(projection.export_json())["fold"]["items"]
     assert item["state"] == "completed"
     assert item["content"]["text"] == text

@@ -334,8 +334,20 @@ impl Entry {
         }
     }
 
-    /// Keep `bytes`, the item's id and then its JSON from its content on, packed when that is shorter.
+    /// Keep `bytes`, the item's id and then its JSON from its content on, packed when that is shorter; within
+    /// `DeferredPacks`, JSON to deflate is kept as it is until `DeferredPacks::pack`.
     fn keep(&mut self, bytes: &[u8]) {
+        let (key, tail) = bytes.split_at(self.key_len as usize);
+        if tail.len() >= super::packed::MIN_DEFLATED && defer_pack(key) {
+            self.packed = false;
+            self.bytes = bytes.into();
+            return;
+        }
+        self.keep_packed(bytes);
+    }
+
+    /// `keep`, packing at once.
+    fn keep_packed(&mut self, bytes: &[u8]) {
         let (key, tail) = bytes.split_at(self.key_len as usize);
         let mut kept = Vec::new();
         self.packed = false;
@@ -687,6 +699,50 @@ pub fn item_id(run_id: &str, kind: Kind, source_id: &str) -> String {
 thread_local! {
     /// Where an item's JSON is written before it is kept, in an allocation of its exact size.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// While `DeferredPacks` is held: the ids of the items whose JSON is kept unpacked until it ends.
+    static DEFERRED: RefCell<Option<Vec<Box<[u8]>>>> = const { RefCell::new(None) };
+}
+
+/// Whether `DeferredPacks` is held, noting `key` as an item to pack when it ends.
+fn defer_pack(key: &[u8]) -> bool {
+    DEFERRED.with(|cell| match cell.try_borrow_mut().as_deref_mut() {
+        Ok(Some(keys)) => {
+            keys.push(key.into());
+            true
+        }
+        _ => false,
+    })
+}
+
+/// While one is held, JSON `keep` would deflate is kept unpacked (a record written meanwhile reads it as it is);
+/// `pack` packs it. Between them every kept JSON is packed as `keep` packs it; dropped unpacked (a panic), the
+/// JSON stays unpacked, the same bytes.
+pub struct DeferredPacks(());
+
+impl DeferredPacks {
+    pub fn begin() -> DeferredPacks {
+        let nested = DEFERRED.with(|cell| cell.replace(Some(Vec::new())).is_some());
+        assert!(!nested, "deferred packs are not nested");
+        DeferredPacks(())
+    }
+
+    /// Pack the JSON kept unpacked since `begin` that `ledger` still holds.
+    pub fn pack(self, ledger: &mut Ledger) {
+        let keys = DEFERRED.with(|cell| cell.replace(None)).unwrap_or_default();
+        for key in keys {
+            let found = std::str::from_utf8(&key).ok().and_then(|key| ledger.entry_mut(key));
+            if let Some(entry) = found.filter(|entry| entry.has_json() && !entry.packed) {
+                let bytes = std::mem::take(&mut entry.bytes);
+                entry.keep_packed(&bytes);
+            }
+        }
+    }
+}
+
+impl Drop for DeferredPacks {
+    fn drop(&mut self) {
+        DEFERRED.with(|cell| cell.replace(None));
+    }
 }
 
 /// Run `write` on an empty buffer (the thread's scratch one, kept for the next call unless grown huge).

@@ -7,6 +7,7 @@ use super::bounding::needs_bound;
 use super::bounding::{bound_event_json, Policy};
 use super::fold::{Failed, Fold, Offered};
 use super::input::{flat, parse_object, EventRef};
+use super::ledger::DeferredPacks;
 use super::Fault;
 use crate::framing::{field_size, varint_size, RECORD_OVERHEAD_BYTES};
 use crate::json::write::string;
@@ -220,6 +221,8 @@ impl Projection {
     /// after them, carrying `continuation` (the observer's, as the reference writes it); what `complete` gives out.
     pub fn settle(&mut self, sources: Vec<Source<'_>>, failed: Option<&Failed>, continuation: Option<&[u8]>) {
         let Some(mut accepted) = self.pending.pop_back() else { return };
+        // An item kept now is packed after the record due reads it.
+        let deferred = DeferredPacks::begin();
         let folded = if sources.is_empty() { Ok(()) } else { self.fold_published(sources, failed) };
         accepted.outcome = match folded {
             Err(Fault::Refused(_)) | Ok(()) => {
@@ -228,6 +231,7 @@ impl Projection {
             }
             Err(fault) => Err(fault),
         };
+        deferred.pack(&mut self.fold.ledger);
         self.pending.push_back(accepted);
     }
 
