@@ -146,7 +146,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=16, help="event classes printed, the costliest first")
     parser.add_argument("--beside", action="store_true", help="also fold beside the conversion")
     args = parser.parse_args()
-    mix = records(args.items)
+    mix = records(args.items, "mix")
     fed = converted(mix)
     freeze_heap()
     events = sum(len(data) for _, data, _, _ in fed)

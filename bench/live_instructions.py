@@ -86,7 +86,7 @@ def consumer_records(items: int) -> list[ConsumerRecord[bytes, bytes]]:
     """The first `items` records of the mix as the consumer hands them out, offsets counted per partition."""
     offsets = dict.fromkeys(_PARTITIONS, 0)
     out = []
-    for partition, key, value, stamp in records(items):
+    for partition, key, value, stamp in records(items, "mix"):
         out.append(ConsumerRecord("src", partition, offsets[partition], stamp, 0, key, value, None, len(key),
                                   len(value), []))  # fmt: skip
         offsets[partition] += 1
