@@ -3,7 +3,7 @@
 //! declaration order (`type, timestamp, rawEvent, metadata, subagentRunId`, then the class's own fields), a field
 //! left out when it is None.
 
-use crate::json::write::{compact, compact_object, int, string};
+use crate::json::write::{compact, compact_object, int, joined, string};
 use crate::json::{Map, Value};
 
 /// One AG-UI event: the fields every event class shares, and its own.
@@ -332,27 +332,13 @@ impl RunOutcome {
                 w.str("type", "success");
                 if let Some(ids) = pending_tool_call_ids {
                     w.key("pendingToolCallIds");
-                    w.out.push(b'[');
-                    for (i, id) in ids.iter().enumerate() {
-                        if i > 0 {
-                            w.out.push(b',');
-                        }
-                        string(w.out, id);
-                    }
-                    w.out.push(b']');
+                    joined(w.out, *b"[]", b",", ids, |out, id| string(out, id));
                 }
             }
             RunOutcome::Interrupt { interrupts } => {
                 w.str("type", "interrupt");
                 w.key("interrupts");
-                w.out.push(b'[');
-                for (i, interrupt) in interrupts.iter().enumerate() {
-                    if i > 0 {
-                        w.out.push(b',');
-                    }
-                    interrupt.write(w.out);
-                }
-                w.out.push(b']');
+                joined(w.out, *b"[]", b",", interrupts, |out, interrupt| interrupt.write(out));
             }
             RunOutcome::Cancelled => w.str("type", "cancelled"),
         }
@@ -394,16 +380,7 @@ impl ToolContent {
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             ToolContent::Text(text) => string(out, text),
-            ToolContent::Parts(parts) => {
-                out.push(b'[');
-                for (i, part) in parts.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    part.write(out);
-                }
-                out.push(b']');
-            }
+            ToolContent::Parts(parts) => joined(out, *b"[]", b",", parts, |out, part| part.write(out)),
         }
     }
 }
@@ -518,14 +495,7 @@ impl<'a> Fields<'a> {
     fn usage(&mut self, usage: Option<&[TokenUsage]>) {
         if let Some(usage) = usage {
             self.key("usage");
-            self.out.push(b'[');
-            for (i, entry) in usage.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(b',');
-                }
-                entry.write(self.out);
-            }
-            self.out.push(b']');
+            joined(self.out, *b"[]", b",", usage, |out, entry| entry.write(out));
         }
     }
 

@@ -10,7 +10,7 @@ use super::time::{event_time, Time};
 use super::Fault;
 use crate::agui::Body;
 use crate::json::parse::plain_len;
-use crate::json::write::{compact, compact_object, int, string};
+use crate::json::write::{compact, compact_object, int, joined, string};
 use crate::json::{Key, Map, Value};
 
 pub const AUTHORED_INPUT_EVENT_NAMES: [&str; 2] = ["a13n.input.user", "a13n.input.steering"];
@@ -157,11 +157,7 @@ fn write_stream(out: &mut Vec<u8>, stream: &Value) {
 
 /// Write `map` compact, the member at `path` (if there) written null.
 fn write_nulled(out: &mut Vec<u8>, map: &Map, path: &[&str]) {
-    out.push(b'{');
-    for (i, (key, value)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    joined(out, *b"{}", b",", map.iter(), |out, (key, value)| {
         string(out, key);
         out.push(b':');
         match (path, value.as_object()) {
@@ -169,8 +165,7 @@ fn write_nulled(out: &mut Vec<u8>, map: &Map, path: &[&str]) {
             ([first, rest @ ..], Some(inner)) if key == *first && !rest.is_empty() => write_nulled(out, inner, rest),
             _ => compact(out, value),
         }
-    }
-    out.push(b'}');
+    });
 }
 
 /// Whether `stream` is `stream_of(value)`, by Python's equality.

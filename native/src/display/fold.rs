@@ -13,7 +13,7 @@ use super::standard::{check_event, fold_standard};
 use super::time::{event_time, Time};
 use super::Fault;
 use crate::json::parse::parse;
-use crate::json::write::{compact, string};
+use crate::json::write::{compact, joined, string};
 use crate::json::{Map, Value};
 
 /// A fresh stream observer's continuation, as the reference writes it.
@@ -206,16 +206,12 @@ impl Fold {
         if ledger.policy.retain_content {
             out.extend_from_slice(b",\"retain_content\":true");
         }
-        out.extend_from_slice(b",\"response_groups\":{");
-        for (i, (scope, group)) in ledger.response_groups.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        out.extend_from_slice(b",\"response_groups\":");
+        joined(out, *b"{}", b",", &ledger.response_groups, |out, (scope, group)| {
             string(out, scope);
             out.push(b':');
             string(out, group);
-        }
-        out.push(b'}');
+        });
         if !ledger.memory_sources.is_empty() {
             out.extend_from_slice(b",\"memory_sources\":");
             write_scopes(out, &ledger.memory_sources);

@@ -15,7 +15,7 @@ use super::memory::MemorySource;
 use super::time::Time;
 use super::Fault;
 use crate::json::parse::parse;
-use crate::json::write::{compact, compact_object, int, string};
+use crate::json::write::{compact, compact_object, int, joined, string};
 use crate::json::{Map, Value};
 
 pub const ROOT_SCOPE: &str = "root";
@@ -612,21 +612,13 @@ impl Evicted {
     pub fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"count\":");
         out.extend_from_slice(self.count.to_string().as_bytes());
-        out.extend_from_slice(b",\"ordinals\":[");
-        for (i, (low, high)) in self.ordinals.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(format!("[{low},{high}]").as_bytes());
-        }
-        out.extend_from_slice(b"],\"ids\":[");
-        for (i, id) in self.ids.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(out, id);
-        }
-        out.extend_from_slice(b"],\"refused\":");
+        out.extend_from_slice(b",\"ordinals\":");
+        joined(out, *b"[]", b",", &self.ordinals, |out, (low, high)| {
+            out.extend_from_slice(format!("[{low},{high}]").as_bytes())
+        });
+        out.extend_from_slice(b",\"ids\":");
+        joined(out, *b"[]", b",", &self.ids, |out, id| string(out, id));
+        out.extend_from_slice(b",\"refused\":");
         out.extend_from_slice(self.refused.to_string().as_bytes());
         out.push(b'}');
     }
@@ -1145,17 +1137,12 @@ impl Ledger {
     /// The JSON array of every item, in order; only items changed since the last call are written anew, and a
     /// finished item's content is let go once its JSON is written.
     pub fn write_items(&mut self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        for (i, entry) in self.entries.iter_mut().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        joined(out, *b"[]", b",", &mut self.entries, |out, entry| {
             entry.write_json(out);
             if entry.state.finished() {
                 entry.content = None;
             }
-        }
-        out.push(b']');
+        });
     }
 
     /// What was evicted so far, or None when nothing was.

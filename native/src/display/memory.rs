@@ -1,7 +1,7 @@
 //! Payload-free evidence of automatic memory delivery (`worker/display/memory.py`): the sources a Harness `context`
 //! payload reports, validated as the reference's models validate them (pydantic's lax mode) and written as they dump.
 
-use crate::json::write::{compact, string};
+use crate::json::write::{compact, joined, string};
 use crate::json::{Map, Value};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -241,22 +241,11 @@ impl MemorySource {
 
 /// The continuation's `memory_sources` (scope to sources) as its model writes it.
 pub fn write_scopes(out: &mut Vec<u8>, scopes: &[(String, Vec<MemorySource>)]) {
-    out.push(b'{');
-    for (i, (scope, sources)) in scopes.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    joined(out, *b"{}", b",", scopes, |out, (scope, sources)| {
         string(out, scope);
-        out.extend_from_slice(b":[");
-        for (j, source) in sources.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            source.write(out);
-        }
-        out.push(b']');
-    }
-    out.push(b'}');
+        out.push(b':');
+        joined(out, *b"[]", b",", sources, |out, source| source.write(out));
+    });
 }
 
 #[cfg(test)]

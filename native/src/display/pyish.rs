@@ -3,7 +3,7 @@
 //! its ASCII-escaped compact JSON (`json_size`, the measure of every display bound).
 
 use crate::json::float::python_repr;
-use crate::json::write::string;
+use crate::json::write::{joined, string};
 use crate::json::{Map, Value};
 
 /// Python's `a == b` of two JSON values.
@@ -185,28 +185,12 @@ fn printable(c: char) -> bool {
 pub fn dumps(out: &mut Vec<u8>, value: &Value) {
     match value.resolved() {
         Value::Float(f) => out.extend_from_slice(python_float_json(*f).as_bytes()),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                dumps(out, item);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            out.push(b'{');
-            for (i, (key, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(out, key);
-                out.push(b':');
-                dumps(out, item);
-            }
-            out.push(b'}');
-        }
+        Value::Array(items) => joined(out, *b"[]", b",", items, dumps),
+        Value::Object(map) => joined(out, *b"{}", b",", map.iter(), |out, (key, item)| {
+            string(out, key);
+            out.push(b':');
+            dumps(out, item);
+        }),
         other => crate::json::write::compact(out, other),
     }
 }

@@ -26,6 +26,27 @@ const ESCAPES: [u8; 256] = {
     table
 };
 
+/// `open`, then each of `items` written by `each` with `separator` between two, then `close`: the loop of every
+/// JSON list and object this crate writes.
+pub fn joined<T>(
+    out: &mut Vec<u8>,
+    [open, close]: [u8; 2],
+    separator: &[u8],
+    items: impl IntoIterator<Item = T>,
+    mut each: impl FnMut(&mut Vec<u8>, T),
+) {
+    out.push(open);
+    let mut first = true;
+    for item in items {
+        if !first {
+            out.extend_from_slice(separator);
+        }
+        first = false;
+        each(out, item);
+    }
+    out.push(close);
+}
+
 /// Append `text` as a JSON string.
 pub fn string(out: &mut Vec<u8>, text: &str) {
     out.reserve(text.len() + 2);
@@ -82,27 +103,14 @@ pub fn compact(out: &mut Vec<u8>, value: &Value) {
         Value::Big(digits) => out.extend_from_slice(digits.as_bytes()),
         Value::Float(f) => out.extend_from_slice(float::output(*f).as_bytes()),
         Value::Str(s) => string(out, s),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                compact(out, item);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => joined(out, *b"[]", b",", items, compact),
         Value::Object(map) => compact_object(out, map),
         Value::Shared(inner) => compact(out, inner),
     }
 }
 
 pub fn compact_object(out: &mut Vec<u8>, map: &Map) {
-    out.push(b'{');
-    for (i, (key, item)) in map.entries().iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    joined(out, *b"{}", b",", map.entries(), |out, (key, item)| {
         match key {
             // A static key is a name this code spells: nothing in it to escape.
             Cow::Borrowed(name) => {
@@ -116,38 +124,23 @@ pub fn compact_object(out: &mut Vec<u8>, map: &Map) {
         }
         out.push(b':');
         compact(out, item);
-    }
-    out.push(b'}');
+    });
 }
 
 /// `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
 pub fn sorted(out: &mut Vec<u8>, value: &Value) {
     match value.resolved() {
         Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                sorted(out, item);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => joined(out, *b"[]", b",", items, sorted),
         Value::Object(map) => {
             // Python orders str keys by code point, as UTF-8 bytes order them.
             let mut entries: Vec<(&str, &Value)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            joined(out, *b"{}", b",", entries, |out, (key, item)| {
                 string(out, key);
                 out.push(b':');
                 sorted(out, item);
-            }
-            out.push(b'}');
+            });
         }
         other => compact(out, other),
     }
@@ -159,28 +152,12 @@ pub fn python_default(out: &mut Vec<u8>, value: &Value) {
     match value.resolved() {
         Value::Str(s) => ascii_string(out, s),
         Value::Float(f) => out.extend_from_slice(float::python_repr(*f).as_bytes()),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.extend_from_slice(b", ");
-                }
-                python_default(out, item);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            out.push(b'{');
-            for (i, (key, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.extend_from_slice(b", ");
-                }
-                ascii_string(out, key);
-                out.extend_from_slice(b": ");
-                python_default(out, item);
-            }
-            out.push(b'}');
-        }
+        Value::Array(items) => joined(out, *b"[]", b", ", items, python_default),
+        Value::Object(map) => joined(out, *b"{}", b", ", map.iter(), |out, (key, item)| {
+            ascii_string(out, key);
+            out.extend_from_slice(b": ");
+            python_default(out, item);
+        }),
         other => compact(out, other),
     }
 }

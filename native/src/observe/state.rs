@@ -129,7 +129,7 @@ impl RunState {
 
     /// `to_value()`'s compact JSON, written without building it.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        use crate::json::write::{compact, string};
+        use crate::json::write::{compact, joined, string};
         let distinct =
             self.parts.iter().enumerate().all(|(i, (index, _))| self.parts[..i].iter().all(|(o, _)| o != index));
         if !distinct {
@@ -138,11 +138,8 @@ impl RunState {
         }
         out.extend_from_slice(b"{\"request_index\":");
         compact(out, &self.request_index);
-        out.extend_from_slice(b",\"parts\":{");
-        for (i, (index, cursor)) in self.parts.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        out.extend_from_slice(b",\"parts\":");
+        joined(out, *b"{}", b",", &self.parts, |out, (index, cursor)| {
             string(out, &python_str(index));
             out.extend_from_slice(b":{\"kind\":");
             string(out, cursor.kind.name());
@@ -163,26 +160,20 @@ impl RunState {
             } else {
                 b",\"emitted_signature\":false}"
             });
-        }
-        out.extend_from_slice(b"},\"children\":{");
-        for (i, (run, state)) in self.children.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        });
+        out.extend_from_slice(b",\"children\":");
+        joined(out, *b"{}", b",", &self.children, |out, (run, state)| {
             string(out, run);
             out.push(b':');
             state.write_json(out);
-        }
-        out.extend_from_slice(b"},\"threads\":{");
-        for (i, (run, thread)) in self.threads.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        });
+        out.extend_from_slice(b",\"threads\":");
+        joined(out, *b"{}", b",", &self.threads, |out, (run, thread)| {
             string(out, run);
             out.push(b':');
             string(out, thread);
-        }
-        out.extend_from_slice(b"}}");
+        });
+        out.push(b'}');
     }
 }
 
