@@ -332,17 +332,25 @@ impl<'a> EventRef<'a> {
         self.get(key).is_some()
     }
 
-    /// The event's JSON object, copied.
+    /// The event's JSON object, copied (what it shares with its source item copied too, as `Field::to_value`).
+    pub fn to_map(self) -> Map {
+        self.copied(false)
+    }
+
     /// `to_map`, but what the event shares with its source item stays shared (not copied): for a held event whose
     /// shared values are copied only where it first changes.
     pub fn to_map_sharing(self) -> Map {
+        self.copied(true)
+    }
+
+    fn copied(self, share: bool) -> Map {
         match self {
             EventRef::Map(map) => map.clone(),
             EventRef::Typed(event) => {
                 let mut map = Map::with_capacity(6);
-                for key in typed_keys(event) {
+                for &key in typed_names(event) {
                     match typed_field(event, key) {
-                        Some(Field::Value(value)) => map.push(key, value.clone()),
+                        Some(Field::Value(value)) if share => map.push(key, value.clone()),
                         Some(field) => map.push(key, field.to_value()),
                         None => {}
                     }
@@ -351,33 +359,17 @@ impl<'a> EventRef<'a> {
             }
         }
     }
+}
 
-    pub fn to_map(self) -> Map {
-        match self {
-            EventRef::Map(map) => map.clone(),
-            EventRef::Typed(event) => {
-                let mut map = Map::with_capacity(6);
-                for key in typed_keys(event) {
-                    if let Some(field) = typed_field(event, key) {
-                        map.push(key, field.to_value());
-                    }
-                }
-                map
-            }
-        }
-    }
+/// The JSON names a flat typed event's members can have, in order (those it holds: `typed_field` finds them).
+fn typed_names(event: &Event) -> impl Iterator<Item = &'static &'static str> {
+    const COMMON: &[&str] = &["type", "timestamp", "rawEvent", "metadata", "subagentRunId"];
+    COMMON.iter().chain(body_keys(&event.body))
 }
 
 /// The JSON names of a flat typed event's members, in order.
 fn typed_keys(event: &Event) -> Vec<&'static str> {
-    const COMMON: &[&str] = &["type", "timestamp", "rawEvent", "metadata", "subagentRunId"];
-    let mut keys = Vec::with_capacity(8);
-    for key in COMMON.iter().chain(body_keys(&event.body)) {
-        if typed_field(event, key).is_some() {
-            keys.push(*key);
-        }
-    }
-    keys
+    typed_names(event).copied().filter(|key| typed_field(event, key).is_some()).collect()
 }
 
 /// The JSON names of a flat class's own members, in declaration order.
