@@ -611,15 +611,13 @@ pub struct Evicted {
 impl Evicted {
     pub fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"count\":");
-        out.extend_from_slice(self.count.to_string().as_bytes());
+        int(out, self.count);
         out.extend_from_slice(b",\"ordinals\":");
-        joined(out, *b"[]", b",", &self.ordinals, |out, (low, high)| {
-            out.extend_from_slice(format!("[{low},{high}]").as_bytes())
-        });
+        joined(out, *b"[]", b",", &self.ordinals, |out, &(low, high)| joined(out, *b"[]", b",", [low, high], int));
         out.extend_from_slice(b",\"ids\":");
         joined(out, *b"[]", b",", &self.ids, |out, id| string(out, id));
         out.extend_from_slice(b",\"refused\":");
-        out.extend_from_slice(self.refused.to_string().as_bytes());
+        int(out, self.refused);
         out.push(b'}');
     }
 }
