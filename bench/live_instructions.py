@@ -173,7 +173,7 @@ def main() -> int:
         if args.side != "none":
             asyncio.run(feed(fed, publish=args.side == "publish"))
         return 0
-    print(f"build: {describe()}")
+    print(f"build: the worker under {args.pythonpath}" if args.pythonpath else f"build: {describe()}")
     if shutil.which("valgrind") is None:
         raise SystemExit("bench/live_instructions.py needs valgrind on the PATH")
     none, process, publish = count(args, "none"), count(args, "process"), count(args, "publish")
